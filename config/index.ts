@@ -1,0 +1,140 @@
+/**
+ * convo-mirror configuration: parsed once with zod from the environment, overridable by command-line
+ * flags, frozen, and passed down. This is the only module that reads `process.env` (design: config/).
+ *
+ * A missing or malformed value throws {@link ConfigError} naming the variable; the CLI turns that
+ * into a one-line message and exit code 2.
+ */
+import { z } from 'zod';
+import { ConfigError } from '../src/errors.js';
+
+/** Log levels accepted by `LOG_LEVEL` / `--log-level` (pino's). */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** The frozen configuration handed to every command. */
+export interface Config {
+  /** The spec's `{base_url}`; `/v1/...` paths are appended. No trailing slash. Undefined only for commands that make no API call. */
+  readonly baseUrl: string | undefined;
+  /** Sent as `X-Api-Key` (spec 5). Never logged. Undefined only for commands that make no API call. */
+  readonly apiKey: string | undefined;
+  /** Workspace UUID sent as `X-Account-Id` (spec 5, multi-workspace context); undefined when not configured. */
+  readonly accountId: string | undefined;
+  /** Path of the SQLite mirror. @defaultValue `data/mirror.sqlite` */
+  readonly db: string;
+  /** Root directory of the JSONL change exports. @defaultValue `data/exports` */
+  readonly exportDir: string;
+  /** Conversations crawled in parallel. @defaultValue 4 */
+  readonly concurrency: number;
+  /** Cap on requests per second across the whole process; 0 = no cap. @defaultValue 10 */
+  readonly maxRps: number;
+  /** Per-request timeout in ms (headers and body). @defaultValue 30000 */
+  readonly requestTimeoutMs: number;
+  /** Retries per request after the first attempt, for transient failures. @defaultValue 6 */
+  readonly maxRetries: number;
+  /** pino log level. @defaultValue `info` */
+  readonly logLevel: LogLevel;
+}
+
+/** Flags as parsed by the CLI (commander gives strings, or numbers where it coerces). Undefined = not given. */
+export type ConfigFlags = Partial<Record<keyof Config, string | number | undefined>>;
+
+interface FieldDef {
+  env: string;
+  flag: string;
+  schema: z.ZodType;
+  defaultValue?: unknown;
+}
+
+const uuid = z
+  .string()
+  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID (spec 5: X-Account-Id is a UUID)');
+
+const intFrom = (min: number, max: number) =>
+  z.coerce
+    .number({ error: 'must be a number' })
+    .int('must be a whole number')
+    .min(min, `must be at least ${min}`)
+    .max(max, `must be at most ${max}`);
+
+/** Field table: env variable, flag, validation and default, one place for all of them. */
+export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
+  baseUrl: {
+    env: 'CONVO_MIRROR_BASE_URL',
+    flag: '--base-url',
+    schema: z
+      .string()
+      .trim()
+      .url('must be an absolute http(s) URL, e.g. https://support.example.com/api')
+      .refine((s) => /^https?:\/\//i.test(s), 'must use http or https')
+      .transform((s) => s.replace(/\/+$/, '')),
+  },
+  apiKey: { env: 'CONVO_MIRROR_API_KEY', flag: '--api-key', schema: z.string().trim().min(1, 'must not be empty') },
+  accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id', schema: uuid },
+  db: { env: 'CONVO_MIRROR_DB', flag: '--db', schema: z.string().min(1, 'must not be empty'), defaultValue: 'data/mirror.sqlite' },
+  exportDir: {
+    env: 'CONVO_MIRROR_EXPORT_DIR',
+    flag: '--export-dir',
+    schema: z.string().min(1, 'must not be empty'),
+    defaultValue: 'data/exports',
+  },
+  concurrency: { env: 'CONVO_MIRROR_CONCURRENCY', flag: '--concurrency', schema: intFrom(1, 64), defaultValue: 4 },
+  maxRps: {
+    env: 'CONVO_MIRROR_MAX_RPS',
+    flag: '--max-rps',
+    schema: z.coerce.number({ error: 'must be a number' }).min(0, 'must be 0 (no cap) or more').max(10_000),
+    defaultValue: 10,
+  },
+  requestTimeoutMs: {
+    env: 'CONVO_MIRROR_REQUEST_TIMEOUT_MS',
+    flag: '--request-timeout',
+    schema: intFrom(100, 600_000),
+    defaultValue: 30_000,
+  },
+  maxRetries: { env: 'CONVO_MIRROR_MAX_RETRIES', flag: '--max-retries', schema: intFrom(0, 20), defaultValue: 6 },
+  logLevel: { env: 'LOG_LEVEL', flag: '--log-level', schema: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(', ')}` }), defaultValue: 'info' },
+};
+
+/** Options of {@link loadConfig}. */
+export interface LoadConfigOptions {
+  /** Require `baseUrl` and `apiKey` (every command that calls the API). @defaultValue true */
+  needsApi?: boolean;
+}
+
+/**
+ * Builds the configuration: flag, else environment variable, else default; validates each value.
+ *
+ * @param env - usually `process.env`
+ * @param flags - values from the command line; they win over `env`
+ * @throws {@link ConfigError} naming the variable (and flag) of the first missing or malformed value
+ */
+export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts: LoadConfigOptions = {}): Config {
+  const needsApi = opts.needsApi ?? true;
+  const out: Record<string, unknown> = {};
+  for (const [key, def] of Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][]) {
+    const fromFlag = flags[key];
+    const fromEnv = env[def.env];
+    const raw = fromFlag !== undefined ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : undefined;
+    const name = fromFlag !== undefined ? `${def.flag}` : def.env;
+    if (raw === undefined) {
+      if (def.defaultValue !== undefined) {
+        out[key] = def.defaultValue;
+        continue;
+      }
+      if (needsApi && (key === 'baseUrl' || key === 'apiKey')) {
+        throw new ConfigError(def.env, `is required (set it in the environment or pass ${def.flag})`);
+      }
+      out[key] = undefined;
+      continue;
+    }
+    const parsed = def.schema.safeParse(raw);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]?.message ?? 'is invalid';
+      // Never echo the value of the API key.
+      const shown = key === 'apiKey' ? '' : ` (got ${JSON.stringify(String(raw)).slice(0, 80)})`;
+      throw new ConfigError(name, `${issue}${shown}`);
+    }
+    out[key] = parsed.data;
+  }
+  return Object.freeze(out) as unknown as Config;
+}

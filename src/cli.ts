@@ -1,0 +1,374 @@
+#!/usr/bin/env node
+/**
+ * convo-mirror command line (commander): a thin shell over src/ (design: src/cli.ts).
+ *
+ * Exit codes: 0 all synced; 1 some conversations failed after retries (each named on stderr);
+ * 2 configuration or authentication error (nothing retried; the message says what to fix).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import { Command, Option } from 'commander';
+import type { Logger } from 'pino';
+import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
+import { ApiClient } from './api/client.js';
+import { Mirror, DEFAULT_ACCOUNT } from './store/mirror.js';
+import { runSync, type RunSummary } from './sync/run.js';
+import { newProgress } from './sync/types.js';
+import { createLogger } from './logger.js';
+import { startProgress } from './progress.js';
+import { systemClock } from './clock.js';
+import { AuthError, ConfigError, StoreError, describeError } from './errors.js';
+import { verifyExports } from './export/exporter.js';
+import { FakeWorkspace, startFakeApi } from './fake-api/index.js';
+
+/** Exit codes of every command. */
+export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, INTERRUPTED: 130 } as const;
+
+/** Account id the demo's fake workspace requires in `X-Account-Id` (fixed, so re-runs match). */
+export const DEMO_ACCOUNT_ID = '0b7e6d52-4c1f-4e8a-9d3b-5a2f1c8e7d60';
+
+const isTTY = () => process.stderr.isTTY === true && process.env.CI !== 'true';
+
+/** Adds the shared configuration flags (see config/ for env names and defaults). */
+function withConfigFlags(cmd: Command, api: boolean): Command {
+  if (api) {
+    cmd
+      .option('--base-url <url>', 'API base URL, the spec\'s {base_url} (env CONVO_MIRROR_BASE_URL)')
+      .option('--api-key <key>', 'API key sent as X-Api-Key (env CONVO_MIRROR_API_KEY; prefer the env: flags show in ps)')
+      .option('--account-id <uuid>', 'workspace sent as X-Account-Id (env CONVO_MIRROR_ACCOUNT_ID)')
+      .option('--concurrency <n>', 'conversations in flight (env CONVO_MIRROR_CONCURRENCY, default 4)')
+      .option('--max-rps <n>', 'requests per second cap for the process, 0 = none (env CONVO_MIRROR_MAX_RPS, default 10)')
+      .option('--request-timeout <ms>', 'per-request timeout in ms (env CONVO_MIRROR_REQUEST_TIMEOUT_MS, default 30000)')
+      .option('--max-retries <n>', 'retries per request for transient failures (env CONVO_MIRROR_MAX_RETRIES, default 6)');
+  } else {
+    cmd.option('--account-id <uuid>', 'workspace (env CONVO_MIRROR_ACCOUNT_ID)');
+  }
+  return cmd
+    .option('--db <path>', 'SQLite mirror (env CONVO_MIRROR_DB, default data/mirror.sqlite)')
+    .option('--export-dir <dir>', 'JSONL exports (env CONVO_MIRROR_EXPORT_DIR, default data/exports)')
+    .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent (env LOG_LEVEL, default info)');
+}
+
+function flagsOf(o: Record<string, unknown>): ConfigFlags {
+  return {
+    baseUrl: o.baseUrl as string | undefined,
+    apiKey: o.apiKey as string | undefined,
+    accountId: o.accountId as string | undefined,
+    db: o.db as string | undefined,
+    exportDir: o.exportDir as string | undefined,
+    concurrency: o.concurrency as string | undefined,
+    maxRps: o.maxRps as string | undefined,
+    requestTimeoutMs: o.requestTimeout as string | undefined,
+    maxRetries: o.maxRetries as string | undefined,
+    logLevel: o.logLevel as string | undefined,
+  };
+}
+
+/** Prints a one-line error to stderr and sets the exit code. */
+function fail(code: number, message: string): number {
+  process.stderr.write(`convo-mirror: ${message}\n`);
+  return code;
+}
+
+/** Maps an error to its exit code and one-line message. */
+function exitFor(err: unknown): number {
+  if (err instanceof ConfigError) return fail(EXIT.CONFIG, `configuration error: ${err.message}`);
+  if (err instanceof AuthError) return fail(EXIT.CONFIG, `authentication error: ${err.message}`);
+  if (err instanceof StoreError) return fail(EXIT.CONFIG, `mirror error: ${err.message}`);
+  return fail(EXIT.FAILURES, `error: ${describeError(err)}`);
+}
+
+interface SyncCommandOptions {
+  config: Config;
+  conversationIds?: string[] | undefined;
+  full?: boolean;
+  json?: boolean;
+  /** Extra text to print after the summary (demo). */
+  logger?: Logger;
+}
+
+/** Runs `sync` with a built config; returns the summary (exit code derived by the caller). */
+async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
+  const { config } = opts;
+  const tty = isTTY() && !opts.json;
+  const logger = opts.logger ?? createLogger({ level: config.logLevel, pretty: tty });
+  const abort = new AbortController();
+  const onSignal = (sig: NodeJS.Signals) => {
+    logger.warn({ signal: sig }, 'stopping: no new conversations; re-run to resume from the checkpoints');
+    abort.abort(new Error(`interrupted by ${sig}`));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const mirror = Mirror.open(config.db);
+  const api = new ApiClient({
+    baseUrl: config.baseUrl!,
+    apiKey: config.apiKey!,
+    accountId: config.accountId,
+    maxRps: config.maxRps,
+    connections: Math.max(2, config.concurrency * 2),
+    requestTimeoutMs: config.requestTimeoutMs,
+    maxRetries: config.maxRetries,
+    logger,
+    signal: abort.signal,
+  });
+  const progress = newProgress();
+  const stop = startProgress({ progress, stats: api.stats, logger, tty });
+  try {
+    return await runSync(
+      { api, mirror, logger, clock: systemClock },
+      {
+        accountId: config.accountId ?? DEFAULT_ACCOUNT,
+        concurrency: config.concurrency,
+        conversationIds: opts.conversationIds,
+        full: opts.full ?? false,
+        exportDir: config.exportDir,
+        progress,
+        signal: abort.signal,
+      },
+    );
+  } finally {
+    stop();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await api.close();
+    mirror.close();
+  }
+}
+
+function printSummary(s: RunSummary, json: boolean): void {
+  if (json) {
+    process.stdout.write(JSON.stringify(s, null, 2) + '\n');
+    return;
+  }
+  const c = s.conversations;
+  const m = s.messages;
+  const lines = [
+    `run ${s.runId} (${s.mode}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
+    `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
+      (s.mode === 'full' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
+    `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
+    `  requests: ${s.requests} (minimum possible ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
+    s.export.lines === 0
+      ? `  exports: no new lines: nothing changed since the last publication (watermark ${s.export.watermark})`
+      : `  exports: ${s.export.lines} new lines in ${s.export.files} files (watermark ${s.export.watermark})`,
+  ];
+  process.stdout.write(lines.join('\n') + '\n');
+}
+
+function reportFailures(s: RunSummary): void {
+  for (const f of s.failures) process.stderr.write(`failed: conversation ${f.id}: [${f.code}] ${f.message}\n`);
+}
+
+/** Builds the commander program. `run` resolves the process exit code. */
+export function buildProgram(setExit: (code: number) => void): Command {
+  const program = new Command('convo-mirror')
+    .description('Mirror a customer-support system\'s conversation history into SQLite and JSONL change exports.')
+    .showHelpAfterError()
+    .exitOverride((err) => {
+      // commander's own usage errors (unknown option, missing argument): exit 2 like config errors.
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.exitCode === 0) throw err;
+      throw Object.assign(err, { exitCode: EXIT.CONFIG });
+    });
+
+  withConfigFlags(
+    program
+      .command('sync')
+      .description('Sync the whole workspace (every page of every conversation), or only --conversation IDs; then publish exports')
+      .option('--conversation <id...>', 'only these conversations (repeatable)')
+      .option('--full', 'full refresh: re-read every page of every conversation (today every sync does)')
+      .option('--json', 'print the run summary as JSON'),
+    true,
+  ).action(async (o) => {
+    try {
+      const config = loadConfig(process.env, flagsOf(o));
+      const s = await doSync({ config, conversationIds: o.conversation, full: o.full, json: o.json });
+      printSummary(s, o.json === true);
+      reportFailures(s);
+      setExit(s.status === 'succeeded' ? EXIT.OK : EXIT.FAILURES);
+    } catch (err) {
+      setExit(exitFor(err));
+    }
+  });
+
+  withConfigFlags(
+    program.command('status').description('Show counts per table, the last runs and their failures, and the export watermark').option('--json', 'print as JSON'),
+    false,
+  ).action((o) => {
+    try {
+      const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
+      if (!fs.existsSync(config.db)) {
+        setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
+        return;
+      }
+      const mirror = Mirror.open(config.db);
+      try {
+        const counts = mirror.counts();
+        const runs = mirror.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT 5`).all() as Record<string, unknown>[];
+        const failures = mirror.db
+          .prepare(`SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`)
+          .all() as Record<string, unknown>[];
+        if (o.json) {
+          process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures }, null, 2) + '\n');
+        } else {
+          const out: string[] = [`mirror ${config.db}`];
+          for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
+          out.push('last runs:');
+          for (const r of runs) {
+            out.push(
+              `  #${r.id} ${r.mode} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
+                `${r.conversations_synced} conversations, +${r.messages_inserted} ~${r.messages_updated} -${r.messages_deleted} messages, ` +
+                `${r.requests} requests, ${r.retries} retries, ${r.conversations_failed} failed, ${r.export_lines} export lines` +
+                (r.error ? `; error: ${r.error}` : ''),
+            );
+          }
+          if (failures.length) {
+            out.push('failures of the last run:');
+            for (const f of failures) out.push(`  ${f.conversation_id}: [${f.code}] ${f.message}`);
+          }
+          process.stdout.write(out.join('\n') + '\n');
+        }
+        setExit(EXIT.OK);
+      } finally {
+        mirror.close();
+      }
+    } catch (err) {
+      setExit(exitFor(err));
+    }
+  });
+
+  withConfigFlags(program.command('verify').description('Check every published export file against its recorded size, line count and SHA-256'), false).action((o) => {
+    try {
+      const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
+      const mirror = Mirror.open(config.db);
+      try {
+        const problems = verifyExports(mirror, config.exportDir);
+        const files = (mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number });
+        for (const p of problems) process.stderr.write(`problem: ${p.path}: ${p.problem}${p.detail ? ` (${p.detail})` : ''}\n`);
+        process.stdout.write(problems.length === 0 ? `exports intact: ${files.n} files, ${files.l} lines\n` : `${problems.length} problems in ${config.exportDir}\n`);
+        setExit(problems.length === 0 ? EXIT.OK : EXIT.FAILURES);
+      } finally {
+        mirror.close();
+      }
+    } catch (err) {
+      setExit(exitFor(err));
+    }
+  });
+
+  program
+    .command('fake-api')
+    .description('Run the fake support API (seeded workspace) on 127.0.0.1, for trying convo-mirror out')
+    .addOption(new Option('--port <n>', 'port').default('4010'))
+    .addOption(new Option('--host <host>', 'address to listen on').default('127.0.0.1'))
+    .addOption(new Option('--seed <n>', 'random seed of the workspace').default('42'))
+    .addOption(new Option('--conversations <n>', 'conversations to generate').default('320'))
+    .option('--api-key <key>', 'key the fake accepts (default: env CONVO_MIRROR_API_KEY, else "demo-key")')
+    .option('--account-id <uuid>', 'require this X-Account-Id (default: env CONVO_MIRROR_ACCOUNT_ID, else none)')
+    .action(async (o) => {
+      const workspace = FakeWorkspace.generate({ seed: Number(o.seed), conversations: Number(o.conversations) });
+      const apiKey = (o.apiKey as string | undefined) ?? process.env.CONVO_MIRROR_API_KEY ?? 'demo-key';
+      const accountId = (o.accountId as string | undefined) ?? process.env.CONVO_MIRROR_ACCOUNT_ID;
+      const fake = await startFakeApi({ workspace, apiKey, ...(accountId ? { accountId } : {}), host: o.host, port: Number(o.port) });
+      const t = workspace.totals();
+      process.stdout.write(
+        `fake API listening on ${fake.url} (${t.conversations} conversations, ${t.messages} messages)\n` +
+          `  export CONVO_MIRROR_BASE_URL=${fake.url}  # and CONVO_MIRROR_API_KEY to the key it accepts\n`,
+      );
+      await new Promise<void>((resolve) => {
+        const stop = () => resolve();
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      });
+      await fake.close();
+      setExit(EXIT.OK);
+    });
+
+  program
+    .command('demo')
+    .description('Start the fake API in-process, sync it into data/demo/, and print a summary checked against the fake')
+    .addOption(new Option('--dir <dir>', 'where the demo mirror and exports go').default('data/demo'))
+    .addOption(new Option('--seed <n>', 'random seed of the workspace').default('42'))
+    .addOption(new Option('--conversations <n>', 'conversations to generate').default('320'))
+    .addOption(new Option('--concurrency <n>', 'conversations in flight').default('8'))
+    .addOption(new Option('--max-rps <n>', 'request cap (the fake is local, so none by default)').default('0'))
+    .option('--log-level <level>', 'log level (env LOG_LEVEL, default info)')
+    .action(async (o) => {
+      try {
+        const workspace = FakeWorkspace.generate({ seed: Number(o.seed), conversations: Number(o.conversations) });
+        const apiKey = crypto.randomBytes(16).toString('hex');
+        const fake = await startFakeApi({ workspace, apiKey, accountId: DEMO_ACCOUNT_ID });
+        try {
+          const config = loadConfig(
+            {},
+            {
+              baseUrl: fake.url,
+              apiKey,
+              accountId: DEMO_ACCOUNT_ID,
+              db: path.join(o.dir, 'mirror.sqlite'),
+              exportDir: path.join(o.dir, 'exports'),
+              concurrency: o.concurrency,
+              maxRps: o.maxRps,
+              logLevel: (o.logLevel as string | undefined) ?? process.env.LOG_LEVEL ?? 'info',
+            },
+          );
+          const t = workspace.totals();
+          process.stdout.write(`demo: fake API on ${fake.url} serving ${t.conversations} conversations and ${t.messages} messages\n`);
+          const s = await doSync({ config });
+          printSummary(s, false);
+          reportFailures(s);
+          const mirror = Mirror.open(config.db);
+          let inMirror: { c: number; m: number };
+          try {
+            inMirror = {
+              c: (mirror.db.prepare(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`).get(DEMO_ACCOUNT_ID) as { n: number }).n,
+              m: (mirror.db.prepare(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`).get(DEMO_ACCOUNT_ID) as { n: number }).n,
+            };
+          } finally {
+            mirror.close();
+          }
+          const equal = inMirror.c === t.conversations && inMirror.m === t.messages;
+          process.stdout.write(
+            `\n  fake:   ${t.conversations} conversations, ${t.messages} messages\n` +
+              `  mirror: ${inMirror.c} conversations, ${inMirror.m} messages  ${equal ? '(equal)' : '(MISMATCH)'}\n` +
+              `  mirror file: ${config.db}   exports: ${config.exportDir}\n` +
+              `  try: sqlite3 ${config.db} 'select count(*) from messages'\n`,
+          );
+          setExit(equal && s.status === 'succeeded' ? EXIT.OK : EXIT.FAILURES);
+        } finally {
+          await fake.close();
+        }
+      } catch (err) {
+        setExit(exitFor(err));
+      }
+    });
+
+  return program;
+}
+
+/** Entry point: parses argv, runs the command, exits with its code. */
+export async function main(argv: string[]): Promise<number> {
+  let code: number = EXIT.OK;
+  const program = buildProgram((c) => {
+    code = c;
+  });
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    const e = err as { exitCode?: number };
+    return e.exitCode ?? EXIT.FAILURES;
+  }
+  return code;
+}
+
+const invokedDirectly = process.argv[1] !== undefined && fs.realpathSync(process.argv[1]) === fs.realpathSync(new URL(import.meta.url).pathname);
+if (invokedDirectly) {
+  main(process.argv).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err) => {
+      process.stderr.write(`convo-mirror: ${describeError(err)}\n`);
+      process.exitCode = EXIT.FAILURES;
+    },
+  );
+}

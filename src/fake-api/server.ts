@@ -1,0 +1,512 @@
+/**
+ * An in-process HTTP fake of the documented API (fake-api/), backing tests and the demo.
+ *
+ * Implements spec 4.1 (`GET /v1/conversations/:conversation_id/messages`), the operations referred to
+ * in spec 4.2 (`GET /v1/conversations`, `POST /v1/sessions`, `GET /v1/me`), the authentication of
+ * spec 5 and the paging limits of spec 8, over a {@link FakeWorkspace}. Tests can inject faults
+ * ({@link Fault}), observe every request ({@link FakeApi.requests}) and mutate the workspace while a
+ * crawl is running ({@link FakeApi.beforeServe}). Uses only `node:http` and `node:crypto`.
+ *
+ * Order of processing for each request:
+ * 1. record it in {@link FakeApi.requests};
+ * 2. route it (unknown method/path → 404, no auth needed);
+ * 3. authenticate it for its route (401/403; see {@link startFakeApi});
+ * 4. run the {@link FakeApi.beforeServe} hooks;
+ * 5. apply the first matching injected {@link Fault}, if any;
+ * 6. handle it normally (400 for bad paging, 404 for an unknown conversation, else 200/201).
+ */
+import { createHmac } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { BASE_TIME_MS, type FakeWorkspace } from './workspace.js';
+
+/** One request as the fake saw it. Appended to {@link FakeApi.requests} on arrival. */
+export interface RequestRecord {
+  /** HTTP method, e.g. `GET`. */
+  method: string;
+  /** URL pathname, not decoded, without the query string, e.g. `/v1/conversations/…/messages`. */
+  path: string;
+  /** Query parameters; for a repeated name, the first value (the same one the handlers use). */
+  query: Record<string, string>;
+  /** Value of the `X-Api-Key` header, if sent. */
+  apiKey: string | undefined;
+  /** Value of the `X-Account-Id` header, if sent. */
+  accountId: string | undefined;
+  /**
+   * Status code of the answer; `'dropped'` when a `drop` fault destroyed the socket; `0` while the
+   * request has not been answered yet (e.g. during a `slow` fault).
+   */
+  status: number | 'dropped';
+  /** Arrival time, `Date.now()` in ms. */
+  at: number;
+}
+
+/** Which requests a {@link Fault} applies to. Every given criterion must hold; none given = all requests. */
+export interface FaultMatch {
+  /** Compared with the URL pathname: a string must be equal; a RegExp must match (`lastIndex` is reset first). */
+  path?: string | RegExp;
+  /** The requested page: the `page` query parameter as an integer, 1 when absent. A non-integer `page` never matches. */
+  page?: number;
+}
+
+/**
+ * A fault to inject with {@link FakeApi.injectFault}. It applies to requests that passed
+ * authentication and match `match`, at most `times` times (default 1; `Infinity` = until
+ * {@link FakeApi.clearFaults}). When several are pending, the first matching one in insertion order
+ * is consumed, and only one fault applies per request.
+ *
+ * - `status`: answer with `status` instead of handling the request. `retryAfter`, when given, is sent
+ *   verbatim as the `Retry-After` header (seconds such as `'2'`, or an HTTP-date). `body`, when given,
+ *   is sent verbatim (still labelled `application/json`), so a test can serve non-JSON with 200;
+ *   otherwise the body is the JSON error `{"error":{"code","message"}}`.
+ * - `drop`: destroy the socket without answering (the client sees a connection reset / `fetch` rejects).
+ * - `slow`: wait `delayMs` ms, then handle the request normally (the response reflects the workspace
+ *   as it is after the wait).
+ */
+export type Fault =
+  | { kind: 'status'; status: number; retryAfter?: string; body?: string; match?: FaultMatch; times?: number }
+  | { kind: 'drop'; match?: FaultMatch; times?: number }
+  | { kind: 'slow'; delayMs: number; match?: FaultMatch; times?: number };
+
+/** Options of {@link startFakeApi}. */
+export interface FakeApiOptions {
+  /** The data to serve; the same live object is exposed as {@link FakeApi.workspace}. */
+  workspace: FakeWorkspace;
+  /** The only accepted `X-Api-Key` value (spec 5). Must not be empty. */
+  apiKey: string;
+  /**
+   * When set, the API-key endpoints also require `X-Account-Id` to equal it (403 otherwise), and
+   * `GET /v1/me` lists it as the user's account. @defaultValue undefined (header ignored)
+   */
+  accountId?: string;
+  /**
+   * When set, `POST /v1/sessions` accepts only these credentials (401 otherwise).
+   * @defaultValue undefined (any non-empty email and password are accepted)
+   */
+  credentials?: { email: string; password: string };
+  /** Interface to listen on. @defaultValue '127.0.0.1' */
+  host?: string;
+  /** TCP port. @defaultValue 0 (a free port chosen by the OS) */
+  port?: number;
+}
+
+/** A running fake, as returned by {@link startFakeApi}. */
+export interface FakeApi {
+  /** The `{base_url}` of the spec, e.g. `http://127.0.0.1:54321`, no trailing slash; append `/v1/...`. */
+  url: string;
+  /** The TCP port listened on. */
+  port: number;
+  /** The live workspace being served; mutate it at any time. */
+  workspace: FakeWorkspace;
+  /** Every request, in arrival order (including unauthenticated and dropped ones). Tests may clear it (`length = 0`). */
+  requests: RequestRecord[];
+  /**
+   * Queues a fault (see {@link Fault}).
+   * @throws RangeError when `times` is not a positive integer or `Infinity`, a `status` is not an
+   *   integer in 100..599, or `delayMs` is negative or not finite
+   */
+  injectFault(f: Fault): void;
+  /** Removes all pending faults. */
+  clearFaults(): void;
+  /**
+   * Registers a hook called synchronously, with the request's record, for every request that passed
+   * its route's authentication, before faults and before the response is computed — so a test can,
+   * e.g., mutate the workspace when page 2 of a conversation is requested. A hook that throws makes
+   * the request answer 500 (`hook_failed`).
+   * @returns a function that unregisters the hook
+   */
+  beforeServe(hook: (req: RequestRecord) => void): () => void;
+  /** Stops listening, cancels pending `slow` responses and closes all connections, idle keep-alive ones included. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Account id listed by `GET /v1/me` when {@link FakeApiOptions.accountId} is not set. */
+export const DEFAULT_FAKE_ACCOUNT_ID = '6f1c2a9e-3b7d-4c55-9a10-0d4b8e2f7a31';
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+const MAX_BODY_BYTES = 1024 * 1024;
+const TOKEN_SECRET = 'convo-mirror-fake-api-secret';
+const USER_ID = 'usr_0000000000000001';
+
+const MESSAGES_RE = /^\/v1\/conversations\/([^/]*)\/messages$/;
+
+interface PendingFault {
+  fault: Fault;
+  remaining: number;
+}
+
+type Route =
+  | { kind: 'conversations' }
+  | { kind: 'messages'; conversationId: string | undefined }
+  | { kind: 'sessions' }
+  | { kind: 'me' }
+  | { kind: 'unknown' };
+
+function errorBody(code: string, message: string): string {
+  return JSON.stringify({ error: { code, message } });
+}
+
+function codeForStatus(status: number): string {
+  switch (status) {
+    case 400:
+      return 'invalid_parameter';
+    case 401:
+      return 'unauthorized';
+    case 403:
+      return 'forbidden';
+    case 404:
+      return 'not_found';
+    case 429:
+      return 'rate_limited';
+    case 502:
+      return 'bad_gateway';
+    case 503:
+      return 'service_unavailable';
+    case 504:
+      return 'gateway_timeout';
+    default:
+      return status >= 500 ? 'internal_error' : `http_${status}`;
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Parses a non-negative decimal integer query value; `undefined` when malformed or unsafe. */
+function parseIntParam(raw: string): number | undefined {
+  if (!/^[0-9]+$/.test(raw)) return undefined;
+  const n = Number(raw);
+  return Number.isSafeInteger(n) ? n : undefined;
+}
+
+/**
+ * Paging parameters per spec 4.1 / 8: page ≥ 1 (default 1), per_page 1..100 (default 50).
+ * Returns an error message for a malformed or out-of-range value.
+ */
+function parsePaging(query: Record<string, string>): { page: number; perPage: number } | { error: string } {
+  let page = 1;
+  let perPage = 50;
+  const rawPage = query['page'];
+  if (rawPage !== undefined) {
+    const p = parseIntParam(rawPage);
+    if (p === undefined || p < 1) return { error: `page must be an integer >= 1, got ${JSON.stringify(rawPage)}` };
+    page = p;
+  }
+  const rawPer = query['per_page'];
+  if (rawPer !== undefined) {
+    const p = parseIntParam(rawPer);
+    if (p === undefined || p < 1 || p > 100) {
+      return { error: `per_page must be an integer from 1 to 100, got ${JSON.stringify(rawPer)}` };
+    }
+    perPage = p;
+  }
+  return { page, perPage };
+}
+
+function pageEnvelope(items: readonly unknown[], page: number, perPage: number): string {
+  const total = items.length;
+  const start = (page - 1) * perPage;
+  const data = start < total ? items.slice(start, start + perPage) : [];
+  return JSON.stringify({
+    data,
+    meta: { current_page: page, total_pages: Math.ceil(total / perPage), total_count: total },
+  });
+}
+
+function route(method: string, path: string): Route {
+  if (path === '/v1/conversations') return method === 'GET' ? { kind: 'conversations' } : { kind: 'unknown' };
+  if (path === '/v1/sessions') return method === 'POST' ? { kind: 'sessions' } : { kind: 'unknown' };
+  if (path === '/v1/me') return method === 'GET' ? { kind: 'me' } : { kind: 'unknown' };
+  const m = MESSAGES_RE.exec(path);
+  if (m && method === 'GET') {
+    let id: string | undefined;
+    try {
+      id = decodeURIComponent(m[1] ?? '');
+    } catch {
+      id = undefined; // malformed percent-encoding: answered 404 after auth
+    }
+    return { kind: 'messages', conversationId: id };
+  }
+  return { kind: 'unknown' };
+}
+
+function faultMatches(f: Fault, rec: RequestRecord): boolean {
+  const match = f.match;
+  if (!match) return true;
+  if (match.path !== undefined) {
+    if (typeof match.path === 'string') {
+      if (match.path !== rec.path) return false;
+    } else {
+      match.path.lastIndex = 0;
+      if (!match.path.test(rec.path)) return false;
+    }
+  }
+  if (match.page !== undefined) {
+    const raw = rec.query['page'];
+    const page = raw === undefined ? 1 : parseIntParam(raw);
+    if (page !== match.page) return false;
+  }
+  return true;
+}
+
+function validateFault(f: Fault): void {
+  const times = f.times ?? 1;
+  if (!(times === Infinity || (Number.isInteger(times) && times > 0))) {
+    throw new RangeError(`injectFault: times must be a positive integer or Infinity, got ${times}`);
+  }
+  if (f.kind === 'status' && !(Number.isInteger(f.status) && f.status >= 100 && f.status <= 599)) {
+    throw new RangeError(`injectFault: status must be an integer in 100..599, got ${f.status}`);
+  }
+  if (f.kind === 'slow' && !(Number.isFinite(f.delayMs) && f.delayMs >= 0)) {
+    throw new RangeError(`injectFault: delayMs must be a finite number >= 0, got ${f.delayMs}`);
+  }
+}
+
+function readBody(req: IncomingMessage): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooBig = false;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY_BYTES) tooBig = true;
+      else chunks.push(c);
+    });
+    req.on('end', () => resolve(tooBig ? undefined : Buffer.concat(chunks).toString('utf8')));
+    req.on('error', () => resolve(undefined));
+    req.on('close', () => resolve(tooBig ? undefined : Buffer.concat(chunks).toString('utf8')));
+  });
+}
+
+/**
+ * Starts the fake API on `host:port` and resolves once it is listening.
+ *
+ * Endpoints (all responses `content-type: application/json; charset=utf-8`, keep-alive allowed,
+ * errors as `{"error":{"code":"...","message":"..."}}`):
+ * - `GET /v1/conversations/:conversation_id/messages?page&per_page` (spec 4.1) →
+ *   `200 {data: FakeMessage[], meta: {current_page, total_pages, total_count}}`, messages in
+ *   chronological order. `page` default 1, integer ≥ 1; `per_page` default 50, integer 1..100 (spec 8);
+ *   otherwise 400. `current_page` is the requested page, `total_pages = ceil(total_count / per_page)`
+ *   (0 when empty); a page past the end has `data: []`. Unknown conversation → 404 (checked after the
+ *   paging parameters).
+ * - `GET /v1/conversations?page&per_page` (spec 4.2) → the same envelope over the conversations'
+ *   `data` objects in current list order, same paging rules.
+ * - Both require `X-Api-Key` equal to `apiKey` (else 401) and, when `accountId` is set,
+ *   `X-Account-Id` equal to it (else 403) — checked before 400/404 (spec 5).
+ * - `POST /v1/sessions` with JSON `{email, password}` → `201 {token}` (a JWT-shaped HS256 string);
+ *   400 for a malformed body, 401 for wrong {@link FakeApiOptions.credentials}.
+ * - `GET /v1/me` with `Authorization: Bearer <token from /v1/sessions>` →
+ *   `200 {id, name, email, accounts: [{id, name}]}`, else 401.
+ * - Anything else (other paths or methods) → 404.
+ *
+ * @throws RangeError (rejects) when `apiKey` is empty; rejects with the listen error (e.g. `EADDRINUSE`)
+ */
+export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
+  if (!opts.apiKey) throw new RangeError('startFakeApi: apiKey must not be empty');
+  const host = opts.host ?? '127.0.0.1';
+  const workspace = opts.workspace;
+  const requests: RequestRecord[] = [];
+  let faults: PendingFault[] = [];
+  const hooks: ((req: RequestRecord) => void)[] = [];
+  const timers = new Set<NodeJS.Timeout>();
+  const tokens = new Map<string, string>(); // token -> email
+  let tokenSeq = 0;
+
+  const send = (res: ServerResponse, rec: RequestRecord, status: number, body: string, extra?: Record<string, string>): void => {
+    rec.status = status;
+    if (res.headersSent || res.destroyed) return;
+    res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), ...extra });
+    res.end(body);
+  };
+  const sendError = (res: ServerResponse, rec: RequestRecord, status: number, message: string, code?: string): void => {
+    send(res, rec, status, errorBody(code ?? codeForStatus(status), message));
+  };
+
+  const issueToken = (email: string): string => {
+    tokenSeq += 1;
+    const b64 = (o: unknown): string => Buffer.from(JSON.stringify(o)).toString('base64url');
+    const head = b64({ alg: 'HS256', typ: 'JWT' });
+    const payload = b64({ sub: USER_ID, email, iat: Math.floor(BASE_TIME_MS / 1000) + tokenSeq, jti: tokenSeq });
+    const sig = createHmac('sha256', TOKEN_SECRET).update(`${head}.${payload}`).digest('base64url');
+    const token = `${head}.${payload}.${sig}`;
+    tokens.set(token, email);
+    return token;
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse, rec: RequestRecord, r: Route): Promise<void> => {
+    switch (r.kind) {
+      case 'conversations': {
+        const paging = parsePaging(rec.query);
+        if ('error' in paging) return sendError(res, rec, 400, paging.error);
+        const items = workspace.list().map((c) => c.data);
+        return send(res, rec, 200, pageEnvelope(items, paging.page, paging.perPage));
+      }
+      case 'messages': {
+        const paging = parsePaging(rec.query);
+        if ('error' in paging) return sendError(res, rec, 400, paging.error);
+        const conv = r.conversationId === undefined ? undefined : workspace.get(r.conversationId);
+        if (!conv) return sendError(res, rec, 404, `conversation ${JSON.stringify(r.conversationId ?? '')} not found`);
+        return send(res, rec, 200, pageEnvelope(conv.messages, paging.page, paging.perPage));
+      }
+      case 'sessions': {
+        const raw = await readBody(req);
+        let body: unknown;
+        try {
+          body = raw === undefined ? undefined : JSON.parse(raw);
+        } catch {
+          body = undefined;
+        }
+        const email = (body as { email?: unknown } | undefined)?.email;
+        const password = (body as { password?: unknown } | undefined)?.password;
+        if (typeof email !== 'string' || typeof password !== 'string' || !email || !password) {
+          return sendError(res, rec, 400, 'body must be a JSON object {"email": string, "password": string}', 'invalid_request');
+        }
+        if (opts.credentials && (opts.credentials.email !== email || opts.credentials.password !== password)) {
+          return sendError(res, rec, 401, 'invalid email or password', 'invalid_credentials');
+        }
+        return send(res, rec, 201, JSON.stringify({ token: issueToken(email) }));
+      }
+      case 'me': {
+        const email = bearerEmail(req);
+        if (email === undefined) return sendError(res, rec, 401, 'missing or invalid bearer token');
+        return send(
+          res,
+          rec,
+          200,
+          JSON.stringify({
+            id: USER_ID,
+            name: 'Fake Admin',
+            email,
+            accounts: [{ id: opts.accountId ?? DEFAULT_FAKE_ACCOUNT_ID, name: 'Fake Workspace' }],
+          }),
+        );
+      }
+      case 'unknown':
+        return sendError(res, rec, 404, `no route for ${rec.method} ${rec.path}`);
+    }
+  };
+
+  const bearerEmail = (req: IncomingMessage): string | undefined => {
+    const auth = header(req, 'authorization');
+    const m = auth === undefined ? null : /^Bearer\s+(\S+)\s*$/i.exec(auth);
+    return m?.[1] === undefined ? undefined : tokens.get(m[1]);
+  };
+
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const method = req.method ?? 'GET';
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://fake.invalid');
+    } catch {
+      url = new URL('http://fake.invalid/');
+    }
+    const query: Record<string, string> = {};
+    for (const [k, v] of url.searchParams) {
+      if (!Object.hasOwn(query, k)) Object.defineProperty(query, k, { value: v, enumerable: true, writable: true, configurable: true });
+    }
+    const rec: RequestRecord = {
+      method,
+      path: url.pathname,
+      query,
+      apiKey: header(req, 'x-api-key'),
+      accountId: header(req, 'x-account-id'),
+      status: 0,
+      at: Date.now(),
+    };
+    requests.push(rec);
+
+    const r = route(method, rec.path);
+
+    // Authentication (spec 5), before any 400/404 of the route.
+    if (r.kind === 'conversations' || r.kind === 'messages') {
+      if (rec.apiKey === undefined || rec.apiKey !== opts.apiKey) {
+        return sendError(res, rec, 401, 'missing or invalid X-Api-Key');
+      }
+      if (opts.accountId !== undefined && rec.accountId !== opts.accountId) {
+        return sendError(res, rec, 403, 'missing or wrong X-Account-Id for this API key');
+      }
+    } else if (r.kind === 'me' && bearerEmail(req) === undefined) {
+      return sendError(res, rec, 401, 'missing or invalid bearer token');
+    }
+
+    try {
+      for (const hook of hooks.slice()) hook(rec);
+    } catch (err) {
+      return sendError(res, rec, 500, `beforeServe hook threw: ${String(err)}`, 'hook_failed');
+    }
+
+    const idx = faults.findIndex((p) => faultMatches(p.fault, rec));
+    const pending = idx >= 0 ? faults[idx] : undefined;
+    if (pending) {
+      pending.remaining -= 1;
+      if (pending.remaining <= 0) faults.splice(idx, 1);
+      const f = pending.fault;
+      if (f.kind === 'drop') {
+        rec.status = 'dropped';
+        req.socket.destroy();
+        return;
+      }
+      if (f.kind === 'status') {
+        const extra: Record<string, string> = {};
+        if (f.retryAfter !== undefined) extra['retry-after'] = f.retryAfter;
+        const body = f.body ?? errorBody(codeForStatus(f.status), `injected fault: HTTP ${f.status}`);
+        return send(res, rec, f.status, body, extra);
+      }
+      const timer = setTimeout(() => {
+        timers.delete(timer);
+        run();
+      }, f.delayMs);
+      timers.add(timer);
+      return;
+    }
+    run();
+
+    function run(): void {
+      handle(req, res, rec, r).catch((err: unknown) => sendError(res, rec, 500, `fake API failure: ${String(err)}`, 'internal_error'));
+    }
+  };
+
+  const server = createServer(onRequest);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${urlHost}:${port}`,
+    port,
+    workspace,
+    requests,
+    injectFault(f: Fault): void {
+      validateFault(f);
+      faults.push({ fault: f, remaining: f.times ?? 1 });
+    },
+    clearFaults(): void {
+      faults = [];
+    },
+    beforeServe(hook: (req: RequestRecord) => void): () => void {
+      hooks.push(hook);
+      return () => {
+        const i = hooks.indexOf(hook);
+        if (i >= 0) hooks.splice(i, 1);
+      };
+    },
+    close(): Promise<void> {
+      closing ??= new Promise<void>((resolve) => {
+        for (const t of timers) clearTimeout(t);
+        timers.clear();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
+}

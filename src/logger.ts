@@ -1,0 +1,38 @@
+/**
+ * Logger construction: pino JSON to stderr, with the API key redacted wherever it could appear
+ * (design habit 5). Errors and log fields carry paths, never headers.
+ */
+import { pino, type Logger, type LevelWithSilent } from 'pino';
+import pretty from 'pino-pretty';
+
+/** Paths pino removes from every log line. */
+export const REDACT_PATHS = [
+  'apiKey',
+  '*.apiKey',
+  'api_key',
+  '*.api_key',
+  'headers["x-api-key"]',
+  '*.headers["x-api-key"]',
+  'headers.authorization',
+  '*.headers.authorization',
+  'config.apiKey',
+];
+
+/** Options of {@link createLogger}. */
+export interface LoggerOptions {
+  level: LevelWithSilent;
+  /** Human-readable lines (pino-pretty) instead of JSON, for terminals. @defaultValue false */
+  pretty?: boolean;
+  /** Where lines go. @defaultValue stderr (fd 2) */
+  destination?: NodeJS.WritableStream | number;
+}
+
+/** Creates the process's root logger. */
+export function createLogger(opts: LoggerOptions): Logger {
+  const base = { level: opts.level, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, base: { app: 'convo-mirror' } };
+  if (opts.pretty) {
+    return pino(base, pretty({ destination: typeof opts.destination === 'number' ? opts.destination : 2, sync: true, colorize: true }));
+  }
+  const dest = opts.destination ?? 2;
+  return pino(base, typeof dest === 'number' ? pino.destination({ dest, sync: true }) : dest);
+}

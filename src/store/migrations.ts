@@ -1,0 +1,148 @@
+/**
+ * Schema migrations, applied in order; `PRAGMA user_version` holds how many have run.
+ * Append new migrations; never edit a released one.
+ */
+export const MIGRATIONS: readonly string[] = [
+  /* 1: the mirror, the change log (transactional outbox), checkpoints, runs and export bookkeeping */ `
+  CREATE TABLE conversations (
+    account_id     TEXT NOT NULL,
+    id             TEXT NOT NULL,
+    raw            TEXT,              -- the object exactly as served by GET /v1/conversations (JSON); NULL until listed
+    message_count  INTEGER,           -- messages served at the last complete crawl
+    last_synced_at TEXT,              -- end of the last complete crawl (ISO 8601 UTC)
+    deleted_at     TEXT,              -- tombstone: the API answered 404
+    first_seen_at  TEXT NOT NULL,
+    updated_at     TEXT NOT NULL,     -- last time raw changed
+    PRIMARY KEY (account_id, id)
+  );
+
+  CREATE TABLE messages (
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    id              TEXT NOT NULL,
+    position        INTEGER NOT NULL, -- 0-based chronological index at the last crawl
+    content         TEXT NOT NULL,
+    visibility      TEXT NOT NULL,
+    sender_id       TEXT NOT NULL,
+    sender_name     TEXT NOT NULL,
+    sender_type     TEXT NOT NULL,
+    attachments     TEXT,             -- JSON as served; NULL when the API omitted the field
+    created_at      TEXT NOT NULL,
+    raw             TEXT NOT NULL,    -- the object exactly as served (JSON)
+    first_seen_at   TEXT NOT NULL,
+    updated_at      TEXT NOT NULL,    -- last time raw changed
+    deleted_at      TEXT,             -- tombstone: no longer served after a complete crawl
+    PRIMARY KEY (account_id, conversation_id, id)
+  );
+  CREATE INDEX messages_by_position ON messages (account_id, conversation_id, position);
+
+  -- Earlier versions of edited messages: an edit never erases what an archive saw.
+  CREATE TABLE message_history (
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    id              TEXT NOT NULL,
+    raw             TEXT NOT NULL,    -- the superseded version
+    valid_from      TEXT NOT NULL,    -- when that version was first mirrored
+    valid_to        TEXT NOT NULL,    -- when it was replaced
+    replaced_by_seq INTEGER NOT NULL  -- change_log.seq of the update that replaced it
+  );
+  CREATE INDEX message_history_by_id ON message_history (account_id, conversation_id, id);
+
+  -- Transactional outbox: one row per insert, update or delete, written in the same transaction as
+  -- the row change. Exports are produced from here, never from the API.
+  CREATE TABLE change_log (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream          TEXT NOT NULL CHECK (stream IN ('messages', 'conversations')),
+    op              TEXT NOT NULL CHECK (op IN ('insert', 'update', 'delete')),
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    record_id       TEXT NOT NULL,
+    synced_at       TEXT NOT NULL,
+    run_id          INTEGER,
+    line            TEXT NOT NULL     -- the export line without seq (JSON object)
+  );
+
+  -- Per-conversation crawl checkpoint: the next page to fetch and the ids seen so far in this crawl.
+  CREATE TABLE checkpoints (
+    account_id       TEXT NOT NULL,
+    conversation_id  TEXT NOT NULL,
+    next_page        INTEGER NOT NULL,
+    total_count      INTEGER NOT NULL,
+    crawl_started_at TEXT NOT NULL,
+    run_id           INTEGER,
+    updated_at       TEXT NOT NULL,
+    PRIMARY KEY (account_id, conversation_id)
+  );
+  CREATE TABLE crawl_pages (
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    page            INTEGER NOT NULL,
+    ids             TEXT NOT NULL,    -- JSON array of the message ids served on that page
+    PRIMARY KEY (account_id, conversation_id, page)
+  );
+
+  CREATE TABLE runs (
+    id                     INTEGER PRIMARY KEY AUTOINCREMENT,
+    mode                   TEXT NOT NULL,   -- full | conversations
+    account_id             TEXT NOT NULL,
+    started_at             TEXT NOT NULL,
+    ended_at               TEXT,
+    status                 TEXT NOT NULL,   -- running | succeeded | partial | failed | interrupted
+    list_passes            INTEGER NOT NULL DEFAULT 0,
+    conversations_listed   INTEGER NOT NULL DEFAULT 0,
+    conversations_synced   INTEGER NOT NULL DEFAULT 0,
+    conversations_failed   INTEGER NOT NULL DEFAULT 0,
+    conversations_deleted  INTEGER NOT NULL DEFAULT 0,
+    conversations_inserted INTEGER NOT NULL DEFAULT 0,
+    conversations_updated  INTEGER NOT NULL DEFAULT 0,
+    messages_served        INTEGER NOT NULL DEFAULT 0,
+    messages_inserted      INTEGER NOT NULL DEFAULT 0,
+    messages_updated       INTEGER NOT NULL DEFAULT 0,
+    messages_deleted       INTEGER NOT NULL DEFAULT 0,
+    requests               INTEGER NOT NULL DEFAULT 0,
+    retries                INTEGER NOT NULL DEFAULT 0,
+    rate_limited           INTEGER NOT NULL DEFAULT 0,
+    export_lines           INTEGER NOT NULL DEFAULT 0,
+    export_files           INTEGER NOT NULL DEFAULT 0,
+    error                  TEXT
+  );
+  CREATE TABLE run_failures (
+    run_id          INTEGER NOT NULL REFERENCES runs (id),
+    conversation_id TEXT NOT NULL,
+    code            TEXT NOT NULL,
+    status          INTEGER,
+    attempts        INTEGER,
+    message         TEXT NOT NULL,
+    at              TEXT NOT NULL
+  );
+
+  -- Exports: the watermark is the last change_log.seq published. A batch is planned (its seq range
+  -- fixed) before any file is written, so re-publishing after a crash gives the same files.
+  CREATE TABLE export_state (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    watermark INTEGER NOT NULL
+  );
+  INSERT INTO export_state (id, watermark) VALUES (1, 0);
+  CREATE TABLE export_batches (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    first_seq    INTEGER NOT NULL,
+    last_seq     INTEGER NOT NULL,
+    planned_at   TEXT NOT NULL,
+    published_at TEXT,
+    run_id       INTEGER
+  );
+  CREATE TABLE export_files (
+    path         TEXT PRIMARY KEY,  -- relative to the export directory, '/'-separated
+    batch_id     INTEGER NOT NULL REFERENCES export_batches (id),
+    stream       TEXT NOT NULL,
+    account_id   TEXT NOT NULL,
+    date         TEXT NOT NULL,
+    first_seq    INTEGER NOT NULL,
+    last_seq     INTEGER NOT NULL,
+    lines        INTEGER NOT NULL,
+    bytes        INTEGER NOT NULL,
+    sha256       TEXT NOT NULL,
+    published_at TEXT NOT NULL
+  );
+  `,
+];

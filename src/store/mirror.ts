@@ -1,0 +1,436 @@
+/**
+ * Mirror: the local SQLite copy of the workspace (design: src/store/).
+ *
+ * better-sqlite3 in WAL mode with `synchronous=FULL` (a committed page survives a power cut, so the
+ * change log's sequence numbers are never reused). Migrations by `PRAGMA user_version`. Every write
+ * path commits in one transaction together with its change-log rows and, for message pages, the
+ * conversation's checkpoint (design habit 7).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import type { Database as Db, Statement } from 'better-sqlite3';
+import { StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
+import type { Clock } from '../clock.js';
+import { isoNow, systemClock } from '../clock.js';
+import type { Conversation, Message, Page } from '../api/schemas.js';
+import { PER_PAGE } from '../api/client.js';
+import { MIGRATIONS } from './migrations.js';
+
+/** Account id used in the mirror when no `X-Account-Id` is configured. */
+export const DEFAULT_ACCOUNT = 'default';
+
+/** Row counts written by one page or one step. */
+export interface WriteCounts {
+  inserted: number;
+  updated: number;
+  unchanged: number;
+  deleted: number;
+}
+
+/** A resumable crawl of one conversation. */
+export interface Checkpoint {
+  /** Next page to fetch (1-based). */
+  nextPage: number;
+  /** `meta.total_count` at the last committed page. */
+  totalCount: number;
+  /** Message ids served on the committed pages of this crawl. */
+  seenIds: Set<string>;
+}
+
+/** Outcome figures of a run, stored in `runs`. */
+export interface RunFigures {
+  status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
+  list_passes?: number;
+  conversations_listed?: number;
+  conversations_synced?: number;
+  conversations_failed?: number;
+  conversations_deleted?: number;
+  conversations_inserted?: number;
+  conversations_updated?: number;
+  messages_served?: number;
+  messages_inserted?: number;
+  messages_updated?: number;
+  messages_deleted?: number;
+  requests?: number;
+  retries?: number;
+  rate_limited?: number;
+  export_lines?: number;
+  export_files?: number;
+  error?: string | null;
+}
+
+/** Options of {@link Mirror.open}. */
+export interface MirrorOptions {
+  /** Time source for `*_at` columns. @defaultValue the system clock */
+  clock?: Clock;
+}
+
+const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
+
+/** Builds a message export line (without `seq`) from a served message object. */
+function messageLine(op: string, syncedAt: string, accountId: string, conversationId: string, raw: Record<string, unknown>): string {
+  const sender = (raw.sender ?? {}) as Record<string, unknown>;
+  const line: Record<string, unknown> = {
+    op,
+    synced_at: syncedAt,
+    account_id: accountId,
+    conversation_id: conversationId,
+    id: raw.id,
+    content: raw.content,
+    visibility: raw.visibility,
+    sender: { id: sender.id, name: sender.name, type: sender.type },
+  };
+  if (raw.attachments !== undefined) line.attachments = raw.attachments;
+  line.created_at = raw.created_at;
+  return JSON.stringify(line);
+}
+
+/** Builds a conversation export line (without `seq`). */
+function conversationLine(op: string, syncedAt: string, accountId: string, id: string, raw: unknown): string {
+  return JSON.stringify({ op, synced_at: syncedAt, account_id: accountId, id, data: raw });
+}
+
+/**
+ * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
+ * method runs to completion without interleaving.
+ */
+export class Mirror {
+  readonly db: Db;
+  private readonly clock: Clock;
+  private readonly st: Record<string, Statement>;
+
+  private constructor(db: Db, clock: Clock) {
+    this.db = db;
+    this.clock = clock;
+    this.st = this.prepare();
+  }
+
+  /**
+   * Opens (creating if needed) the mirror at `file` and applies pending migrations.
+   *
+   * @param file - path of the SQLite file; its directory is created
+   * @throws {@link StoreError} naming the file when it cannot be opened, is not a convo-mirror
+   *   database, or was written by a newer version
+   */
+  static open(file: string, opts: MirrorOptions = {}): Mirror {
+    let db: Db;
+    try {
+      if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+      db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = FULL');
+      db.pragma('busy_timeout = 10000');
+      db.pragma('foreign_keys = ON');
+    } catch (err) {
+      throw new StoreError(`cannot open the mirror ${file}: ${(err as Error).message}`, { file }, err);
+    }
+    try {
+      Mirror.migrate(db, file);
+    } catch (err) {
+      db.close();
+      if (err instanceof StoreError) throw err;
+      throw new StoreError(`cannot migrate the mirror ${file}: ${(err as Error).message}`, { file }, err);
+    }
+    return new Mirror(db, opts.clock ?? systemClock);
+  }
+
+  private static migrate(db: Db, file: string): void {
+    const version = db.pragma('user_version', { simple: true }) as number;
+    if (version > MIGRATIONS.length) {
+      throw new StoreError(
+        `the mirror ${file} has schema version ${version}, newer than this convo-mirror knows (${MIGRATIONS.length}); upgrade convo-mirror`,
+        { file, version },
+      );
+    }
+    if (version === 0) {
+      const foreign = db.prepare(`SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'`).get() as { n: number };
+      if (foreign.n > 0) throw new StoreError(`${file} is a SQLite database but not a convo-mirror mirror`, { file });
+    }
+    for (let v = version; v < MIGRATIONS.length; v++) {
+      db.transaction(() => {
+        db.exec(MIGRATIONS[v]!);
+        db.pragma(`user_version = ${v + 1}`);
+      }).immediate();
+    }
+  }
+
+  private prepare(): Record<string, Statement> {
+    const p = (sql: string) => this.db.prepare(sql);
+    return {
+      getMessage: p(`SELECT raw, position, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`),
+      upsertMessage: p(`
+        INSERT INTO messages (account_id, conversation_id, id, position, content, visibility, sender_id, sender_name, sender_type,
+                              attachments, created_at, raw, first_seen_at, updated_at, deleted_at)
+        VALUES (@account_id, @conversation_id, @id, @position, @content, @visibility, @sender_id, @sender_name, @sender_type,
+                @attachments, @created_at, @raw, @now, @now, NULL)
+        ON CONFLICT (account_id, conversation_id, id) DO UPDATE SET
+          position = excluded.position, content = excluded.content, visibility = excluded.visibility,
+          sender_id = excluded.sender_id, sender_name = excluded.sender_name, sender_type = excluded.sender_type,
+          attachments = excluded.attachments, created_at = excluded.created_at, raw = excluded.raw,
+          updated_at = CASE WHEN messages.raw IS NOT excluded.raw OR messages.deleted_at IS NOT NULL
+                            THEN excluded.updated_at ELSE messages.updated_at END,
+          deleted_at = NULL
+        WHERE messages.raw IS NOT excluded.raw OR messages.position IS NOT excluded.position OR messages.deleted_at IS NOT NULL`),
+      insertHistory: p(`INSERT INTO message_history (account_id, conversation_id, id, raw, valid_from, valid_to, replaced_by_seq)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)`),
+      insertChange: p(`INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at, run_id, line)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+      getConversation: p(`SELECT raw, deleted_at FROM conversations WHERE account_id = ? AND id = ?`),
+      upsertConversation: p(`
+        INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at)
+        VALUES (@account_id, @id, @raw, @now, @now)
+        ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL
+        WHERE conversations.raw IS NOT excluded.raw OR conversations.deleted_at IS NOT NULL`),
+      ensureConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, NULL, ?, ?)
+                             ON CONFLICT (account_id, id) DO NOTHING`),
+      getCheckpoint: p(`SELECT next_page, total_count FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
+      crawlIds: p(`SELECT ids FROM crawl_pages WHERE account_id = ? AND conversation_id = ? ORDER BY page`),
+      saveCheckpoint: p(`
+        INSERT INTO checkpoints (account_id, conversation_id, next_page, total_count, crawl_started_at, run_id, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (account_id, conversation_id) DO UPDATE SET next_page = excluded.next_page,
+          total_count = excluded.total_count, run_id = excluded.run_id, updated_at = excluded.updated_at`),
+      saveCrawlPage: p(`INSERT OR REPLACE INTO crawl_pages (account_id, conversation_id, page, ids) VALUES (?, ?, ?, ?)`),
+      clearCheckpoint: p(`DELETE FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
+      clearCrawlPages: p(`DELETE FROM crawl_pages WHERE account_id = ? AND conversation_id = ?`),
+      unseenLive: p(`
+        SELECT id, raw FROM messages
+        WHERE account_id = @account_id AND conversation_id = @conversation_id AND deleted_at IS NULL
+          AND id NOT IN (SELECT j.value FROM crawl_pages c, json_each(c.ids) j
+                         WHERE c.account_id = @account_id AND c.conversation_id = @conversation_id)`),
+      liveMessages: p(`SELECT id, raw FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL`),
+      tombstoneMessage: p(`UPDATE messages SET deleted_at = ? WHERE account_id = ? AND conversation_id = ? AND id = ?`),
+      finishConversation: p(`UPDATE conversations SET message_count = ?, last_synced_at = ? WHERE account_id = ? AND id = ?`),
+      tombstoneConversation: p(`UPDATE conversations SET deleted_at = ? WHERE account_id = ? AND id = ? AND deleted_at IS NULL`),
+    };
+  }
+
+  // ---------------------------------------------------------------- runs
+
+  /**
+   * Records the start of a run. Runs still marked `running` (their process died) become
+   * `interrupted` first.
+   *
+   * @returns the new run id
+   */
+  startRun(mode: string, accountId: string): number {
+    const now = isoNow(this.clock);
+    return this.db.transaction(() => {
+      this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(now);
+      const r = this.db
+        .prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`)
+        .run(mode, accountId, now);
+      return Number(r.lastInsertRowid);
+    }).immediate();
+  }
+
+  /** Records a run's end and figures. */
+  finishRun(runId: number, figures: RunFigures): void {
+    const cols = Object.keys(figures);
+    const sets = cols.map((c) => `${c} = @${c}`).join(', ');
+    this.db.prepare(`UPDATE runs SET ${sets}, ended_at = @ended_at WHERE id = @id`).run({ ...figures, ended_at: isoNow(this.clock), id: runId });
+  }
+
+  /** Records a conversation that failed in a run (by id, with the error's code and message). */
+  recordFailure(runId: number, conversationId: string, err: ConvoMirrorError | Error): void {
+    const code = (err as ConvoMirrorError).code ?? 'ERROR';
+    const status = err instanceof HttpError ? (err.status ?? null) : null;
+    const attempts = err instanceof HttpError ? err.attempts : null;
+    this.db
+      .prepare(`INSERT INTO run_failures (run_id, conversation_id, code, status, attempts, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+      .run(runId, conversationId, code, status, attempts, err.message, isoNow(this.clock));
+  }
+
+  // ---------------------------------------------------------------- conversations
+
+  /**
+   * Upserts one page of the conversation list in one transaction, appending a change-log row for
+   * each insert or update; unchanged rows are not written.
+   */
+  upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): WriteCounts {
+    const counts = zeroCounts();
+    const now = isoNow(this.clock);
+    this.db.transaction(() => {
+      page.raw.forEach((obj, i) => {
+        const id = page.data[i]!.id;
+        const raw = JSON.stringify(obj);
+        const prev = this.st.getConversation!.get(accountId, id) as { raw: string | null; deleted_at: string | null } | undefined;
+        if (prev && prev.raw === raw && prev.deleted_at === null) {
+          counts.unchanged++;
+          return;
+        }
+        this.st.upsertConversation!.run({ account_id: accountId, id, raw, now });
+        const op = !prev || prev.raw === null ? 'insert' : prev.deleted_at !== null ? 'insert' : 'update';
+        if (op === 'insert') counts.inserted++;
+        else counts.updated++;
+        this.st.insertChange!.run('conversations', op, accountId, id, id, now, runId, conversationLine(op, now, accountId, id, obj));
+      });
+    }).immediate();
+    return counts;
+  }
+
+  /** Ids of conversations mirrored and not tombstoned. */
+  liveConversationIds(accountId: string): string[] {
+    return (
+      this.db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`).all(accountId) as { id: string }[]
+    ).map((r) => r.id);
+  }
+
+  /**
+   * Tombstones a conversation the API answered 404 for, and its live messages, in one transaction,
+   * with `delete` change-log rows. Nothing is hard-deleted.
+   */
+  tombstoneConversation(accountId: string, conversationId: string, runId: number | null): { conversation: boolean; messages: number } {
+    const now = isoNow(this.clock);
+    return this.db.transaction(() => {
+      const msgs = this.st.liveMessages!.all(accountId, conversationId) as { id: string; raw: string }[];
+      for (const m of msgs) {
+        this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
+        this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
+      }
+      const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
+      let conversation = false;
+      if (prev && prev.deleted_at === null) {
+        this.st.tombstoneConversation!.run(now, accountId, conversationId);
+        if (prev.raw !== null) {
+          this.st.insertChange!.run('conversations', 'delete', accountId, conversationId, conversationId, now, runId, conversationLine('delete', now, accountId, conversationId, JSON.parse(prev.raw)));
+        }
+        conversation = true;
+      }
+      this.st.clearCheckpoint!.run(accountId, conversationId);
+      this.st.clearCrawlPages!.run(accountId, conversationId);
+      return { conversation, messages: msgs.length };
+    }).immediate();
+  }
+
+  // ---------------------------------------------------------------- message crawls
+
+  /** The committed checkpoint of an unfinished crawl, if any. */
+  loadCheckpoint(accountId: string, conversationId: string): Checkpoint | undefined {
+    const cp = this.st.getCheckpoint!.get(accountId, conversationId) as { next_page: number; total_count: number } | undefined;
+    if (!cp) return undefined;
+    const seenIds = new Set<string>();
+    for (const row of this.st.crawlIds!.all(accountId, conversationId) as { ids: string }[]) {
+      for (const id of JSON.parse(row.ids) as string[]) seenIds.add(id);
+    }
+    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds };
+  }
+
+  /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */
+  resetCrawl(accountId: string, conversationId: string): void {
+    this.db.transaction(() => {
+      this.st.clearCheckpoint!.run(accountId, conversationId);
+      this.st.clearCrawlPages!.run(accountId, conversationId);
+    }).immediate();
+  }
+
+  /**
+   * Commits one page of a conversation's messages in one transaction: upserts (unchanged rows are
+   * skipped), a change-log row per insert or update, the superseded version of each edited message
+   * in `message_history`, the page's ids and the checkpoint (`next_page = page + 1`).
+   *
+   * Positions are `(page - 1) * 100 + index` (spec 4.1: chronological order, per_page=100).
+   */
+  commitMessagesPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null): WriteCounts {
+    const counts = zeroCounts();
+    const now = isoNow(this.clock);
+    const offset = (page.page - 1) * PER_PAGE;
+    this.db.transaction(() => {
+      this.st.ensureConversation!.run(accountId, conversationId, now, now);
+      const ids: string[] = [];
+      page.data.forEach((m, i) => {
+        const obj = page.raw[i]!;
+        const raw = JSON.stringify(obj);
+        const position = offset + i;
+        ids.push(m.id);
+        const prev = this.st.getMessage!.get(accountId, conversationId, m.id) as
+          | { raw: string; position: number; deleted_at: string | null; updated_at: string }
+          | undefined;
+        if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) {
+          counts.unchanged++;
+          return;
+        }
+        this.st.upsertMessage!.run({
+          account_id: accountId,
+          conversation_id: conversationId,
+          id: m.id,
+          position,
+          content: m.content,
+          visibility: m.visibility,
+          sender_id: m.sender.id,
+          sender_name: m.sender.name,
+          sender_type: m.sender.type,
+          attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
+          created_at: m.created_at,
+          raw,
+          now,
+        });
+        if (prev && prev.raw === raw && prev.deleted_at === null) {
+          counts.unchanged++; // only the position moved (an earlier message was deleted): not a change of the record
+          return;
+        }
+        const op = !prev || prev.deleted_at !== null ? 'insert' : 'update';
+        const r = this.st.insertChange!.run('messages', op, accountId, conversationId, m.id, now, runId, messageLine(op, now, accountId, conversationId, obj));
+        if (op === 'update') {
+          this.st.insertHistory!.run(accountId, conversationId, m.id, prev!.raw, prev!.updated_at, now, Number(r.lastInsertRowid));
+          counts.updated++;
+        } else counts.inserted++;
+      });
+      this.st.saveCrawlPage!.run(accountId, conversationId, page.page, JSON.stringify(ids));
+      this.st.saveCheckpoint!.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
+    }).immediate();
+    return counts;
+  }
+
+  /**
+   * Completes a crawl in one transaction: tombstones live messages not served by any page of this
+   * crawl (with `delete` change-log rows), sets the conversation's `message_count` and
+   * `last_synced_at`, and clears the checkpoint. Call only after the last page was committed.
+   *
+   * @returns messages tombstoned and the number served in this crawl
+   */
+  completeCrawl(accountId: string, conversationId: string, runId: number | null): { deleted: number; messageCount: number } {
+    const now = isoNow(this.clock);
+    return this.db.transaction(() => {
+      const gone = this.st.unseenLive!.all({ account_id: accountId, conversation_id: conversationId }) as { id: string; raw: string }[];
+      for (const m of gone) {
+        this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
+        this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
+      }
+      const seen = this.db
+        .prepare(`SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`)
+        .get(accountId, conversationId) as { n: number };
+      this.st.ensureConversation!.run(accountId, conversationId, now, now);
+      this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
+      this.st.clearCheckpoint!.run(accountId, conversationId);
+      this.st.clearCrawlPages!.run(accountId, conversationId);
+      return { deleted: gone.length, messageCount: seen.n };
+    }).immediate();
+  }
+
+  // ---------------------------------------------------------------- reading
+
+  /** Row counts for `status`. */
+  counts(): Record<string, number> {
+    const one = (sql: string) => (this.db.prepare(sql).get() as { n: number }).n;
+    return {
+      conversations: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NULL`),
+      conversations_tombstoned: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`),
+      messages: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`),
+      messages_tombstoned: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`),
+      message_history: one(`SELECT count(*) AS n FROM message_history`),
+      change_log: one(`SELECT count(*) AS n FROM change_log`),
+      export_watermark: one(`SELECT watermark AS n FROM export_state WHERE id = 1`),
+      unexported_changes: one(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`),
+      export_files: one(`SELECT count(*) AS n FROM export_files`),
+      checkpoints: one(`SELECT count(*) AS n FROM checkpoints`),
+      runs: one(`SELECT count(*) AS n FROM runs`),
+    };
+  }
+
+  /** Closes the database (checkpointing the WAL). */
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}

@@ -1,0 +1,130 @@
+/**
+ * syncConversation: crawl every message page of one conversation into the mirror (spec 4.1).
+ *
+ * - Pages `per_page=100` from page 1 (or from the committed checkpoint) to the end; each page commits
+ *   in one transaction with its change-log rows and the checkpoint.
+ * - Drift checks: if `meta.total_count` shrinks mid-crawl (a deletion shifted the pages), or an id is
+ *   served twice, or the crawl ends with fewer distinct ids than `total_count`, the crawl restarts from
+ *   page 1 (bounded: `maxRestarts`). If `total_count` grows, paging simply continues.
+ * - After a complete crawl, messages no longer served are tombstoned (`deleted_at`), never deleted.
+ * - A 404 tombstones the conversation and its messages: the API says it is gone; that is a result,
+ *   not a failure.
+ * - Any other failure leaves everything mirrored as it was (and the checkpoint, to resume from).
+ */
+import { AuthError, DriftError, HttpError } from '../errors.js';
+import type { SyncDeps, SyncOptions } from './types.js';
+
+/** Outcome of one conversation. */
+export interface ConversationResult {
+  id: string;
+  /** `synced`: complete crawl; `deleted`: the API answered 404 and the conversation was tombstoned. */
+  status: 'synced' | 'deleted';
+  /** Pages fetched (all crawls, restarts included). */
+  pages: number;
+  /** Messages served at the completed crawl. */
+  messageCount: number;
+  inserted: number;
+  updated: number;
+  deleted: number;
+  /** Crawl restarts caused by drift. */
+  restarts: number;
+  /** True when the crawl continued from a checkpoint committed by an earlier run. */
+  resumed: boolean;
+}
+
+/** Signals that the pages shifted under the crawl; caught here, never escapes. */
+class Drift extends Error {}
+
+/**
+ * Mirrors one conversation's complete message history.
+ *
+ * @param deps - api, mirror, logger, clock
+ * @param conversationId - the conversation UUID (spec 2.4)
+ * @returns the outcome; `status: 'deleted'` when the API answered 404
+ * @throws {@link AuthError} (401/403: the whole run must stop), {@link HttpError} after retries,
+ *   {@link SchemaError} for a page that is not JSON or breaks the documented shape,
+ *   {@link DriftError} when the pages kept shifting beyond `maxRestarts`
+ */
+export async function syncConversation(deps: SyncDeps, conversationId: string, opts: SyncOptions): Promise<ConversationResult> {
+  const { api, mirror } = deps;
+  const log = deps.logger.child({ conversation_id: conversationId });
+  const { accountId, runId } = opts;
+  const maxRestarts = opts.maxRestarts ?? 5;
+  const progress = opts.progress;
+  const result: ConversationResult = {
+    id: conversationId,
+    status: 'synced',
+    pages: 0,
+    messageCount: 0,
+    inserted: 0,
+    updated: 0,
+    deleted: 0,
+    restarts: 0,
+    resumed: false,
+  };
+
+  for (;;) {
+    const checkpoint = mirror.loadCheckpoint(accountId, conversationId);
+    if (checkpoint && result.restarts === 0) {
+      result.resumed = true;
+      log.info({ page: checkpoint.nextPage }, 'resuming crawl from checkpoint');
+    }
+    const seen = checkpoint?.seenIds ?? new Set<string>();
+    let lastTotal = checkpoint?.totalCount;
+    try {
+      for await (const page of api.messages(conversationId, checkpoint?.nextPage ?? 1)) {
+        result.pages++;
+        const total = page.meta.total_count;
+        if (lastTotal !== undefined && total < lastTotal) {
+          throw new Drift(`meta.total_count shrank from ${lastTotal} to ${total} at page ${page.page}`);
+        }
+        const pageIds = new Set<string>();
+        for (const m of page.data) {
+          if (seen.has(m.id) || pageIds.has(m.id)) throw new Drift(`message ${m.id} served twice (pages shifted) at page ${page.page}`);
+          pageIds.add(m.id);
+        }
+        const counts = mirror.commitMessagesPage(accountId, conversationId, page, runId);
+        for (const id of pageIds) seen.add(id);
+        lastTotal = total;
+        result.inserted += counts.inserted;
+        result.updated += counts.updated;
+        if (progress) {
+          progress.messagesServed += page.data.length;
+          progress.messagesInserted += counts.inserted;
+          progress.messagesUpdated += counts.updated;
+        }
+        log.debug({ page: page.page, served: page.data.length, total_count: total, ...counts }, 'page committed');
+      }
+      if (lastTotal !== undefined && seen.size !== lastTotal) {
+        throw new Drift(`crawl ended with ${seen.size} distinct messages but meta.total_count is ${lastTotal}`);
+      }
+      const done = mirror.completeCrawl(accountId, conversationId, runId);
+      result.deleted += done.deleted;
+      result.messageCount = done.messageCount;
+      if (progress) progress.messagesDeleted += done.deleted;
+      return result;
+    } catch (err) {
+      if (err instanceof Drift) {
+        result.restarts++;
+        mirror.resetCrawl(accountId, conversationId);
+        if (result.restarts > maxRestarts) {
+          throw new DriftError(`conversation ${conversationId}: pages kept shifting (${err.message}); gave up after ${maxRestarts} restarts`, {
+            conversation_id: conversationId,
+            restarts: maxRestarts,
+          });
+        }
+        log.warn({ reason: err.message, restart: result.restarts }, 'pages shifted during the crawl, restarting from page 1');
+        continue;
+      }
+      if (err instanceof HttpError && err.status === 404 && !(err instanceof AuthError)) {
+        const gone = mirror.tombstoneConversation(accountId, conversationId, runId);
+        result.status = 'deleted';
+        result.deleted += gone.messages;
+        if (progress) progress.messagesDeleted += gone.messages;
+        log.info({ messages_tombstoned: gone.messages }, 'conversation answered 404: tombstoned');
+        return result;
+      }
+      throw err;
+    }
+  }
+}

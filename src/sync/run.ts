@@ -1,0 +1,145 @@
+/**
+ * runSync: one recorded run = sync (workspace or named conversations) + export publication, with
+ * its start, end, status, counts, requests, retries and failures stored in `runs`/`run_failures`,
+ * so every run is provable after the fact.
+ */
+import { AuthError, describeError, type ConvoMirrorError } from '../errors.js';
+import { publishChanges, type ExportResult } from '../export/exporter.js';
+import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
+import { newProgress, type SyncDeps } from './types.js';
+import { PER_PAGE } from '../api/client.js';
+
+/** Options of {@link runSync}. */
+export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
+  /** Sync only these conversations (every page of each); omitted = the whole workspace. */
+  conversationIds?: string[] | undefined;
+  /** Requested full refresh (every page of every conversation). Today every sync is a full refresh. */
+  full?: boolean;
+  /** Root directory of the JSONL exports. */
+  exportDir: string;
+}
+
+/** Summary of a run, printed by the CLI and stored in `runs`. */
+export interface RunSummary {
+  runId: number;
+  mode: 'full' | 'conversations';
+  status: 'succeeded' | 'partial' | 'failed';
+  durationMs: number;
+  listPasses: number;
+  listConfirmed: boolean;
+  conversations: { listed: number; synced: number; deleted: number; failed: number; inserted: number; updated: number };
+  messages: { served: number; inserted: number; updated: number; deleted: number; restarts: number };
+  /** Requests sent (retries included), retries, and responses answered 429. */
+  requests: number;
+  retries: number;
+  rateLimited: number;
+  /**
+   * Fewest requests that could have produced this mirror:
+   * `ceil(listed/100)` (at least 1 when listing) + Σ `max(1, ceil(messages/100))` per conversation.
+   */
+  minimumRequests: number;
+  export: { files: number; lines: number; watermark: number; resumed: boolean };
+  failures: { id: string; code: string; message: string }[];
+}
+
+/**
+ * Runs one recorded sync and publishes its changes.
+ *
+ * @throws {@link AuthError} when the API rejects the credentials (the run is recorded as failed,
+ *   whatever was committed before is still exported); {@link ExportError} when publication fails
+ */
+export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSummary> {
+  const started = deps.clock.now();
+  const mode = opts.conversationIds && opts.conversationIds.length > 0 ? 'conversations' : 'full';
+  const runId = deps.mirror.startRun(mode, opts.accountId);
+  const log = deps.logger.child({ run: runId });
+  const progress = opts.progress ?? newProgress();
+  const reqBefore = { ...deps.api.stats };
+  log.info({ mode, account_id: opts.accountId }, 'run started');
+
+  let result: WorkspaceResult | undefined;
+  let fatal: unknown;
+  try {
+    const wsOpts = { ...opts, runId, progress, logger: log };
+    const d = { ...deps, logger: log };
+    result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);
+  } catch (err) {
+    fatal = err;
+  }
+
+  let exported: ExportResult | undefined;
+  let exportError: unknown;
+  try {
+    exported = publishChanges(deps.mirror, { exportDir: opts.exportDir, runId, clock: deps.clock, logger: log });
+  } catch (err) {
+    exportError = err;
+  }
+
+  const results = result?.results ?? [];
+  const failures = result?.failures ?? [];
+  for (const f of failures) deps.mirror.recordFailure(runId, f.id, f.error);
+  const listed = result?.conversationsListed ?? 0;
+  const minimumRequests =
+    (mode === 'full' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
+    results.reduce((n, r) => n + Math.max(1, Math.ceil(r.messageCount / PER_PAGE)), 0);
+  const stats = deps.api.stats;
+  const status: RunSummary['status'] = fatal || exportError ? 'failed' : failures.length > 0 ? 'partial' : 'succeeded';
+  const summary: RunSummary = {
+    runId,
+    mode,
+    status,
+    durationMs: deps.clock.now() - started,
+    listPasses: result?.listPasses ?? 0,
+    listConfirmed: result?.listConfirmed ?? false,
+    conversations: {
+      listed,
+      synced: results.filter((r) => r.status === 'synced').length,
+      deleted: results.filter((r) => r.status === 'deleted').length,
+      failed: failures.filter((f) => f.id !== LIST_FAILURE_ID).length,
+      inserted: result?.conversationsInserted ?? 0,
+      updated: result?.conversationsUpdated ?? 0,
+    },
+    messages: {
+      served: progress.messagesServed,
+      inserted: progress.messagesInserted,
+      updated: progress.messagesUpdated,
+      deleted: progress.messagesDeleted,
+      restarts: results.reduce((n, r) => n + r.restarts, 0),
+    },
+    requests: stats.requests - reqBefore.requests,
+    retries: stats.retries - reqBefore.retries,
+    rateLimited: stats.rateLimited - reqBefore.rateLimited,
+    minimumRequests,
+    export: { files: exported?.files.length ?? 0, lines: exported?.lines ?? 0, watermark: exported?.watermark ?? 0, resumed: exported?.resumed ?? false },
+    failures: failures.map((f) => ({ id: f.id, code: (f.error as ConvoMirrorError).code ?? 'ERROR', message: f.error.message })),
+  };
+  const firstError = fatal ?? exportError;
+  deps.mirror.finishRun(runId, {
+    status,
+    list_passes: summary.listPasses,
+    conversations_listed: listed,
+    conversations_synced: summary.conversations.synced,
+    conversations_failed: summary.conversations.failed,
+    conversations_deleted: summary.conversations.deleted,
+    conversations_inserted: summary.conversations.inserted,
+    conversations_updated: summary.conversations.updated,
+    messages_served: summary.messages.served,
+    messages_inserted: summary.messages.inserted,
+    messages_updated: summary.messages.updated,
+    messages_deleted: summary.messages.deleted,
+    requests: summary.requests,
+    retries: summary.retries,
+    rate_limited: summary.rateLimited,
+    export_lines: summary.export.lines,
+    export_files: summary.export.files,
+    error: firstError ? describeError(firstError) : null,
+  });
+  log.info(
+    { status, duration_ms: summary.durationMs, requests: summary.requests, minimum_requests: minimumRequests, export_lines: summary.export.lines },
+    'run finished',
+  );
+  if (firstError) throw firstError;
+  return summary;
+}
+
+export { AuthError };

@@ -1,0 +1,53 @@
+import type { Logger } from 'pino';
+import type { ApiClient } from '../api/client.js';
+import type { Mirror } from '../store/mirror.js';
+import type { Clock } from '../clock.js';
+
+/** Dependencies of the sync processors, built once at start-up and passed down (design habit 3). */
+export interface SyncDeps {
+  api: ApiClient;
+  mirror: Mirror;
+  logger: Logger;
+  clock: Clock;
+}
+
+/** Live counters a progress bar or log line reads while a sync runs. */
+export interface SyncProgress {
+  /** Conversations known so far (listed, plus mirrored ones being re-checked). */
+  conversationsTotal: number;
+  /** Conversations finished (synced, tombstoned or failed). */
+  conversationsDone: number;
+  conversationsFailed: number;
+  /** Messages served by the API in this run. */
+  messagesServed: number;
+  messagesInserted: number;
+  messagesUpdated: number;
+  messagesDeleted: number;
+}
+
+/** A fresh zeroed {@link SyncProgress}. */
+export function newProgress(): SyncProgress {
+  return {
+    conversationsTotal: 0,
+    conversationsDone: 0,
+    conversationsFailed: 0,
+    messagesServed: 0,
+    messagesInserted: 0,
+    messagesUpdated: 0,
+    messagesDeleted: 0,
+  };
+}
+
+/** Options shared by the sync processors. */
+export interface SyncOptions {
+  /** Account id the mirror rows belong to (`default` when no `X-Account-Id`). */
+  accountId: string;
+  /** Run recorded on change-log rows; null outside a recorded run. */
+  runId: number | null;
+  /** Crawl restarts allowed per conversation when its pages shift under us. @defaultValue 5 */
+  maxRestarts?: number;
+  /** Counters to update while running. */
+  progress?: SyncProgress;
+  /** Stops taking new conversations when aborted. */
+  signal?: AbortSignal | undefined;
+}

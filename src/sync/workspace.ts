@@ -1,0 +1,207 @@
+/**
+ * syncWorkspace: list every conversation, upsert it, and crawl each one's messages with a bounded
+ * number in flight (design: src/sync/).
+ *
+ * The order of `GET /v1/conversations` is not documented and may shift while we page (a busy
+ * conversation can jump to page 1), so the listing repeats until it is trustworthy:
+ * - a pass is *consistent* when every page reported the same `meta.total_count`, no id appeared
+ *   twice, and it saw at least `total_count` distinct ids — one consistent pass is enough;
+ * - otherwise passes repeat until one pass sees no id not seen before and at least
+ *   `meta.total_count` ids have been seen, up to `maxListPasses` (then a warning is logged and the
+ *   run records the listing as unconfirmed).
+ * Conversations start crawling as soon as they are listed. Conversations in the mirror that the
+ * listing no longer shows are crawled too: a 404 tombstones them, anything else mirrors them.
+ */
+import pLimit from 'p-limit';
+import { AuthError, ConvoMirrorError, describeError } from '../errors.js';
+import { syncConversation, type ConversationResult } from './conversation.js';
+import { newProgress, type SyncDeps, type SyncOptions } from './types.js';
+
+/** A conversation that failed after retries. */
+export interface ConversationFailure {
+  /** Conversation id, or `(conversation list)` when the listing itself failed. */
+  id: string;
+  error: Error;
+}
+
+/** Outcome of {@link syncWorkspace} or {@link syncConversations}. */
+export interface WorkspaceResult {
+  /** Listing passes made (0 when conversations were named). */
+  listPasses: number;
+  /** True when the listing met its completeness rule (always true for named conversations). */
+  listConfirmed: boolean;
+  /** Distinct conversations seen in the listing. */
+  conversationsListed: number;
+  conversationsInserted: number;
+  conversationsUpdated: number;
+  results: ConversationResult[];
+  failures: ConversationFailure[];
+}
+
+/** Options of {@link syncWorkspace}. */
+export interface WorkspaceOptions extends SyncOptions {
+  /** Conversations crawled in parallel. @defaultValue 4 */
+  concurrency?: number;
+  /** Most listing passes before giving up on confirmation. @defaultValue 5 */
+  maxListPasses?: number;
+}
+
+/** Label used for a failure of the conversation listing itself. */
+export const LIST_FAILURE_ID = '(conversation list)';
+
+/**
+ * Full sync of a workspace: every page of the conversation list and of every conversation.
+ *
+ * @returns per-conversation results and failures; conversations that fail after retries are
+ *   reported, the others go on
+ * @throws {@link AuthError} as soon as the API rejects the credentials (nothing more is attempted)
+ */
+export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Promise<WorkspaceResult> {
+  const log = deps.logger;
+  const progress = opts.progress ?? newProgress();
+  const crawl = new Crawler(deps, { ...opts, progress });
+  const out: WorkspaceResult = {
+    listPasses: 0,
+    listConfirmed: false,
+    conversationsListed: 0,
+    conversationsInserted: 0,
+    conversationsUpdated: 0,
+    results: crawl.results,
+    failures: crawl.failures,
+  };
+  const maxPasses = opts.maxListPasses ?? 5;
+  const seen = new Set<string>();
+  try {
+    while (out.listPasses < maxPasses && !crawl.stopped) {
+      out.listPasses++;
+      const passIds = new Set<string>();
+      const totals = new Set<number>();
+      let duplicate = false;
+      let fresh = 0;
+      let lastTotal = 0;
+      for await (const page of deps.api.conversations()) {
+        const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
+        out.conversationsInserted += counts.inserted;
+        out.conversationsUpdated += counts.updated;
+        totals.add(page.meta.total_count);
+        lastTotal = page.meta.total_count;
+        for (const c of page.data) {
+          if (passIds.has(c.id)) duplicate = true;
+          passIds.add(c.id);
+          if (!seen.has(c.id)) {
+            seen.add(c.id);
+            fresh++;
+            crawl.enqueue(c.id);
+          }
+        }
+        if (crawl.stopped) break;
+      }
+      const consistent = totals.size <= 1 && !duplicate && passIds.size >= lastTotal;
+      log.info({ pass: out.listPasses, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
+      if ((out.listPasses === 1 && consistent) || (out.listPasses > 1 && fresh === 0 && seen.size >= lastTotal)) {
+        out.listConfirmed = true;
+        break;
+      }
+    }
+    if (!out.listConfirmed && !crawl.stopped) {
+      log.warn({ passes: out.listPasses, seen: seen.size }, 'the conversation list kept shifting; listing not confirmed complete');
+    }
+    out.conversationsListed = seen.size;
+    if (!crawl.stopped) {
+      // Mirrored conversations the listing no longer shows: check each (404 tombstones it).
+      for (const id of deps.mirror.liveConversationIds(opts.accountId)) {
+        if (!seen.has(id)) crawl.enqueue(id);
+      }
+    }
+  } catch (err) {
+    if (err instanceof AuthError) crawl.stop(err);
+    else {
+      log.error({ err: describeError(err), code: (err as ConvoMirrorError).code }, 'listing conversations failed');
+      crawl.failures.push({ id: LIST_FAILURE_ID, error: err as Error });
+    }
+    out.conversationsListed = seen.size;
+  }
+  await crawl.drain();
+  return out;
+}
+
+/**
+ * Syncs the named conversations only (every page of each), e.g. `sync --conversation ID`.
+ *
+ * @throws {@link AuthError} as soon as the API rejects the credentials
+ */
+export async function syncConversations(deps: SyncDeps, ids: string[], opts: WorkspaceOptions): Promise<WorkspaceResult> {
+  const crawl = new Crawler(deps, { ...opts, progress: opts.progress ?? newProgress() });
+  for (const id of new Set(ids)) crawl.enqueue(id);
+  await crawl.drain();
+  return {
+    listPasses: 0,
+    listConfirmed: true,
+    conversationsListed: 0,
+    conversationsInserted: 0,
+    conversationsUpdated: 0,
+    results: crawl.results,
+    failures: crawl.failures,
+  };
+}
+
+/** Runs conversation crawls with a concurrency cap; stops everything on an auth error. */
+class Crawler {
+  readonly results: ConversationResult[] = [];
+  readonly failures: ConversationFailure[] = [];
+  private readonly limit: ReturnType<typeof pLimit>;
+  private readonly tasks: Promise<void>[] = [];
+  private authError: AuthError | undefined;
+
+  constructor(
+    private readonly deps: SyncDeps,
+    private readonly opts: WorkspaceOptions & { progress: NonNullable<SyncOptions['progress']> },
+  ) {
+    this.limit = pLimit(opts.concurrency ?? 4);
+  }
+
+  get stopped(): boolean {
+    return this.authError !== undefined || this.opts.signal?.aborted === true;
+  }
+
+  stop(err: AuthError): void {
+    this.authError ??= err;
+  }
+
+  enqueue(id: string): void {
+    this.opts.progress.conversationsTotal++;
+    this.tasks.push(this.limit(() => this.run(id)));
+  }
+
+  private async run(id: string): Promise<void> {
+    if (this.stopped) return;
+    const progress = this.opts.progress;
+    try {
+      const r = await syncConversation(this.deps, id, this.opts);
+      this.results.push(r);
+    } catch (err) {
+      if (err instanceof AuthError) {
+        this.stop(err);
+        return;
+      }
+      progress.conversationsFailed++;
+      this.failures.push({ id, error: err as Error });
+      this.deps.logger.error(
+        { conversation_id: id, err: describeError(err), code: (err as ConvoMirrorError).code, context: (err as ConvoMirrorError).context },
+        'conversation failed after retries',
+      );
+    } finally {
+      progress.conversationsDone++;
+    }
+  }
+
+  /** Waits for every enqueued crawl; rethrows the auth error that stopped the run, if any. */
+  async drain(): Promise<void> {
+    // Tasks may enqueue nothing new once listing is over, but loop in case.
+    for (let n = 0; n !== this.tasks.length; ) {
+      n = this.tasks.length;
+      await Promise.all(this.tasks);
+    }
+    if (this.authError) throw this.authError;
+  }
+}
