@@ -1,0 +1,230 @@
+/**
+ * The CLI as a user runs it: a child process (`node dist/src/cli.js`, built by `npm test`) against
+ * the fake API in this process, real SQLite and export files in temp dirs.
+ */
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { Mirror } from '../src/store/mirror.js';
+import { verifyExports } from '../src/export/exporter.js';
+import { ACCOUNT_ID, API_KEY, mirrorEqualsFake, readExportLines, replay, tempDir, liveMessages } from './helpers.js';
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
+
+interface Ran {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    CI: 'true',
+    CONVO_MIRROR_BASE_URL: fake.url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '2',
+    LOG_LEVEL: 'info',
+    ...extra,
+  };
+  return env;
+}
+
+function run(args: string[], env: NodeJS.ProcessEnv, onSpawn?: (child: ChildProcess) => void): Promise<Ran> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+    onSpawn?.(child);
+  });
+}
+
+beforeAll(() => {
+  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
+});
+
+describe('convo-mirror sync (CLI)', () => {
+  let fake: FakeApi;
+  let ws: FakeWorkspace;
+  beforeAll(async () => {
+    ws = FakeWorkspace.generate({ seed: 11, conversations: 30 });
+    fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+  });
+  afterAll(async () => fake.close());
+
+  it('mirrors the workspace, exits 0, logs JSON to stderr off a TTY, and never prints the API key', async () => {
+    const dir = tempDir();
+    const r = await run(['sync'], cliEnv(fake, dir));
+    expect(r.stderr).not.toContain(API_KEY);
+    expect(r.stdout).not.toContain(API_KEY);
+    expect(r.code, r.stderr).toBe(0);
+    const logLines = r.stderr.trim().split('\n').map((l) => JSON.parse(l) as { msg: string });
+    expect(logLines.map((l) => l.msg)).toContain('run finished');
+    expect(r.stdout).toMatch(/run 1 \(full\) succeeded/);
+    const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+    try {
+      const eq = mirrorEqualsFake(mirror, ws);
+      expect(eq.ok, eq.detail).toBe(true);
+    } finally {
+      mirror.close();
+    }
+    // status and verify read the same files.
+    const st = await run(['status', '--json'], cliEnv(fake, dir));
+    expect(st.code).toBe(0);
+    const status = JSON.parse(st.stdout) as { counts: { messages: number }; runs: { status: string }[] };
+    expect(status.counts.messages).toBe(ws.totals().messages);
+    expect(status.runs[0]!.status).toBe('succeeded');
+    const v = await run(['verify'], cliEnv(fake, dir));
+    expect(v.code, v.stderr).toBe(0);
+    expect(v.stdout).toMatch(/exports intact/);
+    // A second run changes nothing and says so.
+    const again = await run(['sync'], cliEnv(fake, dir));
+    expect(again.code).toBe(0);
+    expect(again.stdout).toMatch(/exports: no new lines/);
+  });
+
+  it('exits 2 on 401 without retrying, naming the variable to fix', async () => {
+    const before = fake.requests.length;
+    const r = await run(['sync'], cliEnv(fake, tempDir(), { CONVO_MIRROR_API_KEY: 'not-the-key' }));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/authentication error: .*401.*CONVO_MIRROR_API_KEY/);
+    expect(r.stderr).not.toContain('not-the-key');
+    expect(fake.requests.length - before).toBe(1);
+  });
+
+  it('exits 2 on 403 (wrong X-Account-Id) without retrying', async () => {
+    const before = fake.requests.length;
+    const r = await run(['sync'], cliEnv(fake, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: '00000000-0000-4000-8000-000000000000' }));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/authentication error: .*403.*CONVO_MIRROR_ACCOUNT_ID/);
+    expect(fake.requests.length - before).toBe(1);
+  });
+
+  it('exits 2 with a one-line message naming a missing or malformed variable', async () => {
+    const env = cliEnv(fake, tempDir());
+    delete env.CONVO_MIRROR_BASE_URL;
+    const r = await run(['sync'], env);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/CONVO_MIRROR_BASE_URL/);
+    const bad = await run(['sync', '--concurrency', 'lots'], cliEnv(fake, tempDir()));
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--concurrency/);
+  });
+
+  it('exits 1 and names each conversation that failed after retries; the others are mirrored', async () => {
+    const victim = ws.list()[3]!.id;
+    fake.injectFault({ kind: 'status', status: 503, match: { path: `/v1/conversations/${victim}/messages` }, times: Infinity });
+    try {
+      const dir = tempDir();
+      const r = await run(['sync'], cliEnv(fake, dir, { CONVO_MIRROR_MAX_RETRIES: '1' }));
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`failed: conversation ${victim}`);
+      const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+      try {
+        const live = liveMessages(mirror);
+        const others = ws.list().filter((c) => c.id !== victim);
+        expect(live.size).toBe(others.reduce((n, c) => n + c.messages.length, 0));
+      } finally {
+        mirror.close();
+      }
+    } finally {
+      fake.clearFaults();
+    }
+  });
+});
+
+describe('crash safety: SIGKILL mid-run, then re-run', () => {
+  it('leaves an exact mirror, no duplicate export line and no partial file', async () => {
+    const ws = FakeWorkspace.generate({ seed: 5, conversations: 40 });
+    const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+    const dir = tempDir();
+    const env = cliEnv(fake, dir, { CONVO_MIRROR_CONCURRENCY: '3', LOG_LEVEL: 'warn' });
+    try {
+      // Kill the process at several points: early in the listing, mid-crawl, late in the crawl.
+      const killPoints = [2, 25, 60];
+      let killed = 0;
+      for (const k of killPoints) {
+        let seen = 0;
+        let child: ChildProcess | undefined;
+        const off = fake.beforeServe(() => {
+          seen++;
+          if (seen === k && child) {
+            child.kill('SIGKILL');
+            killed++;
+          }
+        });
+        const r = await run(['sync'], env, (c) => (child = c));
+        off();
+        expect(r.signal).toBe('SIGKILL');
+      }
+      expect(killed).toBe(killPoints.length);
+      // Between the kills some pages were committed: checkpoints or rows exist.
+      const mid = Mirror.open(path.join(dir, 'mirror.sqlite'));
+      const midMessages = liveMessages(mid).size;
+      mid.close();
+      expect(midMessages).toBeGreaterThan(0);
+      expect(midMessages).toBeLessThan(ws.totals().messages);
+
+      const final = await run(['sync'], env);
+      expect(final.code, final.stderr).toBe(0);
+      const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+      try {
+        const eq = mirrorEqualsFake(mirror, ws);
+        expect(eq.ok, eq.detail).toBe(true);
+        expect(verifyExports(mirror, path.join(dir, 'exports'))).toEqual([]);
+        const runs = mirror.db.prepare(`SELECT status FROM runs ORDER BY id`).all() as { status: string }[];
+        expect(runs.map((r) => r.status)).toEqual(['interrupted', 'interrupted', 'interrupted', 'succeeded']);
+      } finally {
+        mirror.close();
+      }
+      const lines = readExportLines(path.join(dir, 'exports'), 'messages');
+      const seqs = lines.map((l) => l.seq);
+      expect(new Set(seqs).size).toBe(seqs.length);
+      const keys = lines.map((l) => `${l.conversation_id}/${l.id}/${l.op}`);
+      expect(new Set(keys).size).toBe(keys.length); // nothing changed at the fake: one insert per message, ever
+      expect(lines.length).toBe(ws.totals().messages);
+      expect(replay(lines, 'messages').size).toBe(ws.totals().messages);
+      // No temp file anywhere.
+      const tmp: string[] = [];
+      const walk = (d: string) => {
+        for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+          if (e.isDirectory()) walk(path.join(d, e.name));
+          else if (e.name.endsWith('.tmp')) tmp.push(e.name);
+        }
+      };
+      walk(path.join(dir, 'exports'));
+      expect(tmp).toEqual([]);
+    } finally {
+      await fake.close();
+    }
+  });
+});
+
+describe('convo-mirror demo', () => {
+  it('mirrors the demo workspace with equal counts, and a second run publishes no new line', async () => {
+    const dir = tempDir();
+    const env = { PATH: process.env.PATH, HOME: process.env.HOME, CI: 'true', LOG_LEVEL: 'warn' };
+    const first = await run(['demo', '--dir', dir, '--conversations', '40', '--seed', '9'], env);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toMatch(/mirror: (\d+) conversations, (\d+) messages {2}\(equal\)/);
+    const ws = FakeWorkspace.generate({ seed: 9, conversations: 40 });
+    expect(first.stdout).toContain(`fake:   40 conversations, ${ws.totals().messages} messages`);
+    const second = await run(['demo', '--dir', dir, '--conversations', '40', '--seed', '9'], env);
+    expect(second.code).toBe(0);
+    expect(second.stdout).toMatch(/exports: no new lines/);
+  });
+});
