@@ -92,7 +92,9 @@ interface SyncCommandOptions {
 async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
   const { config } = opts;
   const tty = isTTY() && !opts.json;
-  const logger = opts.logger ?? createLogger({ level: config.logLevel, pretty: tty });
+  // On a terminal the bar and the summary tell the story: info lines would break the bar.
+  const level = tty && config.logLevel === 'info' ? 'warn' : config.logLevel;
+  const logger = opts.logger ?? createLogger({ level, pretty: tty });
   const abort = new AbortController();
   const onSignal = (sig: NodeJS.Signals) => {
     logger.warn({ signal: sig }, 'stopping: no new conversations; re-run to resume from the checkpoints');
@@ -185,7 +187,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
       const s = await doSync({ config, conversationIds: o.conversation, full: o.full, json: o.json });
       printSummary(s, o.json === true);
       reportFailures(s);
-      setExit(s.status === 'succeeded' ? EXIT.OK : EXIT.FAILURES);
+      setExit(s.status === 'succeeded' ? EXIT.OK : s.status === 'interrupted' ? EXIT.INTERRUPTED : EXIT.FAILURES);
     } catch (err) {
       setExit(exitFor(err));
     }

@@ -31,7 +31,13 @@ export interface LoggerOptions {
 export function createLogger(opts: LoggerOptions): Logger {
   const base = { level: opts.level, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, base: { app: 'convo-mirror' } };
   if (opts.pretty) {
-    return pino(base, pretty({ destination: typeof opts.destination === 'number' ? opts.destination : 2, sync: true, colorize: true }));
+    return pino(base, pretty({
+        destination: typeof opts.destination === 'number' ? opts.destination : 2,
+        sync: true,
+        colorize: true,
+        singleLine: true,
+        ignore: 'pid,hostname,app',
+      }));
   }
   const dest = opts.destination ?? 2;
   return pino(base, typeof dest === 'number' ? pino.destination({ dest, sync: true }) : dest);

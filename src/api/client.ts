@@ -231,7 +231,9 @@ export class ApiClient {
     } catch (err) {
       this.stats.networkErrors++;
       const e = err as Error & { code?: string };
-      const what = e.name === 'TimeoutError' || /timeout/i.test(e.code ?? '') ? `timed out after ${this.timeoutMs} ms` : `network error (${e.code ?? e.name}: ${e.message})`;
+      const what = this.opts.signal?.aborted
+        ? 'aborted (shutting down)'
+        : e.name === 'TimeoutError' || /timeout/i.test(e.code ?? '') ? `timed out after ${this.timeoutMs} ms` : `network error (${e.code ?? e.name}: ${e.message})`;
       throw new HttpError(`GET ${path}: ${what}`, details, { cause: err });
     }
     this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;

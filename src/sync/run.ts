@@ -23,7 +23,8 @@ export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
 export interface RunSummary {
   runId: number;
   mode: 'full' | 'conversations';
-  status: 'succeeded' | 'partial' | 'failed';
+  /** `interrupted` when `signal` aborted the run (SIGINT/SIGTERM); checkpoints let the next run resume. */
+  status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
   durationMs: number;
   listPasses: number;
   listConfirmed: boolean;
@@ -83,7 +84,8 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     (mode === 'full' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
     results.reduce((n, r) => n + Math.max(1, Math.ceil(r.messageCount / PER_PAGE)), 0);
   const stats = deps.api.stats;
-  const status: RunSummary['status'] = fatal || exportError ? 'failed' : failures.length > 0 ? 'partial' : 'succeeded';
+  const status: RunSummary['status'] =
+    fatal || exportError ? 'failed' : opts.signal?.aborted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded';
   const summary: RunSummary = {
     runId,
     mode,

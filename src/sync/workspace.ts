@@ -184,6 +184,11 @@ class Crawler {
         this.stop(err);
         return;
       }
+      if (this.opts.signal?.aborted) {
+        // Shutting down: not a failure; the committed checkpoint lets the next run resume.
+        this.deps.logger.info({ conversation_id: id }, 'crawl stopped by shutdown; checkpoint kept');
+        return;
+      }
       progress.conversationsFailed++;
       this.failures.push({ id, error: err as Error });
       this.deps.logger.error(
