@@ -116,6 +116,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
     const fromEnv = env[def.env];
     const raw = fromFlag !== undefined ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : undefined;
     const name = fromFlag !== undefined ? `${def.flag}` : def.env;
+    if (typeof raw === 'string' && raw.trim() === '') {
+      // A blank value would coerce to 0 (e.g. "no rate cap"): refuse it rather than guess.
+      throw new ConfigError(name, 'must not be blank');
+    }
     if (raw === undefined) {
       if (def.defaultValue !== undefined) {
         out[key] = def.defaultValue;

@@ -26,6 +26,10 @@ export function fullJitterDelay(retry: number, opts: BackoffOptions = {}): numbe
   return Math.floor(random() * ceiling);
 }
 
+const IMF_FIXDATE = /^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+const RFC850_DATE = /^[A-Za-z]+, \d{2}-[A-Za-z]{3}-\d{2} \d{2}:\d{2}:\d{2} GMT$/;
+const ASCTIME_DATE = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/;
+
 /**
  * Parses a `Retry-After` header (RFC 9110 10.2.3): delay-seconds or an HTTP-date.
  *
@@ -39,7 +43,13 @@ export function parseRetryAfter(header: string | string[] | undefined, nowMs: nu
   const trimmed = value.trim();
   if (trimmed === '') return undefined;
   if (/^\d+(\.\d+)?$/.test(trimmed)) return Math.round(Number(trimmed) * 1000);
-  const at = Date.parse(trimmed);
+  // Only the three HTTP-date forms (IMF-fixdate, RFC 850, asctime): Date.parse alone accepts junk
+  // such as '-1' or 'foo 1', which would turn into an immediate retry.
+  let text: string;
+  if (IMF_FIXDATE.test(trimmed) || RFC850_DATE.test(trimmed)) text = trimmed;
+  else if (ASCTIME_DATE.test(trimmed)) text = `${trimmed} GMT`; // asctime carries no zone; HTTP dates are GMT
+  else return undefined;
+  const at = Date.parse(text);
   if (Number.isNaN(at)) return undefined;
   return Math.max(0, at - nowMs);
 }

@@ -1,0 +1,760 @@
+/**
+ * ApiClient against the real in-process fake API (and a few tiny node:http servers for answers the
+ * fake cannot give). Real HTTP on 127.0.0.1; nothing of ours is mocked. Time is observed through an
+ * injected Clock where exact delays matter, and measured on the real clock where real waiting matters.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { inspect } from 'node:util';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ApiClient, PER_PAGE, type ApiClientOptions } from '../src/api/client.js';
+import { RateLimiter } from '../src/api/rate-limit.js';
+import { systemClock, type Clock } from '../src/clock.js';
+import { AuthError, ConvoMirrorError, HttpError, SchemaError } from '../src/errors.js';
+import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
+
+const API_KEY = 'sk-live-SECRET-9f3a71c2e4';
+const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
+
+// ---- harness ---------------------------------------------------------------------------------
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  // Clients first (registered after their server), then servers.
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function fakeApi(workspace: FakeWorkspace, extra: Partial<FakeApiOptions> = {}): Promise<FakeApi> {
+  const fake = await startFakeApi({ workspace, apiKey: API_KEY, ...extra });
+  cleanups.push(() => fake.close());
+  return fake;
+}
+
+function client(baseUrl: string, extra: Partial<ApiClientOptions> = {}): ApiClient {
+  const api = new ApiClient({
+    baseUrl,
+    apiKey: API_KEY,
+    maxRps: 0,
+    backoff: { baseMs: 5, maxMs: 20 },
+    ...extra,
+  });
+  cleanups.push(() => api.close());
+  return api;
+}
+
+/** A clock that records every sleep and advances virtual time instantly by that amount. */
+function recordingClock(): Clock & { sleeps: number[] } {
+  let offset = 0;
+  const sleeps: number[] = [];
+  return {
+    sleeps,
+    now: () => Date.now() + offset,
+    sleep: (ms: number) => {
+      sleeps.push(ms);
+      if (ms > 0) offset += ms;
+      return Promise.resolve();
+    },
+  };
+}
+
+interface Tiny {
+  url: string;
+  /** Request URLs (path + query) in arrival order. */
+  hits: string[];
+  /** Request headers in arrival order. */
+  headers: IncomingMessage['headers'][];
+}
+
+/** A minimal node:http server on 127.0.0.1 with a custom handler. */
+async function tinyServer(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<Tiny> {
+  const hits: string[] = [];
+  const headers: IncomingMessage['headers'][] = [];
+  const server = createServer((req, res) => {
+    hits.push(req.url ?? '');
+    headers.push(req.headers);
+    handler(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  );
+  return { url: `http://127.0.0.1:${port}`, hits, headers };
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+async function collect<T>(gen: AsyncGenerator<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of gen) out.push(x);
+  return out;
+}
+
+/** The rejection of `p`; fails the test when `p` resolves. */
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected the promise to reject, but it resolved');
+}
+
+const msgPath = (id: string, page = 1): string => `/v1/conversations/${id}/messages?page=${page}&per_page=100`;
+const msgRe = (id: string): string => `/v1/conversations/${id}/messages`;
+
+function validMessage(id: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    id,
+    content: 'hello',
+    visibility: 'global',
+    sender: { id: 'cus_1', name: 'Ann', type: 'Customer' },
+    created_at: '2025-01-01T00:00:00.000Z',
+    ...extra,
+  };
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+describe('ApiClient: headers and per_page', () => {
+  it('sends per_page=100, X-Api-Key and X-Account-Id on every request (messages and list)', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 3, 0]);
+    const fake = await fakeApi(ws, { accountId: ACCOUNT_ID });
+    const api = client(fake.url, { accountId: ACCOUNT_ID });
+    const conv = ws.list()[0]!;
+
+    const pages = await collect(api.messages(conv.id));
+    expect(pages.map((p) => p.data.length)).toEqual([100, 100, 50]);
+    const list = await collect(api.conversations());
+    expect(list.map((p) => p.data.length)).toEqual([3]);
+
+    expect(PER_PAGE).toBe(100);
+    expect(fake.requests).toHaveLength(4);
+    for (const r of fake.requests) {
+      expect(r.method).toBe('GET');
+      expect(r.query['per_page']).toBe('100');
+      expect(r.apiKey).toBe(API_KEY);
+      expect(r.accountId).toBe(ACCOUNT_ID);
+      expect(r.status).toBe(200);
+    }
+    expect(fake.requests.map((r) => `${r.path}?page=${r.query['page']}`)).toEqual([
+      `${msgRe(conv.id)}?page=1`,
+      `${msgRe(conv.id)}?page=2`,
+      `${msgRe(conv.id)}?page=3`,
+      '/v1/conversations?page=1',
+    ]);
+    expect(api.stats.requests).toBe(4);
+    expect(api.stats.retries).toBe(0);
+    expect(api.stats.byStatus).toEqual({ 200: 4 });
+  });
+
+  it('sends no X-Account-Id header when no account id is configured', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    await collect(api.messages(ws.list()[0]!.id));
+    await collect(api.conversations());
+    expect(fake.requests).toHaveLength(2);
+    for (const r of fake.requests) {
+      expect(r.apiKey).toBe(API_KEY);
+      expect(r.accountId).toBeUndefined();
+    }
+  });
+
+  it('appends /v1/... to a base URL with a path prefix; error paths stay relative', async () => {
+    const tiny = await tinyServer((_req, res) => json(res, 404, { error: { code: 'not_found', message: 'x' } }));
+    const api = client(`${tiny.url}/api/`);
+    const err = await rejection(api.getJson('/v1/conversations?page=1&per_page=100'));
+    expect(tiny.hits).toEqual(['/api/v1/conversations?page=1&per_page=100']);
+    expect(err).toBeInstanceOf(HttpError);
+    expect((err as HttpError).path).toBe('/v1/conversations?page=1&per_page=100');
+    expect((err as HttpError).status).toBe(404);
+  });
+});
+
+describe('ApiClient: pagination', () => {
+  it('messages(id) yields ceil(n/100) pages (1 for n=0) with every id in order', async () => {
+    const counts = [0, 1, 100, 101];
+    const ws = FakeWorkspace.fromCounts(counts);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+
+    for (const [i, conv] of ws.list().entries()) {
+      const n = counts[i]!;
+      fake.requests.length = 0;
+      const pages = await collect(api.messages(conv.id));
+      const expectedPages = Math.max(1, Math.ceil(n / 100));
+      expect(pages, `n=${n}`).toHaveLength(expectedPages);
+      expect(pages.map((p) => p.page)).toEqual(Array.from({ length: expectedPages }, (_, k) => k + 1));
+      expect(pages.flatMap((p) => p.data.map((m) => m.id))).toEqual(conv.messages.map((m) => m.id));
+      // raw is the served object, index-aligned with data
+      expect(pages.flatMap((p) => p.raw)).toEqual(conv.messages.map((m) => JSON.parse(JSON.stringify(m))));
+      for (const p of pages) {
+        expect(p.meta.total_count).toBe(n);
+        expect(p.meta.total_pages).toBe(Math.ceil(n / 100));
+      }
+      expect(fake.requests.map((r) => r.query['page'])).toEqual(pages.map((p) => String(p.page)));
+    }
+  });
+
+  it('messages(id, startPage) starts at that page', async () => {
+    const ws = FakeWorkspace.fromCounts([250]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    const conv = ws.list()[0]!;
+    const pages = await collect(api.messages(conv.id, 2));
+    expect(pages.map((p) => p.page)).toEqual([2, 3]);
+    expect(pages.flatMap((p) => p.data.map((m) => m.id))).toEqual(conv.messages.slice(100).map((m) => m.id));
+  });
+
+  it('conversations() pages through the whole list in order', async () => {
+    const ws = FakeWorkspace.fromCounts(Array.from({ length: 230 }, () => 0));
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    const pages = await collect(api.conversations());
+    expect(pages.map((p) => p.data.length)).toEqual([100, 100, 30]);
+    expect(pages.flatMap((p) => p.data.map((c) => c.id))).toEqual(ws.list().map((c) => c.id));
+    expect(pages.flatMap((p) => p.raw)).toEqual(ws.list().map((c) => c.data));
+    expect(fake.requests.map((r) => r.query['page'])).toEqual(['1', '2', '3']);
+  });
+
+  it('conversations() of an empty workspace is one empty page', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([]));
+    const api = client(fake.url);
+    const pages = await collect(api.conversations());
+    expect(pages).toHaveLength(1);
+    expect(pages[0]!.data).toEqual([]);
+    expect(pages[0]!.meta).toEqual({ current_page: 1, total_pages: 0, total_count: 0 });
+  });
+});
+
+describe('ApiClient: Retry-After', () => {
+  it('honours Retry-After in seconds (recorded delay 1000 ms)', async () => {
+    const ws = FakeWorkspace.fromCounts([5]);
+    const fake = await fakeApi(ws);
+    const clock = recordingClock();
+    const api = client(fake.url, { clock });
+    const conv = ws.list()[0]!;
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '1' });
+
+    const pages = await collect(api.messages(conv.id));
+    expect(pages[0]!.data).toHaveLength(5);
+    expect(clock.sleeps).toEqual([1000]);
+    expect(fake.requests.map((r) => r.status)).toEqual([429, 200]);
+    expect(api.stats.rateLimited).toBe(1);
+    expect(api.stats.retries).toBe(1);
+    expect(api.stats.requests).toBe(2);
+  });
+
+  it('honours Retry-After as an HTTP-date (1000-2000 ms given second resolution)', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const clock = recordingClock();
+    const api = client(fake.url, { clock });
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: new Date(Date.now() + 2000).toUTCString() });
+
+    await collect(api.messages(ws.list()[0]!.id));
+    expect(clock.sleeps).toHaveLength(1);
+    expect(clock.sleeps[0]).toBeGreaterThanOrEqual(900);
+    expect(clock.sleeps[0]).toBeLessThanOrEqual(2000);
+  });
+
+  it('honours Retry-After on a 503 too', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const clock = recordingClock();
+    const api = client(fake.url, { clock });
+    fake.injectFault({ kind: 'status', status: 503, retryAfter: '2' });
+    await collect(api.messages(ws.list()[0]!.id));
+    expect(clock.sleeps).toEqual([2000]);
+    expect(api.stats.rateLimited).toBe(0);
+  });
+
+  it('caps a Retry-After larger than maxRetryAfterMs', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const clock = recordingClock();
+    const api = client(fake.url, { clock, maxRetryAfterMs: 50 });
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '3600' });
+    await collect(api.messages(ws.list()[0]!.id));
+    expect(clock.sleeps).toEqual([50]);
+  });
+
+  it('really waits about a second for Retry-After: 1 on the system clock', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { clock: systemClock });
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '1' });
+    const t0 = Date.now();
+    const pages = await collect(api.messages(ws.list()[0]!.id));
+    const elapsed = Date.now() - t0;
+    expect(pages[0]!.data).toHaveLength(1);
+    expect(elapsed).toBeGreaterThanOrEqual(900);
+    expect(elapsed).toBeLessThan(5000);
+    const [first, second] = fake.requests;
+    expect(second!.at - first!.at).toBeGreaterThanOrEqual(900);
+  });
+
+  it("a 429's Retry-After holds other concurrent requests of the same client", async () => {
+    const ws = FakeWorkspace.fromCounts([1, 1]);
+    const fake = await fakeApi(ws);
+    const [a, b] = ws.list();
+    let signalSleep!: () => void;
+    const sleeping = new Promise<void>((resolve) => (signalSleep = resolve));
+    // The system clock, with a signal when the retry delay of A starts (after the limiter is paused).
+    const clock: Clock = {
+      now: () => Date.now(),
+      sleep: (ms) => {
+        if (ms >= 500) signalSleep();
+        return systemClock.sleep(ms);
+      },
+    };
+    const api = client(fake.url, { clock });
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '1', match: { path: msgRe(a!.id) } });
+
+    const pa = collect(api.messages(a!.id));
+    await sleeping;
+    const t0 = Date.now();
+    const pb = await collect(api.messages(b!.id));
+    const waitedB = Date.now() - t0;
+    await pa;
+
+    expect(pb[0]!.data).toHaveLength(1);
+    expect(waitedB).toBeGreaterThanOrEqual(800);
+    const rate429 = fake.requests.find((r) => r.status === 429)!;
+    const bReq = fake.requests.find((r) => r.path === msgRe(b!.id))!;
+    expect(bReq.at - rate429.at).toBeGreaterThanOrEqual(900);
+  });
+});
+
+describe('ApiClient: retries', () => {
+  it('retries 503 and 500, then succeeds; counts retries and requests', async () => {
+    const ws = FakeWorkspace.fromCounts([3]);
+    const fake = await fakeApi(ws);
+    const clock = recordingClock();
+    const api = client(fake.url, { clock });
+    fake.injectFault({ kind: 'status', status: 503 });
+    fake.injectFault({ kind: 'status', status: 500 });
+
+    const pages = await collect(api.messages(ws.list()[0]!.id));
+    expect(pages[0]!.data.map((m) => m.id)).toEqual(ws.list()[0]!.messages.map((m) => m.id));
+    expect(fake.requests.map((r) => r.status)).toEqual([503, 500, 200]);
+    expect(api.stats.requests).toBe(3);
+    expect(api.stats.retries).toBe(2);
+    expect(api.stats.byStatus).toEqual({ 503: 1, 500: 1, 200: 1 });
+    // Backoff without Retry-After: full jitter below min(maxMs, baseMs * 2^(retry-1))
+    expect(clock.sleeps).toHaveLength(2);
+    expect(clock.sleeps[0]).toBeGreaterThanOrEqual(0);
+    expect(clock.sleeps[0]).toBeLessThan(5);
+    expect(clock.sleeps[1]).toBeLessThan(10);
+  });
+
+  it('retries 408 and 502', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    fake.injectFault({ kind: 'status', status: 408 });
+    fake.injectFault({ kind: 'status', status: 502 });
+    await collect(api.messages(ws.list()[0]!.id));
+    expect(fake.requests.map((r) => r.status)).toEqual([408, 502, 200]);
+  });
+
+  it('after maxRetries throws HttpError with status, attempts = maxRetries+1, method and relative path', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { maxRetries: 3 });
+    const conv = ws.list()[0]!;
+    fake.injectFault({ kind: 'status', status: 503, times: Infinity });
+
+    const err = await rejection(collect(api.messages(conv.id)));
+    expect(err).toBeInstanceOf(HttpError);
+    expect(err).not.toBeInstanceOf(AuthError);
+    const h = err as HttpError;
+    expect(h.status).toBe(503);
+    expect(h.attempts).toBe(4);
+    expect(h.method).toBe('GET');
+    expect(h.path).toBe(msgPath(conv.id));
+    expect(h.code).toBe('HTTP_ERROR');
+    expect(h.retryable).toBe(true);
+    expect(h.message).toContain('503');
+    expect(h.context).toMatchObject({ method: 'GET', path: msgPath(conv.id), status: 503 });
+    expect(fake.requests).toHaveLength(4);
+    expect(api.stats.requests).toBe(4);
+    expect(api.stats.retries).toBe(3);
+  });
+
+  it('maxRetries 0 makes exactly one attempt', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { maxRetries: 0 });
+    fake.injectFault({ kind: 'status', status: 500, times: Infinity });
+    const err = (await rejection(collect(api.messages(ws.list()[0]!.id)))) as HttpError;
+    expect(err.status).toBe(500);
+    expect(err.attempts).toBe(1);
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('a dropped connection is retried and succeeds', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    fake.injectFault({ kind: 'drop' });
+    const pages = await collect(api.messages(ws.list()[0]!.id));
+    expect(pages[0]!.data).toHaveLength(2);
+    expect(fake.requests.map((r) => r.status)).toEqual(['dropped', 200]);
+    expect(api.stats.networkErrors).toBe(1);
+    expect(api.stats.retries).toBe(1);
+  });
+
+  it('connections always dropped: HttpError without status after maxRetries', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { maxRetries: 2 });
+    fake.injectFault({ kind: 'drop', times: Infinity });
+    const err = (await rejection(collect(api.messages(ws.list()[0]!.id)))) as HttpError;
+    expect(err).toBeInstanceOf(HttpError);
+    expect(err.status).toBeUndefined();
+    expect(err.attempts).toBe(3);
+    expect(err.message).toMatch(/network error/);
+    expect(fake.requests).toHaveLength(3);
+  });
+
+  it('a slow answer beyond requestTimeoutMs times out and is retried', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { requestTimeoutMs: 200, maxRetries: 1 });
+    fake.injectFault({ kind: 'slow', delayMs: 1000 });
+    const t0 = Date.now();
+    const pages = await collect(api.messages(ws.list()[0]!.id));
+    expect(Date.now() - t0).toBeLessThan(900);
+    expect(pages[0]!.data).toHaveLength(2);
+    expect(fake.requests).toHaveLength(2);
+    expect(api.stats.networkErrors).toBe(1);
+    expect(api.stats.retries).toBe(1);
+  });
+
+  it('a slow answer every time fails with a timeout HttpError (status undefined)', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { requestTimeoutMs: 200, maxRetries: 1 });
+    fake.injectFault({ kind: 'slow', delayMs: 1000, times: Infinity });
+    const t0 = Date.now();
+    const err = await rejection(collect(api.messages(ws.list()[0]!.id)));
+    const elapsed = Date.now() - t0;
+    expect(err).toBeInstanceOf(HttpError);
+    const h = err as HttpError;
+    expect(h.status).toBeUndefined();
+    expect(h.message).toMatch(/timed out/);
+    expect(h.attempts).toBe(2);
+    expect(h.retryable).toBe(true);
+    expect(fake.requests).toHaveLength(2);
+    expect(elapsed).toBeGreaterThanOrEqual(380);
+    expect(elapsed).toBeLessThan(1500);
+  });
+});
+
+describe('ApiClient: errors that are never retried', () => {
+  it('401 (wrong key) is an AuthError after exactly one request', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { apiKey: 'wrong-key' });
+    const err = await rejection(collect(api.messages(ws.list()[0]!.id)));
+    expect(err).toBeInstanceOf(AuthError);
+    expect((err as AuthError).status).toBe(401);
+    expect((err as AuthError).code).toBe('AUTH_ERROR');
+    expect((err as AuthError).attempts).toBe(1);
+    expect((err as AuthError).retryable).toBe(false);
+    expect(fake.requests).toHaveLength(1);
+    expect(fake.requests[0]!.status).toBe(401);
+  });
+
+  it('403 (wrong account) is an AuthError after exactly one request', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws, { accountId: ACCOUNT_ID });
+    const api = client(fake.url, { accountId: '00000000-0000-4000-8000-000000000000' });
+    const err = await rejection(collect(api.conversations()));
+    expect(err).toBeInstanceOf(AuthError);
+    expect((err as AuthError).status).toBe(403);
+    expect((err as AuthError).message).toContain('CONVO_MIRROR_ACCOUNT_ID');
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it.each([400, 404, 422, 409])('%i is an HttpError after exactly one request', async (status) => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    fake.injectFault({ kind: 'status', status, times: Infinity });
+    const err = await rejection(collect(api.messages(ws.list()[0]!.id)));
+    expect(err).toBeInstanceOf(HttpError);
+    expect(err).not.toBeInstanceOf(AuthError);
+    expect((err as HttpError).status).toBe(status);
+    expect((err as HttpError).attempts).toBe(1);
+    expect((err as HttpError).retryable).toBe(false);
+    expect(fake.requests).toHaveLength(1);
+    expect(api.stats.retries).toBe(0);
+  });
+
+  it('an unknown conversation answers 404 once, not retried', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    const err = (await rejection(collect(api.messages('no-such-conversation')))) as HttpError;
+    expect(err.status).toBe(404);
+    expect(err.path).toBe(msgPath('no-such-conversation'));
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('a 302 redirect is neither followed nor retried', async () => {
+    const other = await tinyServer((_req, res) => json(res, 200, { data: [], meta: { current_page: 1, total_pages: 0, total_count: 0 } }));
+    const redirector = await tinyServer((req, res) => {
+      res.writeHead(302, { location: `${other.url}${req.url ?? '/'}`, 'content-length': 0 });
+      res.end();
+    });
+    const api = client(redirector.url);
+    const err = await rejection(collect(api.conversations()));
+    expect(err).toBeInstanceOf(HttpError);
+    expect((err as HttpError).status).toBe(302);
+    expect((err as HttpError).retryable).toBe(false);
+    expect((err as HttpError).attempts).toBe(1);
+    expect((err as HttpError).message).toMatch(/redirect/);
+    expect(redirector.hits).toEqual(['/v1/conversations?page=1&per_page=100']);
+    expect(other.hits).toEqual([]);
+  });
+
+  it('200 with a non-JSON body is a SchemaError, not retried', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    const conv = ws.list()[0]!;
+    fake.injectFault({ kind: 'status', status: 200, body: '<html>oops</html>', times: Infinity });
+    const err = await rejection(collect(api.messages(conv.id)));
+    expect(err).toBeInstanceOf(SchemaError);
+    expect((err as SchemaError).code).toBe('SCHEMA_ERROR');
+    expect((err as SchemaError).message).toMatch(/not JSON/);
+    expect((err as SchemaError).context).toMatchObject({ path: msgPath(conv.id), conversation_id: conv.id });
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('a page breaking the schema is a SchemaError naming the field path and the conversation', async () => {
+    const tiny = await tinyServer((_req, res) =>
+      json(res, 200, { data: [{ id: 1 }], meta: { current_page: 1, total_pages: 1, total_count: 1 } }),
+    );
+    const api = client(tiny.url);
+    const err = await rejection(collect(api.messages('conv-xyz-42')));
+    expect(err).toBeInstanceOf(SchemaError);
+    const s = err as SchemaError;
+    expect(s.message).toContain('data[0].id');
+    expect(s.message).toContain('conv-xyz-42');
+    expect(s.context).toMatchObject({ field: 'data[0].id', conversation_id: 'conv-xyz-42', page: 1 });
+    expect(tiny.hits).toHaveLength(1);
+  });
+
+  it('a nested schema break names the nested path (data[1].sender.type)', async () => {
+    const tiny = await tinyServer((_req, res) =>
+      json(res, 200, {
+        data: [validMessage('m1'), validMessage('m2', { sender: { id: 's', name: 'n' } })],
+        meta: { current_page: 1, total_pages: 1, total_count: 2 },
+      }),
+    );
+    const api = client(tiny.url);
+    const err = (await rejection(collect(api.messages('c1')))) as SchemaError;
+    expect(err).toBeInstanceOf(SchemaError);
+    expect(err.context['field']).toBe('data[1].sender.type');
+    expect(err.message).toContain('data[1].sender.type');
+  });
+
+  it('a page whose meta.current_page is not the requested page is a SchemaError', async () => {
+    const tiny = await tinyServer((_req, res) =>
+      json(res, 200, { data: [validMessage('m1')], meta: { current_page: 7, total_pages: 1, total_count: 1 } }),
+    );
+    const api = client(tiny.url);
+    const err = (await rejection(collect(api.messages('c1')))) as SchemaError;
+    expect(err).toBeInstanceOf(SchemaError);
+    expect(err.context['field']).toBe('meta.current_page');
+  });
+});
+
+describe('ApiClient: open schema', () => {
+  it('accepts unknown fields, any visibility and sender.type, and absent attachments', async () => {
+    const served = {
+      data: [
+        validMessage('m1', { visibility: 'team-only', sender: { id: 'b1', name: 'Bot', type: 'Bot', avatar: 'x.png' }, reactions: ['👍'] }),
+        validMessage('m2', { visibility: '', attachments: [] }),
+        validMessage('m3', { attachments: [{ anything: true }] }),
+      ],
+      meta: { current_page: 1, total_pages: 1, total_count: 3, next_cursor: null },
+      links: { self: '/x' },
+    };
+    const tiny = await tinyServer((_req, res) => json(res, 200, served));
+    const api = client(tiny.url);
+    const pages = await collect(api.messages('c1'));
+    expect(pages).toHaveLength(1);
+    const [p] = pages;
+    expect(p!.data.map((m) => m.id)).toEqual(['m1', 'm2', 'm3']);
+    expect(p!.data[0]!.visibility).toBe('team-only');
+    expect(p!.data[0]!.sender.type).toBe('Bot');
+    expect(p!.data[0]!.attachments).toBeUndefined();
+    expect('attachments' in p!.raw[0]!).toBe(false);
+    expect((p!.data[0] as Record<string, unknown>)['reactions']).toEqual(['👍']);
+    expect(p!.data[1]!.attachments).toEqual([]);
+    expect(p!.raw).toEqual(served.data);
+  });
+
+  it('accepts unknown fields on listed conversations', async () => {
+    const served = {
+      data: [{ id: 'c-1', status: 'snoozed', custom: { tier: 'gold' } }],
+      meta: { current_page: 1, total_pages: 1, total_count: 1 },
+    };
+    const tiny = await tinyServer((_req, res) => json(res, 200, served));
+    const api = client(tiny.url);
+    const pages = await collect(api.conversations());
+    expect(pages[0]!.raw).toEqual(served.data);
+    expect(pages[0]!.data[0]!.id).toBe('c-1');
+  });
+});
+
+describe('ApiClient: the API key never leaks into errors', () => {
+  it('no error message, JSON form, context or inspection contains the key', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws, { accountId: ACCOUNT_ID });
+    const conv = ws.list()[0]!;
+    const errors: unknown[] = [];
+    const tries = async (f: () => Promise<unknown>) => errors.push(await rejection(f()));
+
+    // 401: the fake wants a different key; ours still must not show up.
+    const stranger = client(fake.url, { apiKey: `${API_KEY}-x`, accountId: ACCOUNT_ID });
+    await tries(() => collect(stranger.conversations()));
+    const api = client(fake.url, { accountId: ACCOUNT_ID, maxRetries: 1, requestTimeoutMs: 200 });
+    // 403
+    const noAccount = client(fake.url);
+    await tries(() => collect(noAccount.conversations()));
+    // 404, 503 exhausted, drop exhausted, timeout, non-JSON
+    await tries(() => collect(api.messages('missing')));
+    fake.injectFault({ kind: 'status', status: 503, times: 2 });
+    await tries(() => collect(api.messages(conv.id)));
+    fake.injectFault({ kind: 'drop', times: 2 });
+    await tries(() => collect(api.messages(conv.id)));
+    fake.injectFault({ kind: 'slow', delayMs: 1000, times: 2 });
+    await tries(() => collect(api.messages(conv.id)));
+    fake.injectFault({ kind: 'status', status: 200, body: 'not json' });
+    await tries(() => collect(api.messages(conv.id)));
+    // schema break and redirect
+    const bad = await tinyServer((req, res) =>
+      req.url?.startsWith('/v1/conversations?')
+        ? (res.writeHead(302, { location: `${fake.url}${req.url}`, 'content-length': 0 }), res.end())
+        : json(res, 200, { data: [{ id: 1 }], meta: { current_page: 1, total_pages: 1, total_count: 1 } }),
+    );
+    const badApi = client(bad.url, { accountId: ACCOUNT_ID });
+    await tries(() => collect(badApi.messages('c')));
+    await tries(() => collect(badApi.conversations()));
+
+    expect(errors).toHaveLength(9);
+    expect(errors.map((e) => (e as ConvoMirrorError).code)).toEqual([
+      'AUTH_ERROR',
+      'AUTH_ERROR',
+      'HTTP_ERROR',
+      'HTTP_ERROR',
+      'HTTP_ERROR',
+      'HTTP_ERROR',
+      'SCHEMA_ERROR',
+      'SCHEMA_ERROR',
+      'HTTP_ERROR',
+    ]);
+    for (const e of errors) {
+      const err = e as ConvoMirrorError;
+      expect(err).toBeInstanceOf(ConvoMirrorError);
+      expect(err.message).not.toContain(API_KEY);
+      expect(JSON.stringify(err)).not.toContain(API_KEY);
+      expect(JSON.stringify(err.context)).not.toContain(API_KEY);
+      expect(inspect(err, { depth: 8 })).not.toContain(API_KEY);
+      expect(String(err.stack)).not.toContain(API_KEY);
+    }
+    // The key was really sent (so the test could have seen it leak).
+    expect(fake.requests.some((r) => r.apiKey === API_KEY)).toBe(true);
+  });
+});
+
+describe('ApiClient: rate cap', () => {
+  it('with maxRps 20, 21 concurrent requests take about a second', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url, { maxRps: 20 });
+    const t0 = Date.now();
+    const results = await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
+    const elapsed = Date.now() - t0;
+    expect(results.every((r) => r.status === 200)).toBe(true);
+    expect(elapsed).toBeGreaterThanOrEqual(950);
+    expect(elapsed).toBeLessThan(3000);
+    expect(fake.requests).toHaveLength(21);
+    const span = fake.requests[20]!.at - fake.requests[0]!.at;
+    expect(span).toBeGreaterThanOrEqual(940);
+  });
+
+  it('with maxRps 0 there is no cap', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url, { maxRps: 0 });
+    const t0 = Date.now();
+    await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
+    expect(Date.now() - t0).toBeLessThan(900);
+  });
+});
+
+describe('RateLimiter (injected clock)', () => {
+  /** Virtual time: `sleep` records and advances nothing, so concurrent waits are observable. */
+  function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: number } {
+    const c = {
+      t: start,
+      sleeps: [] as number[],
+      now: () => c.t,
+      sleep: (ms: number) => {
+        c.sleeps.push(ms);
+        return Promise.resolve();
+      },
+    };
+    return c;
+  }
+
+  it('without a cap or pause, nothing waits', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    expect(await Promise.all([l.acquire(), l.acquire(), l.acquire()])).toEqual([0, 0, 0]);
+    expect(clock.sleeps).toEqual([]);
+  });
+
+  it('spaces requests 1000/rps ms apart', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(4, clock);
+    expect(await Promise.all([l.acquire(), l.acquire(), l.acquire(), l.acquire()])).toEqual([0, 250, 500, 750]);
+    expect(clock.sleeps).toEqual([250, 500, 750]);
+  });
+
+  it('pauseUntil holds every concurrent request until the pause ends', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    l.pauseUntil(clock.t + 1500);
+    expect(await Promise.all([l.acquire(), l.acquire(), l.acquire()])).toEqual([1500, 1500, 1500]);
+    clock.t += 1500;
+    expect(await l.acquire()).toBe(0);
+  });
+
+  it('pauseUntil combines with the cap: requests resume spaced after the pause', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(10, clock);
+    l.pauseUntil(clock.t + 500);
+    expect(await Promise.all([l.acquire(), l.acquire(), l.acquire()])).toEqual([500, 600, 700]);
+  });
+
+  it('an earlier pauseUntil never shortens a pause', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    l.pauseUntil(clock.t + 2000);
+    l.pauseUntil(clock.t + 100);
+    expect(await l.acquire()).toBe(2000);
+  });
+});

@@ -1,0 +1,221 @@
+/**
+ * loadConfig: defaults, precedence (flag > env > default), validation naming the variable or flag,
+ * the API key never echoed, freezing.
+ */
+import { describe, expect, it } from 'vitest';
+import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
+import { ConfigError } from '../src/errors.js';
+
+const KEY = 'sk-config-SECRET-4b81e07d';
+const BASE = {
+  CONVO_MIRROR_BASE_URL: 'https://support.example.com/api',
+  CONVO_MIRROR_API_KEY: KEY,
+} as const;
+
+/** The ConfigError thrown by loadConfig; fails the test if it does not throw one. */
+function configError(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts?: { needsApi?: boolean }): ConfigError {
+  try {
+    loadConfig(env, flags, opts);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error('expected loadConfig to throw a ConfigError');
+}
+
+describe('loadConfig defaults', () => {
+  it('uses the documented defaults when only URL and key are set', () => {
+    const cfg = loadConfig({ ...BASE });
+    expect(cfg).toEqual<Config>({
+      baseUrl: 'https://support.example.com/api',
+      apiKey: KEY,
+      accountId: undefined,
+      db: 'data/mirror.sqlite',
+      exportDir: 'data/exports',
+      concurrency: 4,
+      maxRps: 10,
+      requestTimeoutMs: 30_000,
+      maxRetries: 6,
+      logLevel: 'info',
+    });
+  });
+
+  it('treats an empty environment variable as unset', () => {
+    const cfg = loadConfig({ ...BASE, CONVO_MIRROR_CONCURRENCY: '', LOG_LEVEL: '', CONVO_MIRROR_ACCOUNT_ID: '' });
+    expect(cfg.concurrency).toBe(4);
+    expect(cfg.logLevel).toBe('info');
+    expect(cfg.accountId).toBeUndefined();
+  });
+
+  it('reads every variable from the environment and coerces numbers', () => {
+    const cfg = loadConfig({
+      ...BASE,
+      CONVO_MIRROR_BASE_URL: 'http://127.0.0.1:8080/prefix///',
+      CONVO_MIRROR_ACCOUNT_ID: '3D6F0A52-8C1E-4B7A-9F20-6E5D4C3B2A10',
+      CONVO_MIRROR_DB: '/tmp/m.sqlite',
+      CONVO_MIRROR_EXPORT_DIR: '/tmp/exp',
+      CONVO_MIRROR_CONCURRENCY: '8',
+      CONVO_MIRROR_MAX_RPS: '2.5',
+      CONVO_MIRROR_REQUEST_TIMEOUT_MS: '1500',
+      CONVO_MIRROR_MAX_RETRIES: '0',
+      LOG_LEVEL: 'debug',
+    });
+    expect(cfg.baseUrl).toBe('http://127.0.0.1:8080/prefix');
+    expect(cfg.accountId).toBe('3D6F0A52-8C1E-4B7A-9F20-6E5D4C3B2A10');
+    expect(cfg.db).toBe('/tmp/m.sqlite');
+    expect(cfg.exportDir).toBe('/tmp/exp');
+    expect(cfg.concurrency).toBe(8);
+    expect(cfg.maxRps).toBe(2.5);
+    expect(cfg.requestTimeoutMs).toBe(1500);
+    expect(cfg.maxRetries).toBe(0);
+    expect(cfg.logLevel).toBe('debug');
+  });
+
+  it('accepts maxRps 0 (no cap)', () => {
+    expect(loadConfig({ ...BASE, CONVO_MIRROR_MAX_RPS: '0' }).maxRps).toBe(0);
+  });
+});
+
+describe('loadConfig precedence', () => {
+  it('flags win over the environment', () => {
+    const cfg = loadConfig(
+      { ...BASE, CONVO_MIRROR_CONCURRENCY: '2', CONVO_MIRROR_DB: 'env.sqlite', LOG_LEVEL: 'warn', CONVO_MIRROR_MAX_RPS: '3' },
+      { concurrency: '6', db: 'flag.sqlite', logLevel: 'error', maxRps: 7, baseUrl: 'https://flag.example.com/' },
+    );
+    expect(cfg.concurrency).toBe(6);
+    expect(cfg.db).toBe('flag.sqlite');
+    expect(cfg.logLevel).toBe('error');
+    expect(cfg.maxRps).toBe(7);
+    expect(cfg.baseUrl).toBe('https://flag.example.com');
+    expect(cfg.apiKey).toBe(KEY);
+  });
+
+  it('a valid flag overrides a malformed environment value', () => {
+    const cfg = loadConfig({ ...BASE, CONVO_MIRROR_CONCURRENCY: 'lots' }, { concurrency: 3 });
+    expect(cfg.concurrency).toBe(3);
+  });
+
+  it('flags supply the required URL and key', () => {
+    const cfg = loadConfig({}, { baseUrl: 'http://localhost:9', apiKey: 'k' });
+    expect(cfg.baseUrl).toBe('http://localhost:9');
+    expect(cfg.apiKey).toBe('k');
+  });
+});
+
+describe('loadConfig errors', () => {
+  it('missing CONVO_MIRROR_BASE_URL throws a ConfigError naming it', () => {
+    const err = configError({ CONVO_MIRROR_API_KEY: KEY });
+    expect(err.variable).toBe('CONVO_MIRROR_BASE_URL');
+    expect(err.message).toContain('CONVO_MIRROR_BASE_URL');
+    expect(err.message).toContain('--base-url');
+    expect(err.code).toBe('CONFIG_ERROR');
+  });
+
+  it('missing CONVO_MIRROR_API_KEY throws a ConfigError naming it', () => {
+    const err = configError({ CONVO_MIRROR_BASE_URL: BASE.CONVO_MIRROR_BASE_URL });
+    expect(err.variable).toBe('CONVO_MIRROR_API_KEY');
+    expect(err.message).toContain('CONVO_MIRROR_API_KEY');
+  });
+
+  it.each<[string, Record<string, string>, string]>([
+    ['base URL not a URL', { CONVO_MIRROR_BASE_URL: 'not a url' }, 'CONVO_MIRROR_BASE_URL'],
+    ['base URL not http(s)', { CONVO_MIRROR_BASE_URL: 'ftp://example.com/api' }, 'CONVO_MIRROR_BASE_URL'],
+    ['account id not a UUID', { CONVO_MIRROR_ACCOUNT_ID: 'abc' }, 'CONVO_MIRROR_ACCOUNT_ID'],
+    ['concurrency 0', { CONVO_MIRROR_CONCURRENCY: '0' }, 'CONVO_MIRROR_CONCURRENCY'],
+    ['concurrency x', { CONVO_MIRROR_CONCURRENCY: 'x' }, 'CONVO_MIRROR_CONCURRENCY'],
+    ['concurrency 1.5', { CONVO_MIRROR_CONCURRENCY: '1.5' }, 'CONVO_MIRROR_CONCURRENCY'],
+    ['concurrency 65', { CONVO_MIRROR_CONCURRENCY: '65' }, 'CONVO_MIRROR_CONCURRENCY'],
+    ['max rps -1', { CONVO_MIRROR_MAX_RPS: '-1' }, 'CONVO_MIRROR_MAX_RPS'],
+    ['max rps abc', { CONVO_MIRROR_MAX_RPS: 'abc' }, 'CONVO_MIRROR_MAX_RPS'],
+    ['timeout 5', { CONVO_MIRROR_REQUEST_TIMEOUT_MS: '5' }, 'CONVO_MIRROR_REQUEST_TIMEOUT_MS'],
+    ['max retries 21', { CONVO_MIRROR_MAX_RETRIES: '21' }, 'CONVO_MIRROR_MAX_RETRIES'],
+    ['LOG_LEVEL loud', { LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    ['api key blank', { CONVO_MIRROR_API_KEY: '   ' }, 'CONVO_MIRROR_API_KEY'],
+  ])('%s throws a ConfigError naming the variable', (_label, env, variable) => {
+    const err = configError({ ...BASE, ...env });
+    expect(err.variable).toBe(variable);
+    expect(err.message.startsWith(`${variable}: `)).toBe(true);
+    expect(err.context).toEqual({ variable });
+    expect(err.message).not.toContain(KEY);
+  });
+
+  it('the offending value is shown for non-secret variables', () => {
+    const err = configError({ ...BASE, LOG_LEVEL: 'loud' });
+    expect(err.message).toContain('"loud"');
+    expect(err.message).toContain('info');
+  });
+
+  it.each<[string, ConfigFlags, string]>([
+    ['--concurrency 0', { concurrency: '0' }, '--concurrency'],
+    ['--concurrency x', { concurrency: 'x' }, '--concurrency'],
+    ['--max-rps -1', { maxRps: -1 }, '--max-rps'],
+    ['--log-level loud', { logLevel: 'loud' }, '--log-level'],
+    ['--account-id abc', { accountId: 'abc' }, '--account-id'],
+    ['--base-url not a url', { baseUrl: 'not a url' }, '--base-url'],
+  ])('a malformed flag (%s) throws a ConfigError naming the flag', (_label, flags, flag) => {
+    const err = configError({ ...BASE }, flags);
+    expect(err.variable).toBe(flag);
+    expect(err.message).toContain(flag);
+  });
+
+  it('never includes the API key value in an error message', () => {
+    // A malformed key given as a flag (commander may coerce to a number): the value must not be echoed.
+    const numeric = configError({ CONVO_MIRROR_BASE_URL: BASE.CONVO_MIRROR_BASE_URL }, { apiKey: 987654321 });
+    expect(numeric.variable).toBe('--api-key');
+    expect(numeric.message).not.toContain('987654321');
+    expect(JSON.stringify(numeric)).not.toContain('987654321');
+    // Errors about other variables while the key is set never mention it either.
+    for (const env of [{ CONVO_MIRROR_BASE_URL: 'nope' }, { CONVO_MIRROR_CONCURRENCY: 'x' }, { CONVO_MIRROR_ACCOUNT_ID: 'abc' }]) {
+      const err = configError({ ...BASE, ...env });
+      expect(err.message).not.toContain(KEY);
+      expect(JSON.stringify(err)).not.toContain(KEY);
+    }
+    // A key with surrounding whitespace only is rejected without echoing anything of it.
+    const blank = configError({ ...BASE, CONVO_MIRROR_API_KEY: ' \t ' });
+    expect(blank.message).not.toContain('got');
+  });
+});
+
+describe('loadConfig options and result', () => {
+  it('needsApi: false allows a missing URL and key', () => {
+    const cfg = loadConfig({}, {}, { needsApi: false });
+    expect(cfg.baseUrl).toBeUndefined();
+    expect(cfg.apiKey).toBeUndefined();
+    expect(cfg.db).toBe('data/mirror.sqlite');
+  });
+
+  it('needsApi: false still validates a URL that is given', () => {
+    const err = configError({ CONVO_MIRROR_BASE_URL: 'not a url' }, {}, { needsApi: false });
+    expect(err.variable).toBe('CONVO_MIRROR_BASE_URL');
+  });
+
+  it('the result is frozen', () => {
+    const cfg = loadConfig({ ...BASE });
+    expect(Object.isFrozen(cfg)).toBe(true);
+    expect(() => {
+      (cfg as { db: string }).db = 'elsewhere.sqlite';
+    }).toThrow(TypeError);
+    expect(cfg.db).toBe('data/mirror.sqlite');
+  });
+
+  it('does not read process.env', () => {
+    const before = process.env['CONVO_MIRROR_BASE_URL'];
+    process.env['CONVO_MIRROR_BASE_URL'] = 'https://from-process-env.example.com';
+    try {
+      const err = configError({ CONVO_MIRROR_API_KEY: KEY });
+      expect(err.variable).toBe('CONVO_MIRROR_BASE_URL');
+    } finally {
+      if (before === undefined) delete process.env['CONVO_MIRROR_BASE_URL'];
+      else process.env['CONVO_MIRROR_BASE_URL'] = before;
+    }
+  });
+});
+
+describe('loadConfig blank values', () => {
+  it('refuses a blank flag or a whitespace-only env value instead of coercing it to 0 (no rate cap)', () => {
+    expect(() => loadConfig({ ...BASE }, { maxRps: '' })).toThrowError(/--max-rps: must not be blank/);
+    expect(() => loadConfig({ ...BASE, CONVO_MIRROR_MAX_RPS: ' ' })).toThrowError(/CONVO_MIRROR_MAX_RPS: must not be blank/);
+    // An empty env value still means "unset", so the default applies.
+    expect(loadConfig({ ...BASE, CONVO_MIRROR_MAX_RPS: '' }).maxRps).toBe(10);
+  });
+});
