@@ -287,22 +287,26 @@ export function publishAtomically(root: string, rel: string, data: Buffer): void
   }
 }
 
+/** Every file below `root` (depth first), with its path relative to `root`, `/`-separated. */
+function* walkFiles(root: string, rel = ''): Generator<{ abs: string; rel: string; name: string }> {
+  let entries: fs.Dirent[];
+  try {
+    entries = fs.readdirSync(path.join(root, rel), { withFileTypes: true });
+  } catch {
+    return;
+  }
+  for (const e of entries) {
+    const r = rel ? `${rel}/${e.name}` : e.name;
+    if (e.isDirectory()) yield* walkFiles(root, r);
+    else yield { abs: path.join(root, r), rel: r, name: e.name };
+  }
+}
+
+const isTempFile = (name: string) => name.startsWith('.') && name.endsWith('.tmp');
+
 /** Removes temp files an interrupted publication left behind (never a published file). */
 function removeTempFiles(root: string): void {
-  const walk = (d: string) => {
-    let entries: fs.Dirent[];
-    try {
-      entries = fs.readdirSync(d, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) {
-      const p = path.join(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.name.startsWith('.') && e.name.endsWith('.tmp')) fs.rmSync(p, { force: true });
-    }
-  };
-  walk(root);
+  for (const f of walkFiles(root)) if (isTempFile(f.name)) fs.rmSync(f.abs, { force: true });
 }
 
 /** The manifest document. */
@@ -370,20 +374,9 @@ export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[
     for (let i = buf.indexOf(10); i !== -1; i = buf.indexOf(10, i + 1)) n++;
     if (n !== f.lines) problems.push({ path: f.path, problem: 'lines', detail: `${n} lines, expected ${f.lines}` });
   }
-  const walk = (d: string, rel: string) => {
-    let entries: fs.Dirent[];
-    try {
-      entries = fs.readdirSync(d, { withFileTypes: true });
-    } catch {
-      return;
-    }
-    for (const e of entries) {
-      const r = rel ? `${rel}/${e.name}` : e.name;
-      if (e.isDirectory()) walk(path.join(d, e.name), r);
-      else if (e.name.endsWith('.tmp')) problems.push({ path: r, problem: 'temp' });
-      else if (e.name.endsWith('.jsonl') && !listed.has(r)) problems.push({ path: r, problem: 'unlisted' });
-    }
-  };
-  walk(root, '');
+  for (const f of walkFiles(root)) {
+    if (isTempFile(f.name)) problems.push({ path: f.rel, problem: 'temp' });
+    else if (f.name.endsWith('.jsonl') && !listed.has(f.rel)) problems.push({ path: f.rel, problem: 'unlisted' });
+  }
   return problems;
 }
