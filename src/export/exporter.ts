@@ -143,7 +143,12 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   }).immediate();
   const lines = files.reduce((n, f) => n + f.lines, 0);
   opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq }, 'exports published');
-  return { files, lines, watermark: plan.last_seq, resumed: plan.resumed };
+  if (plan.resumed) {
+    // The interrupted batch is out; now publish what was committed since it was planned.
+    const rest = publishChanges(mirror, opts);
+    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true };
+  }
+  return { files, lines, watermark: plan.last_seq, resumed: false };
 }
 
 function partitionDir(stream: string, accountId: string, day: string): string {

@@ -36,6 +36,8 @@ export interface Checkpoint {
   totalCount: number;
   /** Message ids served on the committed pages of this crawl. */
   seenIds: Set<string>;
+  /** Ids of the last committed page (`nextPage - 1`), in served order, to verify on resume. */
+  lastPageIds: string[];
 }
 
 /** Outcome figures of a run, stored in `runs`. */
@@ -185,7 +187,7 @@ export class Mirror {
       ensureConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, NULL, ?, ?)
                              ON CONFLICT (account_id, id) DO NOTHING`),
       getCheckpoint: p(`SELECT next_page, total_count FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
-      crawlIds: p(`SELECT ids FROM crawl_pages WHERE account_id = ? AND conversation_id = ? ORDER BY page`),
+      crawlIds: p(`SELECT page, ids FROM crawl_pages WHERE account_id = ? AND conversation_id = ? ORDER BY page`),
       saveCheckpoint: p(`
         INSERT INTO checkpoints (account_id, conversation_id, next_page, total_count, crawl_started_at, run_id, updated_at)
         VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -311,10 +313,13 @@ export class Mirror {
     const cp = this.st.getCheckpoint!.get(accountId, conversationId) as { next_page: number; total_count: number } | undefined;
     if (!cp) return undefined;
     const seenIds = new Set<string>();
-    for (const row of this.st.crawlIds!.all(accountId, conversationId) as { ids: string }[]) {
-      for (const id of JSON.parse(row.ids) as string[]) seenIds.add(id);
+    let lastPageIds: string[] = [];
+    for (const row of this.st.crawlIds!.all(accountId, conversationId) as { page: number; ids: string }[]) {
+      const ids = JSON.parse(row.ids) as string[];
+      for (const id of ids) seenIds.add(id);
+      if (row.page === cp.next_page - 1) lastPageIds = ids;
     }
-    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds };
+    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds };
   }
 
   /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */

@@ -2,7 +2,8 @@
  * syncConversation: crawl every message page of one conversation into the mirror (spec 4.1).
  *
  * - Pages `per_page=100` from page 1 (or from the committed checkpoint) to the end; each page commits
- *   in one transaction with its change-log rows and the checkpoint.
+ *   in one transaction with its change-log rows and the checkpoint. A resumed crawl first re-reads
+ *   its last committed page and restarts from page 1 if that page's ids changed.
  * - Drift checks: if `meta.total_count` shrinks mid-crawl (a deletion shifted the pages), or an id is
  *   served twice, or the crawl ends with fewer distinct ids than `total_count`, the crawl restarts from
  *   page 1 (bounded: `maxRestarts`). If `total_count` grows, paging simply continues.
@@ -71,14 +72,22 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     }
     const seen = checkpoint?.seenIds ?? new Set<string>();
     let lastTotal = checkpoint?.totalCount;
+    // Resuming: re-read the last committed page first; if its ids changed, earlier pages shifted
+    // while we were away and the crawl starts over.
+    const verifyPage = checkpoint && checkpoint.nextPage > 1 ? checkpoint.nextPage - 1 : undefined;
     try {
-      for await (const page of api.messages(conversationId, checkpoint?.nextPage ?? 1)) {
+      for await (const page of api.messages(conversationId, verifyPage ?? checkpoint?.nextPage ?? 1)) {
         result.pages++;
         const total = page.meta.total_count;
         if (lastTotal !== undefined && total < lastTotal) {
           throw new Drift(`meta.total_count shrank from ${lastTotal} to ${total} at page ${page.page}`);
         }
         const pageIds = new Set<string>();
+        if (page.page === verifyPage) {
+          const now = page.data.map((m) => m.id).join('\n');
+          if (now !== checkpoint!.lastPageIds.join('\n')) throw new Drift(`page ${page.page} changed since the checkpoint`);
+          for (const id of checkpoint!.lastPageIds) seen.delete(id); // re-committed below, idempotently
+        }
         for (const m of page.data) {
           if (seen.has(m.id) || pageIds.has(m.id)) throw new Drift(`message ${m.id} served twice (pages shifted) at page ${page.page}`);
           pageIds.add(m.id);

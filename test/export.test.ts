@@ -1,0 +1,422 @@
+/**
+ * JSONL change exports: replay equals the mirror, layout, line shapes, manifest, verification,
+ * crash-safe re-publication and temp-file cleanup. Real files in temp dirs, real SQLite, the real
+ * fake over HTTP.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { MANIFEST, publishChanges, verifyExports, type Manifest } from '../src/export/exporter.js';
+import { syncWorkspace } from '../src/sync/workspace.js';
+import { systemClock, type Clock } from '../src/clock.js';
+import {
+  ACCOUNT_ID,
+  harness,
+  mirrorEqualsFake,
+  readExportLines,
+  replay,
+  type ExportLine,
+  type Harness,
+  type HarnessOptions,
+} from './helpers.js';
+
+const open: Harness[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((h) => h.close()));
+});
+
+async function start(opts: HarnessOptions): Promise<Harness> {
+  const h = await harness(opts);
+  open.push(h);
+  return h;
+}
+
+const FILE_RE = new RegExp(
+  `^(messages|conversations)/account=${ACCOUNT_ID}/date=(\\d{4}-\\d{2}-\\d{2})/(\\d{12})-(\\d{12})\\.jsonl$`,
+);
+
+/** Every file under `dir`, relative `/`-separated path → bytes. */
+function filesUnder(dir: string): Map<string, Buffer> {
+  const out = new Map<string, Buffer>();
+  const walk = (d: string, rel: string) => {
+    if (!fs.existsSync(d)) return;
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(path.join(d, e.name), r);
+      else out.set(r, fs.readFileSync(path.join(d, e.name)));
+    }
+  };
+  walk(dir, '');
+  return out;
+}
+
+const jsonlFiles = (dir: string) => new Map([...filesUnder(dir)].filter(([p]) => p.endsWith('.jsonl')));
+
+const parseLines = (buf: Buffer): ExportLine[] =>
+  buf
+    .toString('utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as ExportLine);
+
+/** The real clock moved to noon UTC of a fixed day, so a test cannot straddle a date partition. */
+function noonClock(): Clock {
+  const start = Date.now();
+  const noon = Date.UTC(2026, 0, 15, 12);
+  return { now: () => noon + (Date.now() - start), sleep: systemClock.sleep };
+}
+
+const maxSeq = (h: Harness) => (h.mirror.db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`).get() as { m: number }).m;
+
+/** Projection of a served message onto the fields of an export line. */
+function messageFields(raw: Record<string, unknown>): Record<string, unknown> {
+  const s = raw['sender'] as Record<string, unknown>;
+  const out: Record<string, unknown> = {
+    id: raw['id'],
+    content: raw['content'],
+    visibility: raw['visibility'],
+    sender: { id: s['id'], name: s['name'], type: s['type'] },
+  };
+  if (raw['attachments'] !== undefined) out['attachments'] = raw['attachments'];
+  out['created_at'] = raw['created_at'];
+  return out;
+}
+
+/** Three syncs with inserts, edits, deletions, appends, a new and a deleted conversation in between. */
+async function busyHistory(): Promise<Harness> {
+  const ws = FakeWorkspace.fromCounts([3, 150, 0, 20, 101, 7], 11);
+  const h = await start({ workspace: ws });
+  await h.sync();
+  const L = ws.list();
+  const [c3, c150, c0, c20, c101, c7] = [L[0]!, L[1]!, L[2]!, L[3]!, L[4]!, L[5]!];
+  ws.editMessage(c150.id, c150.messages[3]!.id, 'edited once');
+  ws.editMessage(c101.id, c101.messages[100]!.id, 'edited: Grüße 👋');
+  ws.deleteMessage(c150.id, c150.messages[0]!.id);
+  ws.deleteMessage(c101.id, c101.messages[50]!.id);
+  ws.appendMessages(c20.id, 5);
+  ws.addConversation(12, 'front');
+  ws.deleteConversation(c7.id);
+  await h.sync();
+  ws.editMessage(c20.id, c20.messages[22]!.id, 'edited appended message');
+  ws.editMessage(c150.id, c150.messages[2]!.id, 'edited twice');
+  for (const m of c3.messages.slice()) ws.deleteMessage(c3.id, m.id);
+  ws.appendMessages(c0.id, 2);
+  ws.moveToFront(c101.id);
+  await h.sync();
+  const eq = mirrorEqualsFake(h.mirror, ws);
+  expect(eq.ok, eq.detail).toBe(true);
+  return h;
+}
+
+describe('exports after a history of changes', () => {
+  it('replaying every line by seq equals the live mirror, for messages and conversations', async () => {
+    const h = await busyHistory();
+    const ops = h.mirror.db.prepare(`SELECT stream, op, count(*) AS n FROM change_log GROUP BY stream, op ORDER BY stream, op`).all() as { stream: string; op: string; n: number }[];
+    // the history exercised every kind of change
+    expect(ops.map((o) => `${o.stream}:${o.op}`)).toEqual([
+      'conversations:delete',
+      'conversations:insert',
+      'conversations:update',
+      'messages:delete',
+      'messages:insert',
+      'messages:update',
+    ]);
+
+    const msgs = replay(readExportLines(h.exportDir, 'messages'), 'messages');
+    const live = h.mirror.db.prepare(`SELECT account_id, conversation_id, id, raw FROM messages WHERE deleted_at IS NULL`).all() as {
+      account_id: string;
+      conversation_id: string;
+      id: string;
+      raw: string;
+    }[];
+    expect(new Set(msgs.keys())).toEqual(new Set(live.map((r) => `${r.account_id}/${r.conversation_id}/${r.id}`)));
+    for (const r of live) {
+      const line = msgs.get(`${r.account_id}/${r.conversation_id}/${r.id}`)!;
+      const { seq, op, synced_at, account_id, conversation_id, ...fields } = line;
+      expect(op).not.toBe('delete');
+      expect(account_id).toBe(r.account_id);
+      expect(conversation_id).toBe(r.conversation_id);
+      expect(fields).toEqual(messageFields(JSON.parse(r.raw)));
+      expect(typeof seq).toBe('number');
+      expect(typeof synced_at).toBe('string');
+    }
+
+    const convs = replay(readExportLines(h.exportDir, 'conversations'), 'conversations');
+    const liveConvs = h.mirror.db.prepare(`SELECT account_id, id, raw FROM conversations WHERE deleted_at IS NULL`).all() as {
+      account_id: string;
+      id: string;
+      raw: string | null;
+    }[];
+    expect(new Set(convs.keys())).toEqual(new Set(liveConvs.map((r) => `${r.account_id}/${r.id}`)));
+    for (const r of liveConvs) {
+      expect(r.raw).not.toBeNull();
+      expect(convs.get(`${r.account_id}/${r.id}`)!['data']).toEqual(JSON.parse(r.raw!));
+    }
+  });
+
+  it('seq is strictly increasing in every file and covers the change log exactly once', async () => {
+    const h = await busyHistory();
+    const files = jsonlFiles(h.exportDir);
+    const all: ExportLine[] = [];
+    for (const [p, buf] of files) {
+      const lines = parseLines(buf);
+      expect(lines.length, p).toBeGreaterThan(0);
+      for (let i = 1; i < lines.length; i++) expect(lines[i]!.seq, p).toBeGreaterThan(lines[i - 1]!.seq);
+      all.push(...lines);
+    }
+    const seqs = all.map((l) => l.seq).sort((a, b) => a - b);
+    const max = maxSeq(h);
+    expect(seqs).toEqual([...Array(max).keys()].map((i) => i + 1));
+    // each line is the change-log row of its seq
+    const rows = h.mirror.db.prepare(`SELECT seq, stream, op, record_id FROM change_log ORDER BY seq`).all() as { seq: number; stream: string; op: string; record_id: string }[];
+    const bySeq = new Map(all.map((l) => [l.seq, l]));
+    for (const r of rows) {
+      const l = bySeq.get(r.seq)!;
+      expect([l.op, l.id, 'conversation_id' in l ? 'messages' : 'conversations']).toEqual([r.op, r.record_id, r.stream]);
+    }
+    expect(h.mirror.counts().export_watermark).toBe(max);
+    expect(h.mirror.counts().unexported_changes).toBe(0);
+  });
+
+  it('files follow <stream>/account=<id>/date=YYYY-MM-DD/<first>-<last>.jsonl and lines have exactly the documented keys', async () => {
+    const h = await busyHistory();
+    const all = filesUnder(h.exportDir);
+    expect([...all.keys()].filter((p) => !p.endsWith('.jsonl'))).toEqual([MANIFEST]);
+    let withAttachments = 0;
+    let withoutAttachments = 0;
+    const served = new Map<string, Record<string, unknown>>();
+    for (const r of h.mirror.db.prepare(`SELECT conversation_id, id, raw FROM messages`).all() as { conversation_id: string; id: string; raw: string }[]) {
+      served.set(`${r.conversation_id}/${r.id}`, JSON.parse(r.raw));
+    }
+    for (const [p, buf] of jsonlFiles(h.exportDir)) {
+      const m = FILE_RE.exec(p);
+      expect(m, p).not.toBeNull();
+      const [, stream, date, first, last] = m!;
+      const lines = parseLines(buf);
+      // one compact JSON object per line, LF-terminated, nothing else
+      expect(buf.toString('utf8')).toBe(lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+      expect(Number(first)).toBe(lines[0]!.seq);
+      expect(Number(last)).toBe(lines.at(-1)!.seq);
+      for (const l of lines) {
+        expect(l.account_id).toBe(ACCOUNT_ID);
+        expect(String(l['synced_at']).slice(0, 10)).toBe(date);
+        expect(l['synced_at']).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+        expect(['insert', 'update', 'delete']).toContain(l.op);
+        if (stream === 'messages') {
+          const hasAtt = 'attachments' in l;
+          const keys = ['seq', 'op', 'synced_at', 'account_id', 'conversation_id', 'id', 'content', 'visibility', 'sender', ...(hasAtt ? ['attachments'] : []), 'created_at'];
+          expect(Object.keys(l)).toEqual(keys);
+          expect(Object.keys(l['sender'] as object)).toEqual(['id', 'name', 'type']);
+          // attachments present exactly when the API served the field
+          const raw = served.get(`${l.conversation_id}/${l.id}`)!;
+          expect(hasAtt).toBe('attachments' in raw);
+          if (hasAtt) {
+            withAttachments++;
+            expect(l['attachments']).toEqual(raw['attachments']);
+          } else withoutAttachments++;
+        } else {
+          expect(Object.keys(l)).toEqual(['seq', 'op', 'synced_at', 'account_id', 'id', 'data']);
+          expect((l['data'] as { id: string }).id).toBe(l.id);
+        }
+      }
+    }
+    expect(withAttachments).toBeGreaterThan(0);
+    expect(withoutAttachments).toBeGreaterThan(0);
+  });
+
+  it('manifest.json lists every file with its line count, size and sha256', async () => {
+    const h = await busyHistory();
+    const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
+    expect(manifest.format).toBe('convo-mirror-exports');
+    expect(manifest.version).toBe(1);
+    expect(manifest.watermark).toBe(maxSeq(h));
+    const files = jsonlFiles(h.exportDir);
+    expect(new Set(manifest.files.map((f) => f.path))).toEqual(new Set(files.keys()));
+    expect(manifest.files.length).toBe(files.size);
+    for (const f of manifest.files) {
+      const buf = files.get(f.path)!;
+      expect(f.bytes).toBe(buf.length);
+      expect(f.sha256).toBe(crypto.createHash('sha256').update(buf).digest('hex'));
+      expect(f.lines).toBe(parseLines(buf).length);
+      expect(f.stream).toBe(f.path.split('/')[0]);
+      expect(f.account_id).toBe(ACCOUNT_ID);
+    }
+    const firsts = manifest.files.map((f) => f.first_seq);
+    expect(firsts).toEqual([...firsts].sort((a, b) => a - b));
+    const recorded = h.mirror.db.prepare(`SELECT path, lines, bytes, sha256 FROM export_files ORDER BY path`).all();
+    expect(recorded).toEqual(
+      manifest.files.map((f) => ({ path: f.path, lines: f.lines, bytes: f.bytes, sha256: f.sha256 })).sort((a, b) => (a.path < b.path ? -1 : 1)),
+    );
+  });
+});
+
+describe('verifyExports', () => {
+  it('returns [] for intact exports and detects tampered, missing, unlisted and temp files', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 120]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    const [msgFile, convFile] = [...jsonlFiles(h.exportDir).keys()].sort((a, b) => (a.startsWith('messages') ? -1 : b.startsWith('messages') ? 1 : 0));
+    expect(msgFile!.startsWith('messages/')).toBe(true);
+    expect(convFile!.startsWith('conversations/')).toBe(true);
+
+    // same size, one byte changed
+    const abs = path.join(h.exportDir, msgFile!);
+    const buf = fs.readFileSync(abs);
+    const i = buf.indexOf('"content":"') + 11;
+    buf[i] = buf[i] === 0x58 ? 0x59 : 0x58;
+    fs.writeFileSync(abs, buf);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: msgFile, problem: 'sha256' }]);
+
+    // a line dropped: size, sha256 and lines all differ
+    const text = fs.readFileSync(abs, 'utf8').split('\n');
+    fs.writeFileSync(abs, text.slice(1).join('\n'));
+    const problems = verifyExports(h.mirror, h.exportDir).map((p) => p.problem).sort();
+    expect(problems).toEqual(['lines', 'sha256', 'size']);
+
+    fs.rmSync(path.join(h.exportDir, convFile!));
+    fs.writeFileSync(path.join(h.exportDir, path.dirname(convFile!), '000000000999-000000000999.jsonl'), '{}\n');
+    fs.writeFileSync(path.join(h.exportDir, '.x.jsonl.123.tmp'), 'partial');
+    const found = verifyExports(h.mirror, h.exportDir);
+    expect(found).toContainEqual({ path: convFile, problem: 'missing' });
+    expect(found).toContainEqual({ path: `${path.dirname(convFile!)}/000000000999-000000000999.jsonl`, problem: 'unlisted' });
+    expect(found).toContainEqual({ path: '.x.jsonl.123.tmp', problem: 'temp' });
+  });
+});
+
+describe('publishChanges', () => {
+  /** Turns the last published batch back into "planned, not published" as a crash would leave it. */
+  function unpublishLastBatch(h: Harness): { batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; manifest: Buffer } {
+    const db = h.mirror.db;
+    const batch = db.prepare(`SELECT id, first_seq, last_seq FROM export_batches ORDER BY id DESC LIMIT 1`).get() as { id: number; first_seq: number; last_seq: number };
+    const paths = (db.prepare(`SELECT path FROM export_files WHERE batch_id = ?`).all(batch.id) as { path: string }[]).map((r) => r.path);
+    expect(paths.length).toBeGreaterThan(0);
+    const files = new Map(paths.map((p) => [p, fs.readFileSync(path.join(h.exportDir, p))]));
+    const manifest = fs.readFileSync(path.join(h.exportDir, MANIFEST));
+    db.transaction(() => {
+      db.prepare(`UPDATE export_batches SET published_at = NULL WHERE id = ?`).run(batch.id);
+      db.prepare(`UPDATE export_state SET watermark = ? WHERE id = 1`).run(batch.first_seq - 1);
+      db.prepare(`DELETE FROM export_files WHERE batch_id = ?`).run(batch.id);
+    })();
+    for (const p of paths) fs.rmSync(path.join(h.exportDir, p));
+    return { batch, files, manifest };
+  }
+
+  it('re-publishing a planned but unpublished batch gives the same file names and bytes, and no duplicate line', async () => {
+    const ws = FakeWorkspace.fromCounts([40, 130, 2]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[1]!;
+    ws.editMessage(c.id, c.messages[7]!.id, 'changed');
+    ws.deleteMessage(c.id, c.messages[9]!.id);
+    ws.appendMessages(c.id, 3);
+    await h.sync();
+    const { batch, files, manifest } = unpublishLastBatch(h);
+    const firstBatchFiles = jsonlFiles(h.exportDir);
+
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(res.resumed).toBe(true);
+    expect(res.watermark).toBe(batch.last_seq);
+    expect(res.files.map((f) => f.path).sort()).toEqual([...files.keys()].sort());
+    expect(res.lines).toBe([...files.values()].reduce((n, b) => n + parseLines(b).length, 0));
+    for (const [p, bytes] of files) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
+    // the earlier batch's files are untouched, the manifest is byte-identical
+    for (const [p, bytes] of firstBatchFiles) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes)).toBe(true);
+    expect(fs.readFileSync(path.join(h.exportDir, MANIFEST)).equals(manifest)).toBe(true);
+    expect(jsonlFiles(h.exportDir).size).toBe(firstBatchFiles.size + files.size);
+
+    const seqs = [...readExportLines(h.exportDir, 'messages'), ...readExportLines(h.exportDir, 'conversations')].map((l) => l.seq);
+    expect(new Set(seqs).size).toBe(seqs.length);
+    expect(seqs.length).toBe(maxSeq(h));
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NULL`).get()).toEqual({ n: 0 });
+
+    // and a further call has nothing to do
+    const again = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(again).toMatchObject({ files: [], lines: 0, watermark: batch.last_seq, resumed: false });
+  });
+
+  it('the run after an interrupted publication exports both the interrupted batch and its own changes', async () => {
+    const ws = FakeWorkspace.fromCounts([40, 130]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const { files } = unpublishLastBatch(h);
+    const c = ws.list()[0]!;
+    ws.editMessage(c.id, c.messages[1]!.id, 'changed after the crash');
+    const s = await h.sync();
+    expect(s.export.resumed).toBe(true);
+    for (const [p, bytes] of files) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
+    // nothing the run committed is left unexported
+    expect(s.export.watermark).toBe(maxSeq(h));
+    expect(h.mirror.counts().unexported_changes).toBe(0);
+    const live = replay(readExportLines(h.exportDir, 'messages'), 'messages');
+    expect(live.get(`${ACCOUNT_ID}/${c.id}/${c.messages[1]!.id}`)!['content']).toBe('changed after the crash');
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+
+  it('a leftover temp file is removed by the next publish', async () => {
+    const ws = FakeWorkspace.fromCounts([5, 6]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const dataFile = [...jsonlFiles(h.exportDir).keys()][0]!;
+    const tmpInPartition = path.join(h.exportDir, path.dirname(dataFile), '.x.jsonl.123.tmp');
+    const tmpAtRoot = path.join(h.exportDir, `.${MANIFEST}.999.tmp`);
+    fs.writeFileSync(tmpInPartition, '{"seq":1,"op":"ins');
+    fs.writeFileSync(tmpAtRoot, '{');
+    expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['temp', 'temp']);
+    const before = jsonlFiles(h.exportDir);
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(res.files).toEqual([]);
+    expect(fs.existsSync(tmpInPartition)).toBe(false);
+    expect(fs.existsSync(tmpAtRoot)).toBe(false);
+    expect(jsonlFiles(h.exportDir)).toEqual(before);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+
+  it('with nothing pending publishes zero files and changes nothing', async () => {
+    const ws = FakeWorkspace.fromCounts([5, 6]);
+    const h = await start({ workspace: ws });
+    const s = await h.sync();
+    const snapshot = filesUnder(h.exportDir);
+    const batches = h.mirror.db.prepare(`SELECT * FROM export_batches`).all();
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(res).toEqual({ files: [], lines: 0, watermark: s.export.watermark, resumed: false });
+    expect(res.watermark).toBe(maxSeq(h));
+    expect(filesUnder(h.exportDir)).toEqual(snapshot);
+    expect(h.mirror.db.prepare(`SELECT * FROM export_batches`).all()).toEqual(batches);
+  });
+
+  it('with nothing ever synced publishes zero files', async () => {
+    const h = await start({ workspace: FakeWorkspace.fromCounts([]) });
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false });
+    expect(jsonlFiles(h.exportDir).size).toBe(0);
+    const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
+    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 1, watermark: 0, files: [] });
+  });
+
+  it('splits a partition into files of at most maxLinesPerFile lines, named by their seq range', async () => {
+    const ws = FakeWorkspace.fromCounts([120, 45]);
+    const h = await start({ workspace: ws, clock: noonClock() });
+    await syncWorkspace({ ...h.deps }, { accountId: ACCOUNT_ID, runId: null, concurrency: 4 });
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir, maxLinesPerFile: 50 });
+    expect(res.files.every((f) => f.date === '2026-01-15')).toBe(true);
+    expect(res.lines).toBe(2 + 165);
+    const files = jsonlFiles(h.exportDir);
+    expect(files.size).toBe(res.files.length);
+    const msgFiles = res.files.filter((f) => f.stream === 'messages');
+    expect(msgFiles.map((f) => f.lines)).toEqual([50, 50, 50, 15]);
+    for (const f of res.files) {
+      const lines = parseLines(files.get(f.path)!);
+      expect(lines.length).toBe(f.lines);
+      expect(lines.length).toBeLessThanOrEqual(50);
+      expect(f.path).toMatch(FILE_RE);
+      expect(path.basename(f.path)).toBe(`${String(lines[0]!.seq).padStart(12, '0')}-${String(lines.at(-1)!.seq).padStart(12, '0')}.jsonl`);
+    }
+    const seqs = [...readExportLines(h.exportDir, 'messages'), ...readExportLines(h.exportDir, 'conversations')].map((l) => l.seq).sort((a, b) => a - b);
+    expect(seqs).toEqual([...Array(167).keys()].map((i) => i + 1));
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+});
