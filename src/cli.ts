@@ -8,6 +8,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import crypto from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { Command, Option } from 'commander';
 import type { Logger } from 'pino';
 import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
@@ -15,10 +16,11 @@ import { ApiClient } from './api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from './store/mirror.js';
 import { runSync, type RunSummary } from './sync/run.js';
 import { newProgress } from './sync/types.js';
+import { LIST_FAILURE_ID } from './sync/workspace.js';
 import { createLogger } from './logger.js';
 import { startProgress } from './progress.js';
 import { systemClock } from './clock.js';
-import { AuthError, ConfigError, StoreError, describeError } from './errors.js';
+import { AuthError, ConfigError, RunError, StoreError, describeError } from './errors.js';
 import { verifyExports } from './export/exporter.js';
 import { FakeWorkspace, startFakeApi } from './fake-api/index.js';
 
@@ -71,8 +73,14 @@ function fail(code: number, message: string): number {
   return code;
 }
 
-/** Maps an error to its exit code and one-line message. */
+/** Maps an error to its exit code and one-line message (after the run's summary, if it has one). */
 function exitFor(err: unknown): number {
+  if (err instanceof RunError) {
+    const s = err.summary as RunSummary;
+    printSummary(s, false);
+    reportFailures(s);
+    return exitFor(err.cause);
+  }
   if (err instanceof ConfigError) return fail(EXIT.CONFIG, `configuration error: ${err.message}`);
   if (err instanceof AuthError) return fail(EXIT.CONFIG, `authentication error: ${err.message}`);
   if (err instanceof StoreError) return fail(EXIT.CONFIG, `mirror error: ${err.message}`);
@@ -159,7 +167,10 @@ function printSummary(s: RunSummary, json: boolean): void {
 }
 
 function reportFailures(s: RunSummary): void {
-  for (const f of s.failures) process.stderr.write(`failed: conversation ${f.id}: [${f.code}] ${f.message}\n`);
+  for (const f of s.failures) {
+    const what = f.id === LIST_FAILURE_ID ? 'conversation list' : `conversation ${f.id}`;
+    process.stderr.write(`failed: ${what}: [${f.code}] ${f.message}\n`);
+  }
 }
 
 /** Builds the commander program. `run` resolves the process exit code. */
@@ -203,7 +214,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
         setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
         return;
       }
-      const mirror = Mirror.open(config.db);
+      const mirror = Mirror.open(config.db, { lock: false });
       try {
         const counts = mirror.counts();
         const runs = mirror.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT 5`).all() as Record<string, unknown>[];
@@ -242,7 +253,11 @@ export function buildProgram(setExit: (code: number) => void): Command {
   withConfigFlags(program.command('verify').description('Check every published export file against its recorded size, line count and SHA-256'), false).action((o) => {
     try {
       const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
-      const mirror = Mirror.open(config.db);
+      if (!fs.existsSync(config.db)) {
+        setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
+        return;
+      }
+      const mirror = Mirror.open(config.db, { lock: false });
       try {
         const problems = verifyExports(mirror, config.exportDir);
         const files = (mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number });
@@ -318,7 +333,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
           const s = await doSync({ config });
           printSummary(s, false);
           reportFailures(s);
-          const mirror = Mirror.open(config.db);
+          const mirror = Mirror.open(config.db, { lock: false });
           let inMirror: { c: number; m: number };
           try {
             inMirror = {
@@ -362,7 +377,7 @@ export async function main(argv: string[]): Promise<number> {
   return code;
 }
 
-const invokedDirectly = process.argv[1] !== undefined && fs.realpathSync(process.argv[1]) === fs.realpathSync(new URL(import.meta.url).pathname);
+const invokedDirectly = process.argv[1] !== undefined && fs.realpathSync(process.argv[1]) === fs.realpathSync(fileURLToPath(import.meta.url));
 if (invokedDirectly) {
   main(process.argv).then(
     (code) => {

@@ -5,14 +5,31 @@
 export interface Clock {
   /** Wall-clock time in ms since the epoch. */
   now(): number;
-  /** Resolves after `ms` milliseconds (immediately for ms <= 0). */
-  sleep(ms: number): Promise<void>;
+  /**
+   * Resolves after `ms` milliseconds (immediately for ms <= 0); rejects with the signal's reason
+   * as soon as `signal` aborts.
+   */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
 /** The real clock: `Date.now()` and `setTimeout`. */
 export const systemClock: Clock = {
   now: () => Date.now(),
-  sleep: (ms) => (ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve()),
+  sleep: (ms, signal) => {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (ms <= 0) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        clearTimeout(timer);
+        reject(signal!.reason);
+      };
+      const timer = setTimeout(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      }, ms);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  },
 };
 
 /** ISO 8601 UTC with milliseconds, e.g. `2026-11-21T15:04:05.123Z`. */

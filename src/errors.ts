@@ -101,6 +101,13 @@ export class SchemaError extends ConvoMirrorError {
   }
 }
 
+/** A conversation asked for by id does not exist at the API (404) and was never mirrored. */
+export class NotFoundError extends ConvoMirrorError {
+  constructor(message: string, context: Record<string, unknown>) {
+    super('NOT_FOUND', message, { context, retryable: false });
+  }
+}
+
 /** The listing or a conversation's pages kept shifting beyond the bounded number of restarts. */
 export class DriftError extends ConvoMirrorError {
   constructor(message: string, context: Record<string, unknown>) {
@@ -119,6 +126,20 @@ export class StoreError extends ConvoMirrorError {
 export class ExportError extends ConvoMirrorError {
   constructor(message: string, context: Record<string, unknown>, cause?: unknown) {
     super('EXPORT_ERROR', message, { context, cause, retryable: false });
+  }
+}
+
+/**
+ * A recorded run ended on a fatal error (bad credentials, wrong base URL, export failure). Carries
+ * the run's summary so callers can still report what was done; `cause` is the fatal error, whose
+ * class decides the exit code or whether a job is retried.
+ */
+export class RunError<S = unknown> extends ConvoMirrorError {
+  readonly summary: S;
+  constructor(summary: S, cause: unknown) {
+    const c = cause as Partial<ConvoMirrorError>;
+    super(c.code ?? 'RUN_FAILED', describeError(cause), { cause, context: c.context ?? {}, retryable: c.retryable ?? false });
+    this.summary = summary;
   }
 }
 

@@ -394,7 +394,8 @@ describe('publishChanges', () => {
     expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false });
     expect(jsonlFiles(h.exportDir).size).toBe(0);
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
-    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 1, watermark: 0, files: [] });
+    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 1, mirror_id: h.mirror.mirrorId(), watermark: 0, files: [] });
+    expect(h.mirror.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
   });
 
   it('splits a partition into files of at most maxLinesPerFile lines, named by their seq range', async () => {

@@ -246,7 +246,7 @@ describe('runs', () => {
       mode: 'full',
       account_id: ACCOUNT_ID,
       status: 'succeeded',
-      list_passes: 1,
+      list_passes: 2,
       conversations_listed: 3,
       conversations_synced: 3,
       conversations_failed: 0,
@@ -257,14 +257,14 @@ describe('runs', () => {
       messages_inserted: 123,
       messages_updated: 0,
       messages_deleted: 0,
-      requests: 5,
+      requests: 6, // 2 list passes of 1 page + 4 message pages
       retries: 0,
       rate_limited: 0,
       export_lines: 126,
       export_files: s1.export.files,
       error: null,
     });
-    expect(h.fake.requests.length).toBe(5);
+    expect(h.fake.requests.length).toBe(6);
     expect(r1['started_at']).toMatch(/^\d{4}-\d{2}-\d{2}T/);
     expect(r1['ended_at']).toMatch(/^\d{4}-\d{2}-\d{2}T/);
     expect(String(r1['ended_at']) >= String(r1['started_at'])).toBe(true);

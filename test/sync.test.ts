@@ -6,8 +6,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace, type FakeConversation } from '../src/fake-api/index.js';
-import { AuthError } from '../src/errors.js';
-import { ACCOUNT_ID, harness, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { AuthError, RunError } from '../src/errors.js';
+import { ACCOUNT_ID, API_KEY, harness, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
 
 const open: Harness[] = [];
 afterEach(async () => {
@@ -79,7 +79,7 @@ describe('pagination', () => {
     expect(summary.conversations.synced).toBe(counts.length);
     expect(summary.messages.inserted).toBe(counts.reduce((a, b) => a + b, 0));
     expect(summary.messages.restarts).toBe(0);
-    expect(summary.listPasses).toBe(1);
+    expect(summary.listPasses).toBe(2); // the second pass confirms the listing found nothing new
     expect(summary.listConfirmed).toBe(true);
 
     const convs = ws.list();
@@ -104,10 +104,13 @@ describe('pagination', () => {
       expect(reqs.map((r) => Number(r.query['page']))).toEqual([...Array(reqs.length).keys()].map((k) => k + 1));
     }
     const listReqs = h.fake.requests.filter((r) => r.path === '/v1/conversations');
-    expect(listReqs.length).toBe(1);
+    expect(listReqs.length).toBe(2); // one page, listed twice: the confirming pass
     expect(summary.minimumRequests).toBe(1 + 1 + 1 + 1 + 1 + 2 + 3 + 12);
-    expect(h.fake.requests.length).toBe(summary.minimumRequests);
-    expect(summary.requests).toBe(summary.minimumRequests);
+    // Every request: per_page=100, both headers.
+    expect(h.fake.requests.every((r) => r.query['per_page'] === '100' && r.apiKey === API_KEY && r.accountId === ACCOUNT_ID)).toBe(true);
+    // The minimum plus the confirming pass of the conversation list.
+    expect(h.fake.requests.length).toBe(summary.minimumRequests + 1);
+    expect(summary.requests).toBe(summary.minimumRequests + 1);
     expect(summary.retries).toBe(0);
     // no crawl left unfinished
     expect(h.mirror.counts().checkpoints).toBe(0);
@@ -118,9 +121,9 @@ describe('pagination', () => {
     const h = await start({ workspace: ws });
     const summary = await h.sync();
     expectExact(h);
-    expect(h.fake.requests.filter((r) => r.path === '/v1/conversations').map((r) => r.query['page'])).toEqual(['1', '2', '3']);
+    expect(h.fake.requests.filter((r) => r.path === '/v1/conversations').map((r) => r.query['page'])).toEqual(['1', '2', '3', '1', '2', '3']);
     expect(summary.minimumRequests).toBe(3 + 250);
-    expect(h.fake.requests.length).toBe(summary.minimumRequests);
+    expect(h.fake.requests.length).toBe(summary.minimumRequests + 3);
   });
 });
 
@@ -411,7 +414,12 @@ describe('failures', () => {
   it('a wrong API key rejects with AuthError after exactly one request, and the run is recorded failed', async () => {
     const ws = FakeWorkspace.fromCounts([3, 3]);
     const h = await start({ workspace: ws, client: { apiKey: 'wrong' } });
-    await expect(h.sync()).rejects.toBeInstanceOf(AuthError);
+    const err = await h.sync().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(RunError);
+    expect((err as RunError).cause).toBeInstanceOf(AuthError);
     expect(h.fake.requests.length).toBe(1);
     expect(h.fake.requests[0]!.status).toBe(401);
     const run = h.mirror.db.prepare(`SELECT status, error FROM runs ORDER BY id DESC LIMIT 1`).get() as { status: string; error: string | null };

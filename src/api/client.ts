@@ -187,6 +187,7 @@ export class ApiClient {
         },
         {
           retries: this.maxRetries,
+          signal: this.opts.signal,
           minTimeout: 0,
           maxTimeout: 0,
           onFailedAttempt: async ({ error, retriesLeft }) => {
@@ -202,7 +203,7 @@ export class ApiClient {
               { method: 'GET', path, status: httpErr.status, attempt: attempts, delay_ms: delay, err_code: httpErr.code, ...context },
               'request failed, retrying',
             );
-            await this.clock.sleep(delay);
+            await this.clock.sleep(delay, this.opts.signal);
           },
         },
       );
@@ -214,7 +215,7 @@ export class ApiClient {
 
   /** One attempt: rate cap, request, status mapping, JSON parse. */
   private async attempt(path: string, attempt: number, context: Record<string, unknown>): Promise<JsonResponse> {
-    await this.limiter.acquire();
+    await this.limiter.acquire(this.opts.signal);
     this.stats.requests++;
     const details = { method: 'GET', path, attempts: attempt };
     let statusCode: number;

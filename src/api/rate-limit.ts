@@ -23,13 +23,13 @@ export class RateLimiter {
     this.intervalMs = rps > 0 ? 1000 / rps : 0;
   }
 
-  /** Waits until this request may be sent; resolves with the ms waited. */
-  async acquire(): Promise<number> {
+  /** Waits until this request may be sent; resolves with the ms waited; rejects if `signal` aborts. */
+  async acquire(signal?: AbortSignal): Promise<number> {
     const now = this.clock.now();
     const slot = Math.max(now, this.nextSlot, this.pausedUntil);
     this.nextSlot = slot + this.intervalMs;
     const wait = slot - now;
-    if (wait > 0) await this.clock.sleep(wait);
+    if (wait > 0) await this.clock.sleep(wait, signal);
     return wait;
   }
 

@@ -84,10 +84,12 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   const maxLines = opts.maxLinesPerFile ?? 100_000;
   const dir = path.resolve(opts.exportDir);
   try {
-    fs.mkdirSync(dir, { recursive: true });
+    mkdirDurable(path.dirname(dir), path.basename(dir));
   } catch (err) {
     throw new ExportError(`cannot create the export directory ${dir}: ${(err as Error).message}`, { dir }, err);
   }
+  const mirrorId = mirror.mirrorId();
+  assertOwnedBy(dir, mirrorId);
   removeTempFiles(dir);
 
   // 1. Plan (or find the planned, unpublished) batch.
@@ -107,7 +109,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
 
   if (!plan) {
     const watermark = (db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark;
-    writeManifestIfChanged(dir, manifestOf(mirror, [], watermark));
+    writeManifestIfChanged(dir, manifestOf(mirror, mirrorId, [], watermark));
     return { files: [], lines: 0, watermark, resumed: false };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
@@ -132,7 +134,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   if (open) files.push(open.publish());
 
   // 3. Publish the manifest, 4. then record and advance the watermark.
-  writeManifestIfChanged(dir, manifestOf(mirror, files, plan.last_seq));
+  writeManifestIfChanged(dir, manifestOf(mirror, mirrorId, files, plan.last_seq));
   const now = isoNow(clock);
   db.transaction(() => {
     const ins = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
@@ -184,7 +186,7 @@ class PartitionWriter {
     this.dirAbs = path.join(root, partitionDir(first.stream, first.account_id, first.day));
     this.tmp = path.join(this.dirAbs, `.batch-${batchId}-${first.seq}.${process.pid}.tmp`);
     try {
-      fs.mkdirSync(this.dirAbs, { recursive: true });
+      mkdirDurable(root, partitionDir(first.stream, first.account_id, first.day));
       this.fd = fs.openSync(this.tmp, 'w', 0o644);
     } catch (err) {
       throw new ExportError(`cannot write export file in ${this.dirAbs}: ${(err as Error).message}`, { dir: this.dirAbs }, err);
@@ -227,13 +229,17 @@ class PartitionWriter {
     this.drain();
     const rel = `${partitionDir(this.head.stream, this.head.account_id, this.head.day)}/${seqName(this.head.seq, this.lastSeq)}`;
     const final = path.join(this.root, rel);
+    const sha256 = this.hash.digest('hex');
     try {
       fs.fsyncSync(this.fd);
       fs.closeSync(this.fd);
-      fs.renameSync(this.tmp, final);
-      fsyncDir(this.dirAbs);
+      if (!publishedIdentically(final, sha256)) {
+        fs.renameSync(this.tmp, final);
+        fsyncDir(this.dirAbs);
+      } else fs.rmSync(this.tmp, { force: true });
     } catch (err) {
       fs.rmSync(this.tmp, { force: true });
+      if (err instanceof ExportError) throw err;
       throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
     }
     return {
@@ -245,9 +251,74 @@ class PartitionWriter {
       last_seq: this.lastSeq,
       lines: this.lines,
       bytes: this.bytes,
-      sha256: this.hash.digest('hex'),
+      sha256,
       batch_id: this.batchId,
     };
+  }
+}
+
+/**
+ * True when `file` already holds exactly these bytes (a batch re-published after a crash); false
+ * when it does not exist.
+ *
+ * @throws {@link ExportError} when it exists with other content: a published file never changes
+ */
+function publishedIdentically(file: string, sha256: string): boolean {
+  let existing: Buffer;
+  try {
+    existing = fs.readFileSync(file);
+  } catch {
+    return false;
+  }
+  if (crypto.createHash('sha256').update(existing).digest('hex') === sha256) return true;
+  throw new ExportError(
+    `refusing to replace the published export file ${file} with different content (was the mirror recreated? use a fresh CONVO_MIRROR_EXPORT_DIR)`,
+    { file },
+  );
+}
+
+/**
+ * Refuses an export directory whose manifest belongs to another mirror: the two change logs' seq
+ * numbers would collide.
+ *
+ * @throws {@link ExportError} naming both ids and the directory
+ */
+function assertOwnedBy(dir: string, mirrorId: string): void {
+  let manifest: Partial<Manifest>;
+  try {
+    manifest = JSON.parse(fs.readFileSync(path.join(dir, MANIFEST), 'utf8')) as Partial<Manifest>;
+  } catch {
+    return; // no manifest yet: a fresh directory
+  }
+  if (manifest.mirror_id !== mirrorId) {
+    throw new ExportError(
+      `the export directory ${dir} holds the exports of another mirror (mirror id ${manifest.mirror_id ?? 'unknown'}, this mirror is ${mirrorId}): ` +
+        'point CONVO_MIRROR_EXPORT_DIR at a fresh directory, or CONVO_MIRROR_DB at the mirror that wrote it',
+      { dir, mirror_id: mirrorId, manifest_mirror_id: manifest.mirror_id },
+    );
+  }
+}
+
+/**
+ * Creates `rel` (a `/`-separated path) below `root`, fsyncing the parent of every directory it
+ * creates, so a new partition directory survives a power cut as surely as the files in it.
+ */
+function mkdirDurable(root: string, rel: string): void {
+  let current = root;
+  if (!fs.existsSync(root)) {
+    mkdirDurable(path.dirname(root), path.basename(root));
+  }
+  for (const part of rel.split('/').filter(Boolean)) {
+    const next = path.join(current, part);
+    if (!fs.existsSync(next)) {
+      try {
+        fs.mkdirSync(next);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      fsyncDir(current);
+    }
+    current = next;
   }
 }
 
@@ -318,13 +389,15 @@ function removeTempFiles(root: string): void {
 export interface Manifest {
   format: 'convo-mirror-exports';
   version: 1;
+  /** Id of the mirror whose change log these files hold (`mirror_meta.mirror_id`). */
+  mirror_id: string;
   /** Last change_log.seq contained in the listed files. */
   watermark: number;
   /** Every published file, in seq order of first line. */
   files: ExportFile[];
 }
 
-function manifestOf(mirror: Mirror, extra: ExportFile[], watermark: number): Manifest {
+function manifestOf(mirror: Mirror, mirrorId: string, extra: ExportFile[], watermark: number): Manifest {
   const known = mirror.db
     .prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files`)
     .all() as ExportFile[];
@@ -332,7 +405,7 @@ function manifestOf(mirror: Mirror, extra: ExportFile[], watermark: number): Man
   for (const f of known) byPath.set(f.path, f);
   for (const f of extra) byPath.set(f.path, f);
   const files = [...byPath.values()].sort((a, b) => a.first_seq - b.first_seq || a.path.localeCompare(b.path));
-  return { format: 'convo-mirror-exports', version: 1, watermark, files };
+  return { format: 'convo-mirror-exports', version: 1, mirror_id: mirrorId, watermark, files };
 }
 
 function writeManifestIfChanged(root: string, manifest: Manifest): void {

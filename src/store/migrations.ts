@@ -145,4 +145,12 @@ export const MIGRATIONS: readonly string[] = [
     published_at TEXT NOT NULL
   );
   `,
+  /* 2: a random id per mirror, written into the export manifest so an export directory is never
+        shared by two mirrors (their seq numbers would collide) */ `
+  CREATE TABLE mirror_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+  );
+  INSERT INTO mirror_meta (key, value) VALUES ('mirror_id', lower(hex(randomblob(16))));
+  `,
 ];

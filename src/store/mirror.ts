@@ -16,6 +16,7 @@ import { isoNow, systemClock } from '../clock.js';
 import type { Conversation, Message, Page } from '../api/schemas.js';
 import { PER_PAGE } from '../api/client.js';
 import { MIGRATIONS } from './migrations.js';
+import { acquireWriterLock } from './lock.js';
 
 /** Account id used in the mirror when no `X-Account-Id` is configured. */
 export const DEFAULT_ACCOUNT = 'default';
@@ -38,6 +39,8 @@ export interface Checkpoint {
   seenIds: Set<string>;
   /** Ids of the last committed page (`nextPage - 1`), in served order, to verify on resume. */
   lastPageIds: string[];
+  /** When the last page was committed, epoch ms. */
+  updatedAt: number;
 }
 
 /** Outcome figures of a run, stored in `runs`. */
@@ -66,6 +69,11 @@ export interface RunFigures {
 export interface MirrorOptions {
   /** Time source for `*_at` columns. @defaultValue the system clock */
   clock?: Clock;
+  /**
+   * Take the single-writer lock (`<file>.lock`). Readers such as `status` and `verify` pass false.
+   * @defaultValue true
+   */
+  lock?: boolean;
 }
 
 const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
@@ -102,7 +110,11 @@ export class Mirror {
   private readonly clock: Clock;
   private readonly st: Record<string, Statement>;
 
-  private constructor(db: Db, clock: Clock) {
+  private constructor(
+    db: Db,
+    clock: Clock,
+    private readonly release: () => void,
+  ) {
     this.db = db;
     this.clock = clock;
     this.st = this.prepare();
@@ -113,28 +125,36 @@ export class Mirror {
    *
    * @param file - path of the SQLite file; its directory is created
    * @throws {@link StoreError} naming the file when it cannot be opened, is not a convo-mirror
-   *   database, or was written by a newer version
+   *   database, was written by a newer version, or another live process holds its writer lock
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
     let db: Db;
+    let release = () => {};
     try {
       if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+    } catch (err) {
+      throw new StoreError(`cannot create the directory of the mirror ${file}: ${(err as Error).message}`, { file }, err);
+    }
+    if (file !== ':memory:' && opts.lock !== false) release = acquireWriterLock(path.resolve(file));
+    try {
       db = new Database(file);
       db.pragma('journal_mode = WAL');
       db.pragma('synchronous = FULL');
       db.pragma('busy_timeout = 10000');
       db.pragma('foreign_keys = ON');
     } catch (err) {
+      release();
       throw new StoreError(`cannot open the mirror ${file}: ${(err as Error).message}`, { file }, err);
     }
     try {
       Mirror.migrate(db, file);
     } catch (err) {
       db.close();
+      release();
       if (err instanceof StoreError) throw err;
       throw new StoreError(`cannot migrate the mirror ${file}: ${(err as Error).message}`, { file }, err);
     }
-    return new Mirror(db, opts.clock ?? systemClock);
+    return new Mirror(db, opts.clock ?? systemClock, release);
   }
 
   private static migrate(db: Db, file: string): void {
@@ -184,9 +204,8 @@ export class Mirror {
         VALUES (@account_id, @id, @raw, @now, @now)
         ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL
         WHERE conversations.raw IS NOT excluded.raw OR conversations.deleted_at IS NOT NULL`),
-      ensureConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, NULL, ?, ?)
-                             ON CONFLICT (account_id, id) DO NOTHING`),
-      getCheckpoint: p(`SELECT next_page, total_count FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
+      insertConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?)`),
+      getCheckpoint: p(`SELECT next_page, total_count, updated_at FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
       crawlIds: p(`SELECT page, ids FROM crawl_pages WHERE account_id = ? AND conversation_id = ? ORDER BY page`),
       saveCheckpoint: p(`
         INSERT INTO checkpoints (account_id, conversation_id, next_page, total_count, crawl_started_at, run_id, updated_at)
@@ -272,6 +291,23 @@ export class Mirror {
     return counts;
   }
 
+  /**
+   * Makes sure a conversation synced by id (never listed) has a row, and that the exports know it:
+   * its `raw` is `{"id": ...}` (the only field we know) with an `insert` change; the next listing
+   * replaces it with the object as served (an `update`). Call inside a transaction.
+   */
+  private ensureConversation(accountId: string, conversationId: string, now: string, runId: number | null): void {
+    if (this.st.getConversation!.get(accountId, conversationId)) return;
+    const obj = { id: conversationId };
+    this.st.insertConversation!.run(accountId, conversationId, JSON.stringify(obj), now, now);
+    this.st.insertChange!.run('conversations', 'insert', accountId, conversationId, conversationId, now, runId, conversationLine('insert', now, accountId, conversationId, obj));
+  }
+
+  /** Whether the mirror has a row (live or tombstoned) for this conversation. */
+  hasConversation(accountId: string, conversationId: string): boolean {
+    return this.st.getConversation!.get(accountId, conversationId) !== undefined;
+  }
+
   /** Ids of conversations mirrored and not tombstoned. */
   liveConversationIds(accountId: string): string[] {
     return (
@@ -310,7 +346,9 @@ export class Mirror {
 
   /** The committed checkpoint of an unfinished crawl, if any. */
   loadCheckpoint(accountId: string, conversationId: string): Checkpoint | undefined {
-    const cp = this.st.getCheckpoint!.get(accountId, conversationId) as { next_page: number; total_count: number } | undefined;
+    const cp = this.st.getCheckpoint!.get(accountId, conversationId) as
+      | { next_page: number; total_count: number; updated_at: string }
+      | undefined;
     if (!cp) return undefined;
     const seenIds = new Set<string>();
     let lastPageIds: string[] = [];
@@ -319,7 +357,7 @@ export class Mirror {
       for (const id of ids) seenIds.add(id);
       if (row.page === cp.next_page - 1) lastPageIds = ids;
     }
-    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds };
+    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at) };
   }
 
   /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */
@@ -342,7 +380,7 @@ export class Mirror {
     const now = isoNow(this.clock);
     const offset = (page.page - 1) * PER_PAGE;
     this.db.transaction(() => {
-      this.st.ensureConversation!.run(accountId, conversationId, now, now);
+      this.ensureConversation(accountId, conversationId, now, runId);
       const ids: string[] = [];
       page.data.forEach((m, i) => {
         const obj = page.raw[i]!;
@@ -406,7 +444,7 @@ export class Mirror {
       const seen = this.db
         .prepare(`SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`)
         .get(accountId, conversationId) as { n: number };
-      this.st.ensureConversation!.run(accountId, conversationId, now, now);
+      this.ensureConversation(accountId, conversationId, now, runId);
       this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
       this.st.clearCheckpoint!.run(accountId, conversationId);
       this.st.clearCrawlPages!.run(accountId, conversationId);
@@ -415,6 +453,11 @@ export class Mirror {
   }
 
   // ---------------------------------------------------------------- reading
+
+  /** This mirror's random id (32 hex digits), fixed at creation. */
+  mirrorId(): string {
+    return (this.db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`).get() as { value: string }).value;
+  }
 
   /** Row counts for `status`. */
   counts(): Record<string, number> {
@@ -434,8 +477,9 @@ export class Mirror {
     };
   }
 
-  /** Closes the database (checkpointing the WAL). */
+  /** Closes the database (checkpointing the WAL) and releases the writer lock. */
   close(): void {
     if (this.db.open) this.db.close();
+    this.release();
   }
 }

@@ -9,10 +9,11 @@
  *   page 1 (bounded: `maxRestarts`). If `total_count` grows, paging simply continues.
  * - After a complete crawl, messages no longer served are tombstoned (`deleted_at`), never deleted.
  * - A 404 tombstones the conversation and its messages: the API says it is gone; that is a result,
- *   not a failure.
+ *   not a failure. A 404 for a conversation never mirrored is a {@link NotFoundError}.
+ * - Checkpoints resume only when `resume` is not false and they are younger than `checkpointMaxAgeMs`.
  * - Any other failure leaves everything mirrored as it was (and the checkpoint, to resume from).
  */
-import { AuthError, DriftError, HttpError } from '../errors.js';
+import { AuthError, DriftError, HttpError, NotFoundError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
 
 /** Outcome of one conversation. */
@@ -65,7 +66,16 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
   };
 
   for (;;) {
-    const checkpoint = mirror.loadCheckpoint(accountId, conversationId);
+    let checkpoint = mirror.loadCheckpoint(accountId, conversationId);
+    if (checkpoint && result.restarts === 0) {
+      const age = deps.clock.now() - checkpoint.updatedAt;
+      const maxAge = opts.checkpointMaxAgeMs ?? 86_400_000;
+      if (opts.resume === false || !(age <= maxAge)) {
+        log.info({ page: checkpoint.nextPage, age_ms: age, full: opts.resume === false }, 'discarding checkpoint: crawling from page 1');
+        mirror.resetCrawl(accountId, conversationId);
+        checkpoint = undefined;
+      }
+    }
     if (checkpoint && result.restarts === 0) {
       result.resumed = true;
       log.info({ page: checkpoint.nextPage }, 'resuming crawl from checkpoint');
@@ -126,6 +136,13 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
         continue;
       }
       if (err instanceof HttpError && err.status === 404 && !(err instanceof AuthError)) {
+        if (!mirror.hasConversation(accountId, conversationId)) {
+          // Never mirrored (e.g. a mistyped --conversation id): nothing to tombstone; say so.
+          throw new NotFoundError(`conversation ${conversationId} not found: ${err.message}; nothing was mirrored`, {
+            conversation_id: conversationId,
+            path: err.path,
+          });
+        }
         const gone = mirror.tombstoneConversation(accountId, conversationId, runId);
         result.status = 'deleted';
         result.deleted += gone.messages;

@@ -3,17 +3,22 @@
  * its start, end, status, counts, requests, retries and failures stored in `runs`/`run_failures`,
  * so every run is provable after the fact.
  */
-import { AuthError, describeError, type ConvoMirrorError } from '../errors.js';
+import { RunError, describeError, type ConvoMirrorError } from '../errors.js';
 import { publishChanges, type ExportResult } from '../export/exporter.js';
 import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
 import { newProgress, type SyncDeps } from './types.js';
 import { PER_PAGE } from '../api/client.js';
+// Referenced by the TSDoc above.
+export type { AuthError, ConfigError, ExportError } from '../errors.js';
 
 /** Options of {@link runSync}. */
 export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
   /** Sync only these conversations (every page of each); omitted = the whole workspace. */
   conversationIds?: string[] | undefined;
-  /** Requested full refresh (every page of every conversation). Today every sync is a full refresh. */
+  /**
+   * Full refresh: every page of every conversation, no crawl resumed from a checkpoint. Without it,
+   * a crawl interrupted in the last 24 h continues from its checkpoint. @defaultValue false
+   */
   full?: boolean;
   /** Root directory of the JSONL exports. */
   exportDir: string;
@@ -46,8 +51,9 @@ export interface RunSummary {
 /**
  * Runs one recorded sync and publishes its changes.
  *
- * @throws {@link AuthError} when the API rejects the credentials (the run is recorded as failed,
- *   whatever was committed before is still exported); {@link ExportError} when publication fails
+ * @throws {@link RunError} (with the run's summary; its `cause` is the {@link AuthError},
+ *   {@link ConfigError} or {@link ExportError} that stopped the run). The run is recorded as failed;
+ *   whatever was committed before the error is still exported.
  */
 export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSummary> {
   const started = deps.clock.now();
@@ -61,7 +67,8 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
   let result: WorkspaceResult | undefined;
   let fatal: unknown;
   try {
-    const wsOpts = { ...opts, runId, progress, logger: log };
+    // A full refresh re-reads every page: no crawl continues from a checkpoint.
+    const wsOpts = { ...opts, runId, progress, logger: log, resume: opts.resume ?? !opts.full };
     const d = { ...deps, logger: log };
     result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);
   } catch (err) {
@@ -140,8 +147,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     { status, duration_ms: summary.durationMs, requests: summary.requests, minimum_requests: minimumRequests, export_lines: summary.export.lines },
     'run finished',
   );
-  if (firstError) throw firstError;
+  if (firstError) throw new RunError(summary, firstError);
   return summary;
 }
 
-export { AuthError };

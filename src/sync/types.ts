@@ -48,6 +48,13 @@ export interface SyncOptions {
   maxRestarts?: number;
   /** Counters to update while running. */
   progress?: SyncProgress;
+  /**
+   * Continue unfinished crawls from their checkpoint (`false`: every crawl starts at page 1, as a
+   * full refresh must). @defaultValue true
+   */
+  resume?: boolean;
+  /** Checkpoints older than this (ms) are discarded and the crawl starts over. @defaultValue 86400000 (24 h) */
+  checkpointMaxAgeMs?: number;
   /** Stops taking new conversations when aborted. */
   signal?: AbortSignal | undefined;
 }

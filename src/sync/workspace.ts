@@ -3,17 +3,15 @@
  * number in flight (design: src/sync/).
  *
  * The order of `GET /v1/conversations` is not documented and may shift while we page (a busy
- * conversation can jump to page 1), so the listing repeats until it is trustworthy:
- * - a pass is *consistent* when every page reported the same `meta.total_count`, no id appeared
- *   twice, and it saw at least `total_count` distinct ids — one consistent pass is enough;
- * - otherwise passes repeat until one pass sees no id not seen before and at least
- *   `meta.total_count` ids have been seen, up to `maxListPasses` (then a warning is logged and the
- *   run records the listing as unconfirmed).
+ * conversation can jump to page 1; one can be deleted while another is added, leaving
+ * `total_count` unchanged), so listing repeats until one pass sees no id not seen before and at
+ * least `meta.total_count` ids have been seen: at least two passes, at most `maxListPasses`. A
+ * listing that never gets there is reported as a failure (the run is `partial`, exit 1).
  * Conversations start crawling as soon as they are listed. Conversations in the mirror that the
  * listing no longer shows are crawled too: a 404 tombstones them, anything else mirrors them.
  */
 import pLimit from 'p-limit';
-import { AuthError, ConvoMirrorError, describeError } from '../errors.js';
+import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
 import { newProgress, type SyncDeps, type SyncOptions } from './types.js';
 
@@ -54,7 +52,8 @@ export const LIST_FAILURE_ID = '(conversation list)';
  *
  * @returns per-conversation results and failures; conversations that fail after retries are
  *   reported, the others go on
- * @throws {@link AuthError} as soon as the API rejects the credentials (nothing more is attempted)
+ * @throws {@link AuthError} as soon as the API rejects the credentials (nothing more is attempted);
+ *   {@link ConfigError} when the conversation list answers 404 (wrong base URL)
  */
 export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Promise<WorkspaceResult> {
   const log = deps.logger;
@@ -98,13 +97,19 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       }
       const consistent = totals.size <= 1 && !duplicate && passIds.size >= lastTotal;
       log.info({ pass: out.listPasses, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
-      if ((out.listPasses === 1 && consistent) || (out.listPasses > 1 && fresh === 0 && seen.size >= lastTotal)) {
+      if (out.listPasses > 1 && fresh === 0 && seen.size >= lastTotal) {
         out.listConfirmed = true;
         break;
       }
     }
     if (!out.listConfirmed && !crawl.stopped) {
       log.warn({ passes: out.listPasses, seen: seen.size }, 'the conversation list kept shifting; listing not confirmed complete');
+      crawl.failures.push({
+        id: LIST_FAILURE_ID,
+        error: new DriftError(`the conversation list kept shifting: not confirmed complete after ${out.listPasses} passes (${seen.size} ids seen)`, {
+          passes: out.listPasses,
+        }),
+      });
     }
     out.conversationsListed = seen.size;
     if (!crawl.stopped) {
@@ -115,7 +120,12 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     }
   } catch (err) {
     if (err instanceof AuthError) crawl.stop(err);
-    else {
+    else if (err instanceof HttpError && err.status === 404) {
+      // The list endpoint itself is missing: the base URL is wrong, not a transient failure.
+      crawl.stop(
+        new ConfigError('CONVO_MIRROR_BASE_URL', `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`),
+      );
+    } else {
       log.error({ err: describeError(err), code: (err as ConvoMirrorError).code }, 'listing conversations failed');
       crawl.failures.push({ id: LIST_FAILURE_ID, error: err as Error });
     }
@@ -151,7 +161,8 @@ class Crawler {
   readonly failures: ConversationFailure[] = [];
   private readonly limit: ReturnType<typeof pLimit>;
   private readonly tasks: Promise<void>[] = [];
-  private authError: AuthError | undefined;
+  /** The error that stops the whole run (bad credentials or configuration). */
+  private authError: AuthError | ConfigError | undefined;
 
   constructor(
     private readonly deps: SyncDeps,
@@ -164,7 +175,7 @@ class Crawler {
     return this.authError !== undefined || this.opts.signal?.aborted === true;
   }
 
-  stop(err: AuthError): void {
+  stop(err: AuthError | ConfigError): void {
     this.authError ??= err;
   }
 
