@@ -421,3 +421,64 @@ describe('publishChanges', () => {
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 });
+
+describe('one export directory per mirror', () => {
+  it('a recreated mirror refuses an export directory written by another, and no published byte changes', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 4]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const before = jsonlFiles(h.exportDir);
+    expect(before.size).toBeGreaterThan(0);
+    // A fresh mirror (its seq restarts at 1) pointed at the same export directory.
+    const { Mirror } = await import('../src/store/mirror.js');
+    const other = Mirror.open(path.join(h.dir, 'other.sqlite'));
+    try {
+      await syncWorkspace({ ...h.deps, mirror: other }, { accountId: ACCOUNT_ID, runId: null });
+      expect(() => publishChanges(other, { exportDir: h.exportDir })).toThrowError(/holds the exports of another mirror/);
+    } finally {
+      other.close();
+    }
+    const after = jsonlFiles(h.exportDir);
+    expect([...after.keys()]).toEqual([...before.keys()]);
+    for (const [k, v] of before) expect(after.get(k)!.equals(v), k).toBe(true);
+  });
+
+  it('never replaces a published file with different bytes, even without a manifest', async () => {
+    const ws = FakeWorkspace.fromCounts([30]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const files = jsonlFiles(h.exportDir);
+    const [rel, bytes] = [...files.entries()].find(([k]) => k.startsWith('messages/'))!;
+    // Simulate the batch being planned again while a different file already sits at its name.
+    fs.rmSync(path.join(h.exportDir, MANIFEST));
+    fs.writeFileSync(path.join(h.exportDir, rel), 'not what the mirror would write\n');
+    const batch = h.mirror.db.prepare(`SELECT id, first_seq FROM export_batches ORDER BY id DESC LIMIT 1`).get() as { id: number; first_seq: number };
+    h.mirror.db.prepare(`UPDATE export_batches SET published_at = NULL WHERE id = ?`).run(batch.id);
+    h.mirror.db.prepare(`UPDATE export_state SET watermark = ?`).run(batch.first_seq - 1);
+    expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(/refusing to replace the published export file/);
+    expect(fs.readFileSync(path.join(h.exportDir, rel), 'utf8')).toBe('not what the mirror would write\n');
+    expect(bytes.length).toBeGreaterThan(0);
+    // The watermark did not move.
+    expect(h.mirror.counts().export_watermark).toBe(batch.first_seq - 1);
+  });
+});
+
+describe('replay after a sync of named conversations', () => {
+  it('the conversation row created by a named sync has an export line, so replay still equals the mirror', async () => {
+    const ws = FakeWorkspace.fromCounts([12, 3]);
+    const h = await start({ workspace: ws });
+    const target = ws.list()[0]!;
+    await h.sync({ conversationIds: [target.id] });
+    const convLines = readExportLines(h.exportDir, 'conversations');
+    expect(convLines.map((l) => [l.op, l.id, l['data']])).toEqual([['insert', target.id, { id: target.id }]]);
+    const live = h.mirror.db.prepare(`SELECT id FROM conversations WHERE deleted_at IS NULL`).all() as { id: string }[];
+    expect([...replay(convLines, 'conversations').keys()]).toEqual(live.map((r) => `${ACCOUNT_ID}/${r.id}`));
+    // A later full sync replaces the placeholder with the object as served: an update line.
+    await h.sync();
+    const after = readExportLines(h.exportDir, 'conversations').filter((l) => l.id === target.id);
+    expect(after.map((l) => l.op)).toEqual(['insert', 'update']);
+    expect(after[1]!['data']).toEqual(target.data);
+    const eq = mirrorEqualsFake(h.mirror, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+  });
+});

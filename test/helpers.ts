@@ -118,16 +118,18 @@ export function mirrorEqualsFake(mirror: Mirror, ws: FakeWorkspace, accountId = 
   const b = fakeMessages(ws);
   const missing = [...b.keys()].filter((k) => a.get(k) !== b.get(k));
   const extra = [...a.keys()].filter((k) => !b.has(k));
-  const convs = new Set(
-    (mirror.db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL`).all(accountId) as { id: string }[]).map((r) => r.id),
+  const convs = new Map(
+    (mirror.db.prepare(`SELECT id, raw FROM conversations WHERE account_id = ? AND deleted_at IS NULL`).all(accountId) as { id: string; raw: string }[]).map(
+      (r) => [r.id, r.raw],
+    ),
   );
-  const fakeConvs = new Set(ws.list().map((c) => c.id));
-  const convMissing = [...fakeConvs].filter((id) => !convs.has(id));
-  const convExtra = [...convs].filter((id) => !fakeConvs.has(id));
+  const fakeConvs = new Map(ws.list().map((c) => [c.id, JSON.stringify(c.data)]));
+  const convMissing = [...fakeConvs.keys()].filter((id) => convs.get(id) !== fakeConvs.get(id));
+  const convExtra = [...convs.keys()].filter((id) => !fakeConvs.has(id));
   const ok = missing.length === 0 && extra.length === 0 && convMissing.length === 0 && convExtra.length === 0;
   return {
     ok,
-    detail: `messages missing/different ${missing.length} ${missing.slice(0, 3).join(',')}; extra ${extra.length} ${extra.slice(0, 3).join(',')}; conversations missing ${convMissing.length}, extra ${convExtra.length}`,
+    detail: `messages missing/different ${missing.length} ${missing.slice(0, 3).join(',')}; extra ${extra.length} ${extra.slice(0, 3).join(',')}; conversations missing/different ${convMissing.length}, extra ${convExtra.length}`,
   };
 }
 

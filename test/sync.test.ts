@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace, type FakeConversation } from '../src/fake-api/index.js';
-import { AuthError, RunError } from '../src/errors.js';
+import { AuthError, ConfigError, RunError } from '../src/errors.js';
 import { ACCOUNT_ID, API_KEY, harness, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
 
 const open: Harness[] = [];
@@ -217,7 +217,7 @@ describe('changes during a crawl', () => {
       .all(victim) as { op: string }[];
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete']);
     // the shifted messages were not reported as changed
-    const updates = h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log WHERE op = 'update'`).get() as { n: number };
+    const updates = h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log WHERE stream = 'messages' AND op = 'update'`).get() as { n: number };
     expect(updates.n).toBe(0);
     const c = h.mirror.db.prepare(`SELECT message_count FROM conversations WHERE id = ?`).get(conv.id) as { message_count: number };
     expect(c.message_count).toBe(249);
@@ -520,5 +520,116 @@ describe('checkpoints', () => {
     const v = messageRows(h, conv.id).find((r) => r.id === victim)!;
     expect(v.deleted_at).not.toBeNull();
     expect(messageRows(h, conv.id).filter((r) => r.deleted_at === null).map((r) => r.position)).toEqual([...Array(349).keys()]);
+  });
+});
+
+describe('review regressions', () => {
+  it('a conversation deleted and another added while the list is paged (total unchanged) are both handled', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(250).fill(2));
+    const h = await start({ workspace: ws });
+    const doomed = ws.list()[5]!.id;
+    let added: string | undefined;
+    h.fake.beforeServe((req) => {
+      if (!added && req.path === '/v1/conversations' && req.query['page'] === '2') {
+        ws.deleteConversation(doomed);
+        added = ws.addConversation(3, 'front').id;
+      }
+    });
+    const s = await h.sync();
+    expect(added).toBeDefined();
+    expectExact(h);
+    expect(s.status).toBe('succeeded');
+    expect(s.listConfirmed).toBe(true);
+    expect(s.listPasses).toBeGreaterThanOrEqual(2);
+    expect(messageRows(h, added!).length).toBe(3);
+    const gone = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(doomed) as { deleted_at: string | null } | undefined;
+    // Either never mirrored, or mirrored then tombstoned: never live.
+    if (gone) expect(gone.deleted_at).not.toBeNull();
+  });
+
+  it('a conversation crawled in this run and deleted before the confirming pass is re-checked and tombstoned', async () => {
+    const ws = FakeWorkspace.fromCounts([2, 2, 2]);
+    const h = await start({ workspace: ws });
+    const doomed = ws.list()[1]!.id;
+    // Both list passes answer slowly, so the doomed conversation is crawled between them.
+    h.fake.injectFault({ kind: 'slow', delayMs: 300, match: { path: '/v1/conversations' }, times: 2 });
+    let deleted = false;
+    h.fake.beforeServe((req) => {
+      if (!deleted && req.path === msgPath(doomed)) {
+        deleted = true;
+        setTimeout(() => ws.deleteConversation(doomed), 0); // after this request is answered
+      }
+    });
+    const s = await h.sync();
+    expect(deleted).toBe(true);
+    expectExact(h);
+    expect(s.status).toBe('succeeded');
+    expect(s.conversations.deleted).toBe(1);
+    expect(messageRequests(h, doomed).map((r) => r.status)).toEqual([200, 404]);
+    const row = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(doomed) as { deleted_at: string | null };
+    expect(row.deleted_at).not.toBeNull();
+  });
+
+  it('sync --full ignores a checkpoint and re-reads every page, catching an edit on an early page', async () => {
+    const ws = FakeWorkspace.fromCounts([450]);
+    const h = await start({ workspace: ws });
+    const conv = ws.list()[0]!;
+    h.fake.injectFault({ kind: 'status', status: 400, match: { path: msgPath(conv.id), page: 3 }, times: Infinity });
+    expect((await h.sync()).status).toBe('partial');
+    h.fake.clearFaults();
+    const edited = conv.messages[5]!.id;
+    ws.editMessage(conv.id, edited, 'edited while the crawl was interrupted');
+    const before = h.fake.requests.length;
+    const s = await h.sync({ full: true });
+    expect(s.status).toBe('succeeded');
+    expect(messageRequests(h, conv.id, before).map((r) => Number(r.query['page']))).toEqual([1, 2, 3, 4, 5]);
+    expectExact(h);
+    expect(s.messages.updated).toBe(1);
+    const ops = h.mirror.db.prepare(`SELECT op FROM change_log WHERE record_id = ? ORDER BY seq`).all(edited) as { op: string }[];
+    expect(ops.map((o) => o.op)).toEqual(['insert', 'update']);
+  });
+
+  it('a checkpoint older than 24 h is discarded: the crawl starts at page 1', async () => {
+    const ws = FakeWorkspace.fromCounts([450]);
+    let offset = 0;
+    const clock = { now: () => Date.now() + offset, sleep: (ms: number) => new Promise<void>((r) => setTimeout(r, ms)) };
+    const h = await start({ workspace: ws, clock });
+    const conv = ws.list()[0]!;
+    h.fake.injectFault({ kind: 'status', status: 400, match: { path: msgPath(conv.id), page: 3 }, times: Infinity });
+    await h.sync();
+    h.fake.clearFaults();
+    offset = 25 * 3600 * 1000;
+    const before = h.fake.requests.length;
+    expect((await h.sync()).status).toBe('succeeded');
+    expect(messageRequests(h, conv.id, before).map((r) => Number(r.query['page']))).toEqual([1, 2, 3, 4, 5]);
+    expectExact(h);
+  });
+
+  it('a named conversation that the API does not know fails as NOT_FOUND, and nothing is tombstoned', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const h = await start({ workspace: ws });
+    const unknown = '00000000-0000-4000-8000-00000000abcd';
+    const s = await h.sync({ conversationIds: [unknown] });
+    expect(s.status).toBe('partial');
+    expect(s.failures.map((f) => [f.id, f.code])).toEqual([[unknown, 'NOT_FOUND']]);
+    expect(s.conversations.deleted).toBe(0);
+    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM conversations`).get()).toEqual({ n: 0 });
+  });
+
+  it('the conversation list answering 404 (wrong base URL) stops the run with a ConfigError', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const h = await start({ workspace: ws, client: { baseUrl: 'http://127.0.0.1:1/unused' } });
+    // Point a fresh client at a wrong path prefix of the same fake.
+    const { ApiClient } = await import('../src/api/client.js');
+    const api = new ApiClient({ baseUrl: `${h.fake.url}/wrong-prefix`, apiKey: API_KEY, accountId: ACCOUNT_ID, maxRps: 0 });
+    const { runSync } = await import('../src/sync/run.js');
+    const err = await runSync({ ...h.deps, api }, { accountId: ACCOUNT_ID, exportDir: h.exportDir }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await api.close();
+    expect(err).toBeInstanceOf(RunError);
+    expect((err as RunError).cause).toBeInstanceOf(ConfigError);
+    expect(String((err as RunError).message)).toMatch(/CONVO_MIRROR_BASE_URL/);
   });
 });

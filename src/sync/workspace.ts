@@ -7,8 +7,9 @@
  * `total_count` unchanged), so listing repeats until one pass sees no id not seen before and at
  * least `meta.total_count` ids have been seen: at least two passes, at most `maxListPasses`. A
  * listing that never gets there is reported as a failure (the run is `partial`, exit 1).
- * Conversations start crawling as soon as they are listed. Conversations in the mirror that the
- * listing no longer shows are crawled too: a 404 tombstones them, anything else mirrors them.
+ * Conversations start crawling as soon as the first pass lists them; each later pass starts when the
+ * crawls before it are done. Conversations in the mirror that the
+ * confirming pass no longer shows are crawled (again) too: a 404 tombstones them.
  */
 import pLimit from 'p-limit';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, describeError } from '../errors.js';
@@ -70,10 +71,17 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
   };
   const maxPasses = opts.maxListPasses ?? 5;
   const seen = new Set<string>();
+  let lastPass = new Set<string>();
   try {
     while (out.listPasses < maxPasses && !crawl.stopped) {
+      // Later passes start once the crawls scheduled so far are done, so the conversation objects
+      // they store are at least as fresh as the messages just crawled, and conversations created
+      // meanwhile are found.
+      if (out.listPasses > 0) await crawl.idle();
+      if (crawl.stopped) break;
       out.listPasses++;
       const passIds = new Set<string>();
+      lastPass = passIds;
       const totals = new Set<number>();
       let duplicate = false;
       let fresh = 0;
@@ -112,10 +120,11 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       });
     }
     out.conversationsListed = seen.size;
-    if (!crawl.stopped) {
-      // Mirrored conversations the listing no longer shows: check each (404 tombstones it).
+    if (!crawl.stopped && out.listConfirmed) {
+      // Mirrored conversations the final pass no longer shows: check each again, even if this run
+      // crawled it already (it may have been deleted since); a 404 tombstones it.
       for (const id of deps.mirror.liveConversationIds(opts.accountId)) {
-        if (!seen.has(id)) crawl.enqueue(id);
+        if (!lastPass.has(id)) crawl.enqueue(id, { again: true });
       }
     }
   } catch (err) {
@@ -132,6 +141,7 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     out.conversationsListed = seen.size;
   }
   await crawl.drain();
+  out.results = crawl.results;
   return out;
 }
 
@@ -157,7 +167,7 @@ export async function syncConversations(deps: SyncDeps, ids: string[], opts: Wor
 
 /** Runs conversation crawls with a concurrency cap; stops everything on an auth error. */
 class Crawler {
-  readonly results: ConversationResult[] = [];
+  private readonly resultsById = new Map<string, ConversationResult>();
   readonly failures: ConversationFailure[] = [];
   private readonly limit: ReturnType<typeof pLimit>;
   private readonly tasks: Promise<void>[] = [];
@@ -171,6 +181,11 @@ class Crawler {
     this.limit = pLimit(opts.concurrency ?? 4);
   }
 
+  /** One result per conversation (the last crawl's). */
+  get results(): ConversationResult[] {
+    return [...this.resultsById.values()];
+  }
+
   get stopped(): boolean {
     return this.authError !== undefined || this.opts.signal?.aborted === true;
   }
@@ -179,9 +194,20 @@ class Crawler {
     this.authError ??= err;
   }
 
-  enqueue(id: string): void {
+  /** Crawl of each conversation enqueued so far (never two crawls of one conversation at once). */
+  private readonly byId = new Map<string, Promise<void>>();
+
+  /**
+   * Schedules a crawl of `id`. A conversation already scheduled is not crawled twice, unless
+   * `again` is set: then it is crawled once more after the earlier crawl has finished.
+   */
+  enqueue(id: string, opts: { again?: boolean } = {}): void {
+    const earlier = this.byId.get(id);
+    if (earlier && !opts.again) return;
     this.opts.progress.conversationsTotal++;
-    this.tasks.push(this.limit(() => this.run(id)));
+    const task = (earlier ?? Promise.resolve()).then(() => this.limit(() => this.run(id)));
+    this.byId.set(id, task);
+    this.tasks.push(task);
   }
 
   private async run(id: string): Promise<void> {
@@ -189,7 +215,7 @@ class Crawler {
     const progress = this.opts.progress;
     try {
       const r = await syncConversation(this.deps, id, this.opts);
-      this.results.push(r);
+      this.resultsById.set(r.id, r); // a conversation crawled again: its last result counts
     } catch (err) {
       if (err instanceof AuthError) {
         this.stop(err);
@@ -208,6 +234,14 @@ class Crawler {
       );
     } finally {
       progress.conversationsDone++;
+    }
+  }
+
+  /** Waits until every crawl enqueued so far has finished (never throws). */
+  async idle(): Promise<void> {
+    for (let n = -1; n !== this.tasks.length; ) {
+      n = this.tasks.length;
+      await Promise.all(this.tasks);
     }
   }
 

@@ -1,0 +1,412 @@
+/**
+ * The CLI as a process under faults: a second writer, SIGKILL in the middle of export publication,
+ * SIGINT during a long Retry-After, secrets at trace level, and configuration mistakes. Each test
+ * spawns `node dist/src/cli.js` (built by `npm test`) against the fake API in this process, on
+ * 127.0.0.1, with real SQLite and export files in temp dirs. Every wait is bounded and every child
+ * is killed afterwards.
+ */
+import { describe, it, expect, beforeAll, afterEach } from 'vitest';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { Mirror } from '../src/store/mirror.js';
+import { ACCOUNT_ID, API_KEY, mirrorEqualsFake, readExportLines, tempDir } from './helpers.js';
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
+
+interface Ran {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  /** Wall time from spawn to close, ms. */
+  ms: number;
+}
+
+interface Started {
+  child: ChildProcess;
+  /** Resolves when the child closes; rejects (after SIGKILLing it) when it outlives its time limit. */
+  done: Promise<Ran>;
+}
+
+/** Children still running; afterEach SIGKILLs whatever a test left behind. */
+const live = new Set<ChildProcess>();
+
+function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    CI: 'true',
+    CONVO_MIRROR_BASE_URL: fake.url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '2',
+    LOG_LEVEL: 'info',
+  };
+  for (const [k, v] of Object.entries(extra)) {
+    if (v === undefined) delete env[k];
+    else env[k] = v;
+  }
+  return env;
+}
+
+/** Spawns the CLI; `timeoutMs` bounds its life. */
+function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
+  const t0 = Date.now();
+  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  live.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d) => (stdout += d));
+  child.stderr!.on('data', (d) => (stderr += d));
+  const done = new Promise<Ran>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`convo-mirror ${args.join(' ')} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
+    }, timeoutMs);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      live.delete(child);
+      reject(err);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
+    });
+  });
+  return { child, done };
+}
+
+const run = (args: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => start(args, env, timeoutMs).done;
+
+/** Polls `pred` every 10 ms; rejects naming `what` after `timeoutMs`. */
+async function waitFor(pred: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!pred()) {
+    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Every file below `root`: path relative to root (`/`-separated) → bytes. */
+function snapshot(root: string): Map<string, Buffer> {
+  const out = new Map<string, Buffer>();
+  const walk = (rel: string) => {
+    const abs = path.join(root, rel);
+    if (!fs.existsSync(abs)) return;
+    for (const e of fs.readdirSync(abs, { withFileTypes: true })) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(r);
+      else out.set(r, fs.readFileSync(path.join(root, r)));
+    }
+  };
+  walk('');
+  return out;
+}
+
+/** Opens the mirror read-only-ish (no writer lock) for assertions. */
+function withMirror<T>(dbPath: string, f: (m: Mirror) => T): T {
+  const m = Mirror.open(dbPath, { lock: false });
+  try {
+    return f(m);
+  } finally {
+    m.close();
+  }
+}
+
+beforeAll(() => {
+  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
+});
+
+afterEach(async () => {
+  const left = [...live];
+  for (const c of left) c.kill('SIGKILL');
+  await Promise.all(
+    left.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : within(new Promise((r) => c.once('close', r)), 5000, 'killing a leftover child'))),
+  );
+});
+
+describe('one writer per mirror file', () => {
+  it('refuses a second sync naming the file and the holder, lets status read, and takes over the lock of a SIGKILLed holder', async () => {
+    const ws = FakeWorkspace.generate({ seed: 11, conversations: 40 });
+    const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+    const dir = tempDir();
+    const env = cliEnv(fake, dir);
+    const db = path.join(dir, 'mirror.sqlite');
+    const lockFile = `${db}.lock`;
+    let first: Started | undefined;
+    try {
+      // One messages request hangs for 20 s: the first sync holds the lock until we kill it.
+      fake.injectFault({ kind: 'slow', delayMs: 20_000, match: { path: /\/messages$/ }, times: 1 });
+      first = start(['sync'], env);
+      const holder = first.child.pid!;
+      // The lock is taken before the first request, so the hung request proves the lock is held.
+      await waitFor(() => fake.requests.some((r) => /\/messages$/.test(r.path) && r.status === 0), 10_000, 'the first sync to hit the slow request');
+      expect(first.child.exitCode).toBeNull();
+      expect(JSON.parse(fs.readFileSync(lockFile, 'utf8')).pid).toBe(holder);
+
+      const second = await run(['sync'], env, 10_000);
+      expect(second.code, second.stderr).toBe(2);
+      expect(second.stderr).toContain(`the mirror ${db} is in use by process ${holder}`);
+      expect(second.ms).toBeLessThan(5000);
+      // The refusal did not disturb the holder or its lock.
+      expect(first.child.exitCode).toBeNull();
+      expect(JSON.parse(fs.readFileSync(lockFile, 'utf8')).pid).toBe(holder);
+
+      // Readers take no lock: status works while the writer runs, and sees its run.
+      const st = await run(['status', '--json'], env, 10_000);
+      expect(st.code, st.stderr).toBe(0);
+      const status = JSON.parse(st.stdout) as { runs: { id: number; status: string }[] };
+      expect(status.runs[0]!.status).toBe('running');
+
+      // SIGKILL the holder: its lock file stays, naming a dead pid.
+      first.child.kill('SIGKILL');
+      const killed = await first.done;
+      expect(killed.signal).toBe('SIGKILL');
+      expect(fs.existsSync(lockFile)).toBe(true);
+      expect(JSON.parse(fs.readFileSync(lockFile, 'utf8')).pid).toBe(holder);
+
+      // A new sync takes the stale lock over, completes, and releases it.
+      const third = await run(['sync'], env);
+      expect(third.code, third.stderr).toBe(0);
+      expect(third.stderr).not.toContain('in use by process');
+      expect(fs.existsSync(lockFile)).toBe(false);
+      withMirror(db, (m) => {
+        const eq = mirrorEqualsFake(m, ws);
+        expect(eq.ok, eq.detail).toBe(true);
+        const runs = m.db.prepare(`SELECT status FROM runs ORDER BY id`).all() as { status: string }[];
+        expect(runs.map((r) => r.status)).toEqual(['interrupted', 'succeeded']);
+      });
+    } finally {
+      first?.child.kill('SIGKILL');
+      await fake.close();
+    }
+  });
+});
+
+describe('SIGKILL during export publication, then re-run', () => {
+  it('re-publishes the interrupted batch exactly once, leaves no temp file, and never changes a published file', async () => {
+    const ws = FakeWorkspace.generate({ seed: 3, conversations: 150 });
+    const totals = ws.totals();
+    const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+    const dir = tempDir();
+    const db = path.join(dir, 'mirror.sqlite');
+    const exportDir = path.join(dir, 'exports');
+    const env = cliEnv(fake, dir, { LOG_LEVEL: 'warn', CONVO_MIRROR_CONCURRENCY: '8' });
+    const today = new Date().toISOString().slice(0, 10);
+    // The messages partition of today; the conversations partition is written (and renamed) before it.
+    const partition = path.join(exportDir, 'messages', `account=${ACCOUNT_ID}`, `date=${today}`);
+    fs.mkdirSync(partition, { recursive: true });
+    let child: ChildProcess | undefined;
+    let sawTmp: string | undefined;
+    const watcher = fs.watch(partition, (_event, name) => {
+      const n = name === null ? '' : String(name);
+      if (sawTmp === undefined && n.endsWith('.tmp') && child) {
+        sawTmp = n;
+        child.kill('SIGKILL');
+      }
+    });
+    try {
+      const first = start(['sync'], env);
+      child = first.child;
+      const r = await first.done;
+      watcher.close();
+      expect(
+        sawTmp,
+        `no .tmp file appeared in ${partition} (did the UTC day roll over during the run? exit ${r.code}, signal ${r.signal}; stderr: ${r.stderr.slice(-500)})`,
+      ).toBeDefined();
+      expect(r.signal, `the child was not killed during publication: exit ${r.code}`).toBe('SIGKILL');
+      // Killed during publication: the batch is planned, not recorded as published.
+      withMirror(db, (m) => {
+        const pending = m.db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NULL`).get() as { n: number };
+        expect(pending.n).toBe(1);
+        expect((m.db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark).toBe(0);
+      });
+      // What was published (renamed into place) before the kill.
+      const before = new Map([...snapshot(exportDir)].filter(([rel]) => rel.endsWith('.jsonl')));
+      expect([...before.keys()].some((rel) => rel.startsWith(`conversations/account=${ACCOUNT_ID}/date=${today}/`)), [...before.keys()].join(', ')).toBe(true);
+
+      const again = await run(['sync', '--json'], env);
+      expect(again.code, again.stderr).toBe(0);
+      const summary = JSON.parse(again.stdout) as { status: string; export: { resumed: boolean } };
+      expect(summary.status).toBe('succeeded');
+      expect(summary.export.resumed).toBe(true);
+
+      const after = snapshot(exportDir);
+      expect([...after.keys()].filter((rel) => rel.endsWith('.tmp'))).toEqual([]);
+      for (const [rel, bytes] of before) {
+        expect(after.get(rel), `published file ${rel} vanished`).toBeDefined();
+        expect(after.get(rel)!.equals(bytes), `published file ${rel} changed on re-run`).toBe(true);
+      }
+      const v = await run(['verify'], env, 10_000);
+      expect(v.code, v.stderr).toBe(0);
+      expect(v.stdout).toMatch(/exports intact/);
+
+      const msgs = readExportLines(exportDir, 'messages');
+      const convs = readExportLines(exportDir, 'conversations');
+      const allSeqs = [...msgs, ...convs].map((l) => l.seq);
+      expect(new Set(allSeqs).size).toBe(allSeqs.length);
+      expect(msgs.length).toBe(totals.messages);
+      const inserts = new Map<string, number>();
+      for (const l of msgs) if (l.op === 'insert') inserts.set(`${l.conversation_id}/${l.id}`, (inserts.get(`${l.conversation_id}/${l.id}`) ?? 0) + 1);
+      expect(inserts.size).toBe(totals.messages);
+      expect([...inserts.values()].every((n) => n === 1)).toBe(true);
+      const convIds = convs.map((l) => l.id);
+      expect(new Set(convIds).size).toBe(convIds.length);
+      expect(convIds.length).toBe(totals.conversations);
+    } finally {
+      watcher.close();
+      child?.kill('SIGKILL');
+      await fake.close();
+    }
+  });
+});
+
+describe('SIGINT during a long Retry-After', () => {
+  it('stops within 5 s with exit 130, prints an interrupted summary and records the run as interrupted', async () => {
+    const ws = FakeWorkspace.generate({ seed: 7, conversations: 10 });
+    const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+    const dir = tempDir();
+    const db = path.join(dir, 'mirror.sqlite');
+    let s: Started | undefined;
+    try {
+      fake.injectFault({ kind: 'status', status: 429, retryAfter: '60', match: { path: /\/messages$/ }, times: Infinity });
+      s = start(['sync'], cliEnv(fake, dir, { CONVO_MIRROR_MAX_RETRIES: '3' }));
+      await waitFor(() => fake.requests.some((r) => r.status === 429), 10_000, 'the first 429');
+      const t0 = Date.now();
+      s.child.kill('SIGINT');
+      const r = await within(s.done, 5000, 'exiting after SIGINT');
+      expect(Date.now() - t0).toBeLessThan(5000);
+      expect(r.signal, r.stderr).toBeNull();
+      expect(r.code, r.stderr).toBe(130);
+      expect(r.stdout).toMatch(/run 1 \(full\) interrupted/);
+      // A conversation stopped by the shutdown is not a failure.
+      expect(r.stderr).not.toMatch(/^failed: /m);
+      withMirror(db, (m) => {
+        const last = m.db.prepare(`SELECT status FROM runs ORDER BY id DESC LIMIT 1`).get() as { status: string };
+        expect(last.status).toBe('interrupted');
+      });
+      expect(fs.existsSync(`${db}.lock`)).toBe(false);
+    } finally {
+      s?.child.kill('SIGKILL');
+      await fake.close();
+    }
+  });
+});
+
+describe('the API key never reaches stdout or stderr, even at trace level', () => {
+  const SECRET = 'sk-live-7Qx93fA1c2ZZ-secret';
+
+  /** Fails naming where the secret showed up. */
+  function expectNoSecret(r: Ran, secret: string): void {
+    expect(r.stdout.includes(secret), `API key printed on stdout:\n${r.stdout}`).toBe(false);
+    expect(r.stderr.includes(secret), `API key printed on stderr:\n${r.stderr.split('\n').filter((l) => l.includes(secret)).join('\n')}`).toBe(false);
+  }
+
+  const injectRetries = (fake: FakeApi) => {
+    fake.injectFault({ kind: 'drop', match: { path: '/v1/conversations' }, times: 1 });
+    fake.injectFault({ kind: 'status', status: 503, match: { path: /\/messages$/ }, times: 2 });
+  };
+
+  it('during a run with retries (key from the env, then from --api-key), and on an auth failure', async () => {
+    const ws = FakeWorkspace.generate({ seed: 21, conversations: 6 });
+    const fake = await startFakeApi({ workspace: ws, apiKey: SECRET, accountId: ACCOUNT_ID });
+    try {
+      // 1. Key from the environment.
+      injectRetries(fake);
+      const dir1 = tempDir();
+      const fromEnv = await run(['sync'], cliEnv(fake, dir1, { CONVO_MIRROR_API_KEY: SECRET, LOG_LEVEL: 'trace', CONVO_MIRROR_MAX_RETRIES: '3' }));
+      expect(fromEnv.code, fromEnv.stderr).toBe(0);
+      expect(fake.requests.filter((q) => q.status === 'dropped')).toHaveLength(1);
+      expect(fake.requests.filter((q) => q.status === 503)).toHaveLength(2);
+      expect(fake.requests.every((q) => q.apiKey === SECRET)).toBe(true); // the key was really sent
+      expect(fromEnv.stderr).toContain('request failed, retrying'); // the retries were logged
+      expectNoSecret(fromEnv, SECRET);
+      // Nor in what it wrote to disk.
+      for (const [rel, bytes] of [...snapshot(dir1)]) expect(bytes.includes(SECRET), `API key written into ${rel}`).toBe(false);
+
+      // 2. Key as a flag, not in the environment.
+      fake.requests.length = 0;
+      injectRetries(fake);
+      const fromFlag = await run(
+        ['sync', '--api-key', SECRET, '--log-level', 'trace'],
+        cliEnv(fake, tempDir(), { CONVO_MIRROR_API_KEY: undefined, LOG_LEVEL: 'trace', CONVO_MIRROR_MAX_RETRIES: '3' }),
+      );
+      expect(fromFlag.code, fromFlag.stderr).toBe(0);
+      expect(fake.requests.filter((q) => q.status === 'dropped')).toHaveLength(1);
+      expect(fake.requests.filter((q) => q.status === 503)).toHaveLength(2);
+      expect(fake.requests.every((q) => q.apiKey === SECRET)).toBe(true);
+      expectNoSecret(fromFlag, SECRET);
+
+      // 3. A rejected key at trace level: exit 2, the key it sent is not echoed.
+      const WRONG = 'sk-live-wrong-Kp4402mm';
+      const denied = await run(['sync'], cliEnv(fake, tempDir(), { CONVO_MIRROR_API_KEY: WRONG, LOG_LEVEL: 'trace' }));
+      expect(denied.code, denied.stderr).toBe(2);
+      expect(denied.stderr).toMatch(/authentication error: .*401.*CONVO_MIRROR_API_KEY/);
+      expectNoSecret(denied, WRONG);
+      expectNoSecret(denied, SECRET);
+      const deniedFlag = await run(['sync', '--api-key', WRONG], cliEnv(fake, tempDir(), { CONVO_MIRROR_API_KEY: undefined, LOG_LEVEL: 'trace' }));
+      expect(deniedFlag.code, deniedFlag.stderr).toBe(2);
+      expectNoSecret(deniedFlag, WRONG);
+    } finally {
+      await fake.close();
+    }
+  });
+});
+
+describe('configuration mistakes exit 2 and say what to fix', () => {
+  it('verify (and status) with a CONVO_MIRROR_DB that does not exist exit 2 naming the variable and create nothing', async () => {
+    const fake = await startFakeApi({ workspace: FakeWorkspace.generate({ seed: 1, conversations: 1 }), apiKey: API_KEY, accountId: ACCOUNT_ID });
+    try {
+      const dir = tempDir();
+      const missing = path.join(dir, 'absent', 'mirror.sqlite');
+      const env = cliEnv(fake, dir, { CONVO_MIRROR_DB: missing });
+      for (const cmd of ['verify', 'status']) {
+        const r = await run([cmd], env, 10_000);
+        expect(r.code, `${cmd}: ${r.stderr}`).toBe(2);
+        expect(r.stderr).toContain('CONVO_MIRROR_DB');
+        expect(r.stderr).toContain(missing);
+        expect(fs.existsSync(missing), `${cmd} created ${missing}`).toBe(false);
+        expect(fs.existsSync(`${missing}.lock`)).toBe(false);
+        expect(fs.existsSync(path.dirname(missing)), `${cmd} created ${path.dirname(missing)}`).toBe(false);
+      }
+      expect(fake.requests).toHaveLength(0);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('a base URL with a wrong path makes sync exit 2 naming CONVO_MIRROR_BASE_URL and the 404, without retrying', async () => {
+    const fake = await startFakeApi({ workspace: FakeWorkspace.generate({ seed: 2, conversations: 3 }), apiKey: API_KEY, accountId: ACCOUNT_ID });
+    try {
+      const r = await run(['sync'], cliEnv(fake, tempDir(), { CONVO_MIRROR_BASE_URL: `${fake.url}/nope`, CONVO_MIRROR_MAX_RETRIES: '3' }));
+      expect(r.code, r.stderr).toBe(2);
+      const last = r.stderr.trim().split('\n').at(-1)!;
+      expect(last).toMatch(/^convo-mirror: configuration error: CONVO_MIRROR_BASE_URL: .*404/);
+      expect(fake.requests.map((q) => `${q.path} ${q.status}`)).toEqual(['/nope/v1/conversations 404']);
+    } finally {
+      await fake.close();
+    }
+  });
+});
