@@ -5,14 +5,14 @@
  * 127.0.0.1, with real SQLite and export files in temp dirs. Every wait is bounded and every child
  * is killed afterwards.
  */
-import { describe, it, expect, beforeAll, afterEach } from 'vitest';
+import { describe, it, expect, beforeAll, afterEach, afterAll } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
-import { ACCOUNT_ID, API_KEY, mirrorEqualsFake, readExportLines, tempDir } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, mirrorEqualsFake, readExportLines, tempDir as makeTempDir } from './helpers.js';
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
 
@@ -33,6 +33,14 @@ interface Started {
 
 /** Children still running; afterEach SIGKILLs whatever a test left behind. */
 const live = new Set<ChildProcess>();
+
+/** Temp dirs of this file, removed in afterAll. */
+const dirs: string[] = [];
+function tempDir(): string {
+  const d = makeTempDir('convo-mirror-faults-');
+  dirs.push(d);
+  return d;
+}
 
 function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
@@ -147,6 +155,10 @@ afterEach(async () => {
   );
 });
 
+afterAll(() => {
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
 describe('one writer per mirror file', () => {
   it('refuses a second sync naming the file and the holder, lets status read, and takes over the lock of a SIGKILLed holder', async () => {
     const ws = FakeWorkspace.generate({ seed: 11, conversations: 40 });
@@ -179,6 +191,7 @@ describe('one writer per mirror file', () => {
       expect(st.code, st.stderr).toBe(0);
       const status = JSON.parse(st.stdout) as { runs: { id: number; status: string }[] };
       expect(status.runs[0]!.status).toBe('running');
+      expect(first.child.exitCode, 'the first sync ended before status ran').toBeNull();
 
       // SIGKILL the holder: its lock file stays, naming a dead pid.
       first.child.kill('SIGKILL');
