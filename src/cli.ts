@@ -30,7 +30,7 @@ export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, INTERRUPTED: 130 } as const
 /** Account id the demo's fake workspace requires in `X-Account-Id` (fixed, so re-runs match). */
 export const DEMO_ACCOUNT_ID = '0b7e6d52-4c1f-4e8a-9d3b-5a2f1c8e7d60';
 
-const isTTY = () => process.stderr.isTTY === true && process.env.CI !== 'true';
+const isTTY = () => process.stderr.isTTY === true;
 
 /** Adds the shared configuration flags (see config/ for env names and defaults). */
 function withConfigFlags(cmd: Command, api: boolean): Command {
@@ -85,6 +85,28 @@ function exitFor(err: unknown): number {
   if (err instanceof AuthError) return fail(EXIT.CONFIG, `authentication error: ${err.message}`);
   if (err instanceof StoreError) return fail(EXIT.CONFIG, `mirror error: ${err.message}`);
   return fail(EXIT.FAILURES, `error: ${describeError(err)}`);
+}
+
+/**
+ * Runs a read-only command (`status`, `verify`) on an existing mirror, without the writer lock.
+ * A missing mirror is a configuration error (exit 2) and is not created.
+ */
+function withExistingMirror(o: Record<string, unknown>, setExit: (code: number) => void, fn: (mirror: Mirror, config: Config) => number): void {
+  try {
+    const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
+    if (!fs.existsSync(config.db)) {
+      setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
+      return;
+    }
+    const mirror = Mirror.open(config.db, { lock: false });
+    try {
+      setExit(fn(mirror, config));
+    } finally {
+      mirror.close();
+    }
+  } catch (err) {
+    setExit(exitFor(err));
+  }
 }
 
 interface SyncCommandOptions {
@@ -207,70 +229,46 @@ export function buildProgram(setExit: (code: number) => void): Command {
   withConfigFlags(
     program.command('status').description('Show counts per table, the last runs and their failures, and the export watermark').option('--json', 'print as JSON'),
     false,
-  ).action((o) => {
-    try {
-      const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
-      if (!fs.existsSync(config.db)) {
-        setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
-        return;
-      }
-      const mirror = Mirror.open(config.db, { lock: false });
-      try {
-        const counts = mirror.counts();
-        const runs = mirror.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT 5`).all() as Record<string, unknown>[];
-        const failures = mirror.db
-          .prepare(`SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`)
-          .all() as Record<string, unknown>[];
-        if (o.json) {
-          process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures }, null, 2) + '\n');
-        } else {
-          const out: string[] = [`mirror ${config.db}`];
-          for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
-          out.push('last runs:');
-          for (const r of runs) {
-            out.push(
-              `  #${r.id} ${r.mode} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
-                `${r.conversations_synced} conversations, +${r.messages_inserted} ~${r.messages_updated} -${r.messages_deleted} messages, ` +
-                `${r.requests} requests, ${r.retries} retries, ${r.conversations_failed} failed, ${r.export_lines} export lines` +
-                (r.error ? `; error: ${r.error}` : ''),
-            );
-          }
-          if (failures.length) {
-            out.push('failures of the last run:');
-            for (const f of failures) out.push(`  ${f.conversation_id}: [${f.code}] ${f.message}`);
-          }
-          process.stdout.write(out.join('\n') + '\n');
+  ).action((o) =>
+    withExistingMirror(o, setExit, (mirror, config) => {
+      const counts = mirror.counts();
+      const runs = mirror.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT 5`).all() as Record<string, unknown>[];
+      const failures = mirror.db
+        .prepare(`SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`)
+        .all() as Record<string, unknown>[];
+      if (o.json) {
+        process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures }, null, 2) + '\n');
+      } else {
+        const out: string[] = [`mirror ${config.db}`];
+        for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
+        out.push('last runs:');
+        for (const r of runs) {
+          out.push(
+            `  #${r.id} ${r.mode} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
+              `${r.conversations_synced} conversations, +${r.messages_inserted} ~${r.messages_updated} -${r.messages_deleted} messages, ` +
+              `${r.requests} requests, ${r.retries} retries, ${r.conversations_failed} failed, ${r.export_lines} export lines` +
+              (r.error ? `; error: ${r.error}` : ''),
+          );
         }
-        setExit(EXIT.OK);
-      } finally {
-        mirror.close();
+        if (failures.length) {
+          out.push('failures of the last run:');
+          for (const f of failures) out.push(`  ${f.conversation_id}: [${f.code}] ${f.message}`);
+        }
+        process.stdout.write(out.join('\n') + '\n');
       }
-    } catch (err) {
-      setExit(exitFor(err));
-    }
-  });
+      return EXIT.OK;
+    }),
+  );
 
-  withConfigFlags(program.command('verify').description('Check every published export file against its recorded size, line count and SHA-256'), false).action((o) => {
-    try {
-      const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
-      if (!fs.existsSync(config.db)) {
-        setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
-        return;
-      }
-      const mirror = Mirror.open(config.db, { lock: false });
-      try {
-        const problems = verifyExports(mirror, config.exportDir);
-        const files = (mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number });
-        for (const p of problems) process.stderr.write(`problem: ${p.path}: ${p.problem}${p.detail ? ` (${p.detail})` : ''}\n`);
-        process.stdout.write(problems.length === 0 ? `exports intact: ${files.n} files, ${files.l} lines\n` : `${problems.length} problems in ${config.exportDir}\n`);
-        setExit(problems.length === 0 ? EXIT.OK : EXIT.FAILURES);
-      } finally {
-        mirror.close();
-      }
-    } catch (err) {
-      setExit(exitFor(err));
-    }
-  });
+  withConfigFlags(program.command('verify').description('Check every published export file against its recorded size, line count and SHA-256'), false).action((o) =>
+    withExistingMirror(o, setExit, (mirror, config) => {
+      const problems = verifyExports(mirror, config.exportDir);
+      const files = (mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number });
+      for (const p of problems) process.stderr.write(`problem: ${p.path}: ${p.problem}${p.detail ? ` (${p.detail})` : ''}\n`);
+      process.stdout.write(problems.length === 0 ? `exports intact: ${files.n} files, ${files.l} lines\n` : `${problems.length} problems in ${config.exportDir}\n`);
+      return problems.length === 0 ? EXIT.OK : EXIT.FAILURES;
+    }),
+  );
 
   program
     .command('fake-api')
@@ -282,9 +280,17 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option('--api-key <key>', 'key the fake accepts (default: env CONVO_MIRROR_API_KEY, else "demo-key")')
     .option('--account-id <uuid>', 'require this X-Account-Id (default: env CONVO_MIRROR_ACCOUNT_ID, else none)')
     .action(async (o) => {
+      let apiKey: string;
+      let accountId: string | undefined;
+      try {
+        const config = loadConfig(process.env, { apiKey: o.apiKey, accountId: o.accountId }, { needsApi: false });
+        apiKey = config.apiKey ?? 'demo-key';
+        accountId = config.accountId;
+      } catch (err) {
+        setExit(exitFor(err));
+        return;
+      }
       const workspace = FakeWorkspace.generate({ seed: Number(o.seed), conversations: Number(o.conversations) });
-      const apiKey = (o.apiKey as string | undefined) ?? process.env.CONVO_MIRROR_API_KEY ?? 'demo-key';
-      const accountId = (o.accountId as string | undefined) ?? process.env.CONVO_MIRROR_ACCOUNT_ID;
       const fake = await startFakeApi({ workspace, apiKey, ...(accountId ? { accountId } : {}), host: o.host, port: Number(o.port) });
       const t = workspace.totals();
       process.stdout.write(
@@ -325,7 +331,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
               exportDir: path.join(o.dir, 'exports'),
               concurrency: o.concurrency,
               maxRps: o.maxRps,
-              logLevel: (o.logLevel as string | undefined) ?? process.env.LOG_LEVEL ?? 'info',
+              logLevel: loadConfig(process.env, { logLevel: o.logLevel }, { needsApi: false }).logLevel,
             },
           );
           const t = workspace.totals();

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
-import { ACCOUNT_ID, API_KEY, mirrorEqualsFake, readExportLines, tempDir as makeTempDir } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, tempDir as makeTempDir } from './helpers.js';
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
 
@@ -40,27 +40,6 @@ function tempDir(): string {
   const d = makeTempDir('convo-mirror-faults-');
   dirs.push(d);
   return d;
-}
-
-function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    CI: 'true',
-    CONVO_MIRROR_BASE_URL: fake.url,
-    CONVO_MIRROR_API_KEY: API_KEY,
-    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
-    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
-    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
-    CONVO_MIRROR_MAX_RPS: '0',
-    CONVO_MIRROR_MAX_RETRIES: '2',
-    LOG_LEVEL: 'info',
-  };
-  for (const [k, v] of Object.entries(extra)) {
-    if (v === undefined) delete env[k];
-    else env[k] = v;
-  }
-  return env;
 }
 
 /** Spawns the CLI; `timeoutMs` bounds its life. */

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { verifyExports } from '../src/export/exporter.js';
-import { ACCOUNT_ID, API_KEY, mirrorEqualsFake, readExportLines, replay, tempDir, liveMessages } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, tempDir, liveMessages } from './helpers.js';
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
 
@@ -19,24 +19,6 @@ interface Ran {
   signal: NodeJS.Signals | null;
   stdout: string;
   stderr: string;
-}
-
-function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    CI: 'true',
-    CONVO_MIRROR_BASE_URL: fake.url,
-    CONVO_MIRROR_API_KEY: API_KEY,
-    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
-    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
-    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
-    CONVO_MIRROR_MAX_RPS: '0',
-    CONVO_MIRROR_MAX_RETRIES: '2',
-    LOG_LEVEL: 'info',
-    ...extra,
-  };
-  return env;
 }
 
 function run(args: string[], env: NodeJS.ProcessEnv, onSpawn?: (child: ChildProcess) => void): Promise<Ran> {

@@ -20,6 +20,7 @@ import {
   type ExportLine,
   type Harness,
   type HarnessOptions,
+  snapshotFiles,
 } from './helpers.js';
 
 const open: Harness[] = [];
@@ -37,22 +38,7 @@ const FILE_RE = new RegExp(
   `^(messages|conversations)/account=${ACCOUNT_ID}/date=(\\d{4}-\\d{2}-\\d{2})/(\\d{12})-(\\d{12})\\.jsonl$`,
 );
 
-/** Every file under `dir`, relative `/`-separated path → bytes. */
-function filesUnder(dir: string): Map<string, Buffer> {
-  const out = new Map<string, Buffer>();
-  const walk = (d: string, rel: string) => {
-    if (!fs.existsSync(d)) return;
-    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
-      const r = rel ? `${rel}/${e.name}` : e.name;
-      if (e.isDirectory()) walk(path.join(d, e.name), r);
-      else out.set(r, fs.readFileSync(path.join(d, e.name)));
-    }
-  };
-  walk(dir, '');
-  return out;
-}
-
-const jsonlFiles = (dir: string) => new Map([...filesUnder(dir)].filter(([p]) => p.endsWith('.jsonl')));
+const jsonlFiles = (dir: string) => new Map([...snapshotFiles(dir)].filter(([p]) => p.endsWith('.jsonl')));
 
 const parseLines = (buf: Buffer): ExportLine[] =>
   buf
@@ -182,7 +168,7 @@ describe('exports after a history of changes', () => {
 
   it('files follow <stream>/account=<id>/date=YYYY-MM-DD/<first>-<last>.jsonl and lines have exactly the documented keys', async () => {
     const h = await busyHistory();
-    const all = filesUnder(h.exportDir);
+    const all = snapshotFiles(h.exportDir);
     expect([...all.keys()].filter((p) => !p.endsWith('.jsonl'))).toEqual([MANIFEST]);
     let withAttachments = 0;
     let withoutAttachments = 0;
@@ -379,12 +365,12 @@ describe('publishChanges', () => {
     const ws = FakeWorkspace.fromCounts([5, 6]);
     const h = await start({ workspace: ws });
     const s = await h.sync();
-    const snapshot = filesUnder(h.exportDir);
+    const snapshot = snapshotFiles(h.exportDir);
     const batches = h.mirror.db.prepare(`SELECT * FROM export_batches`).all();
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res).toEqual({ files: [], lines: 0, watermark: s.export.watermark, resumed: false });
     expect(res.watermark).toBe(maxSeq(h));
-    expect(filesUnder(h.exportDir)).toEqual(snapshot);
+    expect(snapshotFiles(h.exportDir)).toEqual(snapshot);
     expect(h.mirror.db.prepare(`SELECT * FROM export_batches`).all()).toEqual(batches);
   });
 

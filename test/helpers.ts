@@ -173,3 +173,43 @@ export function replay(lines: ExportLine[], stream: 'messages' | 'conversations'
   }
   return live;
 }
+
+/** Every file under `dir`, relative `/`-separated path → bytes (empty when `dir` is missing). */
+export function snapshotFiles(dir: string): Map<string, Buffer> {
+  const out = new Map<string, Buffer>();
+  const walk = (d: string, rel: string) => {
+    if (!fs.existsSync(d)) return;
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(path.join(d, e.name), r);
+      else out.set(r, fs.readFileSync(path.join(d, e.name)));
+    }
+  };
+  walk(dir, '');
+  return out;
+}
+
+/**
+ * Environment for a CLI child process against `fake`, with its mirror and exports in `dir`.
+ * `extra` overrides; an `undefined` value removes the variable.
+ */
+export function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    CI: 'true',
+    CONVO_MIRROR_BASE_URL: fake.url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '2',
+    LOG_LEVEL: 'info',
+  };
+  for (const [k, v] of Object.entries(extra)) {
+    if (v === undefined) delete env[k];
+    else env[k] = v;
+  }
+  return env;
+}

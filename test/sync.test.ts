@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace, type FakeConversation } from '../src/fake-api/index.js';
 import { AuthError, ConfigError, RunError } from '../src/errors.js';
-import { ACCOUNT_ID, API_KEY, harness, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, harness, snapshotFiles, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
 
 const open: Harness[] = [];
 afterEach(async () => {
@@ -49,21 +49,6 @@ function messageRows(h: Harness, conversationId: string): MsgRow[] {
 
 function changeCount(h: Harness): number {
   return (h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log`).get() as { n: number }).n;
-}
-
-/** Every file (relative path) under a directory, recursively, with its bytes. */
-function snapshotDir(dir: string): Map<string, Buffer> {
-  const out = new Map<string, Buffer>();
-  const walk = (d: string, rel: string) => {
-    if (!fs.existsSync(d)) return;
-    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
-      const r = rel ? `${rel}/${e.name}` : e.name;
-      if (e.isDirectory()) walk(path.join(d, e.name), r);
-      else out.set(r, fs.readFileSync(path.join(d, e.name)));
-    }
-  };
-  walk(dir, '');
-  return out;
 }
 
 describe('pagination', () => {
@@ -323,7 +308,7 @@ describe('changes between syncs', () => {
     const h = await start({ workspace: ws });
     const s1 = await h.sync();
     expect(s1.export.lines).toBeGreaterThan(0);
-    const files = snapshotDir(h.exportDir);
+    const files = snapshotFiles(h.exportDir);
     const changes = changeCount(h);
     const s2 = await h.sync();
     expect(s2.status).toBe('succeeded');
@@ -332,7 +317,7 @@ describe('changes between syncs', () => {
     expect(s2.messages.inserted + s2.messages.updated + s2.messages.deleted).toBe(0);
     expect(s2.conversations.inserted + s2.conversations.updated).toBe(0);
     expect(changeCount(h)).toBe(changes);
-    expect(snapshotDir(h.exportDir)).toEqual(files);
+    expect(snapshotFiles(h.exportDir)).toEqual(files);
     expectExact(h);
   });
 });
