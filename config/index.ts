@@ -6,6 +6,7 @@
  * into a one-line message and exit code 2.
  */
 import { z } from 'zod';
+import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
 
 /** Log levels accepted by `LOG_LEVEL` / `--log-level` (pino's). */
@@ -34,6 +35,22 @@ export interface Config {
   readonly maxRetries: number;
   /** pino log level. @defaultValue `info` */
   readonly logLevel: LogLevel;
+  /** Redis for the daemon's queue (`redis://` or `rediss://`). @defaultValue `redis://127.0.0.1:6379` */
+  readonly redisUrl: string;
+  /** Cron of the regular workspace sync. @defaultValue `*\/15 * * * *` */
+  readonly schedule: string;
+  /** Cron of the full refresh (every page of every conversation). @defaultValue `0 3 * * *` */
+  readonly fullSchedule: string;
+  /** IANA time zone of both crons. @defaultValue `UTC` */
+  readonly tz: string;
+  /** How long the daemon lets running jobs finish after SIGTERM/SIGINT, ms. @defaultValue 30000 */
+  readonly shutdownTimeoutMs: number;
+  /** Prefix of the BullMQ keys in Redis (one prefix per mirror). @defaultValue `convo-mirror` */
+  readonly queuePrefix: string;
+  /** Attempts of a job before it is kept as failed (dead letter). @defaultValue 5 */
+  readonly jobAttempts: number;
+  /** Lock of an active job, ms: a worker that dies loses its jobs to another after about this long. @defaultValue 30000 */
+  readonly jobLockMs: number;
 }
 
 /** Flags as parsed by the CLI (commander gives strings, or numbers where it coerces). Undefined = not given. */
@@ -93,7 +110,56 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
   },
   maxRetries: { env: 'CONVO_MIRROR_MAX_RETRIES', flag: '--max-retries', schema: intFrom(0, 20), defaultValue: 6 },
   logLevel: { env: 'LOG_LEVEL', flag: '--log-level', schema: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(', ')}` }), defaultValue: 'info' },
+  redisUrl: {
+    env: 'REDIS_URL',
+    flag: '--redis-url',
+    schema: z
+      .string()
+      .trim()
+      .refine((s) => /^rediss?:\/\/[^\s]+$/.test(s) && URL.canParse(s), 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379'),
+    defaultValue: 'redis://127.0.0.1:6379',
+  },
+  schedule: { env: 'CONVO_MIRROR_SCHEDULE', flag: '--schedule', schema: cron(), defaultValue: '*/15 * * * *' },
+  fullSchedule: { env: 'CONVO_MIRROR_FULL_SCHEDULE', flag: '--full-schedule', schema: cron(), defaultValue: '0 3 * * *' },
+  tz: {
+    env: 'CONVO_MIRROR_TZ',
+    flag: '--tz',
+    schema: z.string().trim().refine(isTimeZone, 'must be an IANA time zone such as UTC or Europe/Paris'),
+    defaultValue: 'UTC',
+  },
+  shutdownTimeoutMs: { env: 'CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS', flag: '--shutdown-timeout', schema: intFrom(0, 3_600_000), defaultValue: 30_000 },
+  queuePrefix: {
+    env: 'CONVO_MIRROR_QUEUE_PREFIX',
+    flag: '--queue-prefix',
+    schema: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 letters, digits, dots, dashes or underscores'),
+    defaultValue: 'convo-mirror',
+  },
+  jobAttempts: { env: 'CONVO_MIRROR_JOB_ATTEMPTS', flag: '--job-attempts', schema: intFrom(1, 100), defaultValue: 5 },
+  jobLockMs: { env: 'CONVO_MIRROR_JOB_LOCK_MS', flag: '--job-lock', schema: intFrom(1000, 3_600_000), defaultValue: 30_000 },
 };
+
+function cron() {
+  return z
+    .string()
+    .trim()
+    .refine((expr) => {
+      try {
+        CronExpressionParser.parse(expr, { tz: 'UTC' });
+        return expr.split(/\s+/).length >= 5;
+      } catch {
+        return false;
+      }
+    }, 'must be a cron expression such as "*/15 * * * *" (minute hour day month weekday)');
+}
+
+function isTimeZone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** Options of {@link loadConfig}. */
 export interface LoadConfigOptions {

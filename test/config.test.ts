@@ -37,6 +37,14 @@ describe('loadConfig defaults', () => {
       requestTimeoutMs: 30_000,
       maxRetries: 6,
       logLevel: 'info',
+      redisUrl: 'redis://127.0.0.1:6379',
+      schedule: '*/15 * * * *',
+      fullSchedule: '0 3 * * *',
+      tz: 'UTC',
+      shutdownTimeoutMs: 30_000,
+      queuePrefix: 'convo-mirror',
+      jobAttempts: 5,
+      jobLockMs: 30_000,
     });
   });
 
@@ -217,5 +225,20 @@ describe('loadConfig blank values', () => {
     expect(() => loadConfig({ ...BASE, CONVO_MIRROR_MAX_RPS: ' ' })).toThrowError(/CONVO_MIRROR_MAX_RPS: must not be blank/);
     // An empty env value still means "unset", so the default applies.
     expect(loadConfig({ ...BASE, CONVO_MIRROR_MAX_RPS: '' }).maxRps).toBe(10);
+  });
+});
+
+describe('daemon settings', () => {
+  it('rejects an invalid cron, time zone or Redis URL, naming the variable', () => {
+    expect(() => loadConfig({ ...BASE, CONVO_MIRROR_SCHEDULE: '61 * * * *' })).toThrowError(/CONVO_MIRROR_SCHEDULE: must be a cron expression/);
+    expect(() => loadConfig({ ...BASE }, { fullSchedule: 'every day' })).toThrowError(/--full-schedule: must be a cron expression/);
+    expect(() => loadConfig({ ...BASE, CONVO_MIRROR_TZ: 'Mars/Olympus' })).toThrowError(/CONVO_MIRROR_TZ: must be an IANA time zone/);
+    expect(() => loadConfig({ ...BASE, REDIS_URL: 'http://localhost:6379' })).toThrowError(/REDIS_URL: must be a redis:\/\/ or rediss:\/\/ URL/);
+    expect(() => loadConfig({ ...BASE, CONVO_MIRROR_QUEUE_PREFIX: 'a b' })).toThrowError(/CONVO_MIRROR_QUEUE_PREFIX/);
+  });
+
+  it('accepts a valid cron with a time zone', () => {
+    const cfg = loadConfig({ ...BASE, CONVO_MIRROR_SCHEDULE: '* * * * *', CONVO_MIRROR_TZ: 'Europe/Paris', REDIS_URL: 'redis://:pw@10.0.0.1:6380/2' });
+    expect([cfg.schedule, cfg.tz, cfg.redisUrl]).toEqual(['* * * * *', 'Europe/Paris', 'redis://:pw@10.0.0.1:6380/2']);
   });
 });

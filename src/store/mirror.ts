@@ -41,6 +41,8 @@ export interface Checkpoint {
   lastPageIds: string[];
   /** When the last page was committed, epoch ms. */
   updatedAt: number;
+  /** Run that committed the last page (null outside a recorded run). */
+  runId: number | null;
 }
 
 /** Outcome figures of a run, stored in `runs`. */
@@ -205,7 +207,7 @@ export class Mirror {
         ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL
         WHERE conversations.raw IS NOT excluded.raw OR conversations.deleted_at IS NOT NULL`),
       insertConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?)`),
-      getCheckpoint: p(`SELECT next_page, total_count, updated_at FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
+      getCheckpoint: p(`SELECT next_page, total_count, updated_at, run_id FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
       crawlIds: p(`SELECT page, ids FROM crawl_pages WHERE account_id = ? AND conversation_id = ? ORDER BY page`),
       saveCheckpoint: p(`
         INSERT INTO checkpoints (account_id, conversation_id, next_page, total_count, crawl_started_at, run_id, updated_at)
@@ -347,7 +349,7 @@ export class Mirror {
   /** The committed checkpoint of an unfinished crawl, if any. */
   loadCheckpoint(accountId: string, conversationId: string): Checkpoint | undefined {
     const cp = this.st.getCheckpoint!.get(accountId, conversationId) as
-      | { next_page: number; total_count: number; updated_at: string }
+      | { next_page: number; total_count: number; updated_at: string; run_id: number | null }
       | undefined;
     if (!cp) return undefined;
     const seenIds = new Set<string>();
@@ -357,7 +359,7 @@ export class Mirror {
       for (const id of ids) seenIds.add(id);
       if (row.page === cp.next_page - 1) lastPageIds = ids;
     }
-    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at) };
+    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at), runId: cp.run_id };
   }
 
   /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */

@@ -70,7 +70,8 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     if (checkpoint && result.restarts === 0) {
       const age = deps.clock.now() - checkpoint.updatedAt;
       const maxAge = opts.checkpointMaxAgeMs ?? 86_400_000;
-      if (opts.resume === false || !(age <= maxAge)) {
+      const sameRun = checkpoint.runId !== null && checkpoint.runId === runId;
+      if (opts.resume === false || (opts.resume === 'same-run' && !sameRun) || !(age <= maxAge)) {
         log.info({ page: checkpoint.nextPage, age_ms: age, full: opts.resume === false }, 'discarding checkpoint: crawling from page 1');
         mirror.resetCrawl(accountId, conversationId);
         checkpoint = undefined;

@@ -49,10 +49,11 @@ export interface SyncOptions {
   /** Counters to update while running. */
   progress?: SyncProgress;
   /**
-   * Continue unfinished crawls from their checkpoint (`false`: every crawl starts at page 1, as a
-   * full refresh must). @defaultValue true
+   * Continue unfinished crawls from their checkpoint: `true` any recent one; `'same-run'` only one
+   * committed by `runId` (a retried job of a full refresh); `false` never (every crawl starts at
+   * page 1). @defaultValue true
    */
-  resume?: boolean;
+  resume?: boolean | 'same-run';
   /** Checkpoints older than this (ms) are discarded and the crawl starts over. @defaultValue 86400000 (24 h) */
   checkpointMaxAgeMs?: number;
   /** Stops taking new conversations when aborted. */

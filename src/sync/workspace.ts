@@ -57,7 +57,6 @@ export const LIST_FAILURE_ID = '(conversation list)';
  *   {@link ConfigError} when the conversation list answers 404 (wrong base URL)
  */
 export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Promise<WorkspaceResult> {
-  const log = deps.logger;
   const progress = opts.progress ?? newProgress();
   const crawl = new Crawler(deps, { ...opts, progress });
   const out: WorkspaceResult = {
@@ -66,20 +65,81 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     conversationsListed: 0,
     conversationsInserted: 0,
     conversationsUpdated: 0,
-    results: crawl.results,
+    results: [],
     failures: crawl.failures,
   };
+  try {
+    const listing = await listWorkspace(deps, opts, {
+      onNewId: (id) => crawl.enqueue(id),
+      // Later passes start once the crawls scheduled so far are done, so the conversation objects
+      // they store are at least as fresh as the messages just crawled.
+      beforeNextPass: () => crawl.idle(),
+      stopped: () => crawl.stopped,
+    });
+    Object.assign(out, {
+      listPasses: listing.passes,
+      listConfirmed: listing.confirmed,
+      conversationsListed: listing.seen.length,
+      conversationsInserted: listing.inserted,
+      conversationsUpdated: listing.updated,
+    });
+    if (listing.failure) crawl.failures.push({ id: LIST_FAILURE_ID, error: listing.failure });
+    if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true });
+  } catch (err) {
+    if (err instanceof AuthError || err instanceof ConfigError) crawl.stop(err);
+    else throw err;
+  }
+  await crawl.drain();
+  out.results = crawl.results;
+  return out;
+}
+
+/** Hooks {@link listWorkspace} calls while it pages. */
+export interface ListHooks {
+  /** Called once for each conversation id the first time any pass sees it. */
+  onNewId?: (id: string) => void;
+  /** Awaited before every pass after the first. */
+  beforeNextPass?: () => Promise<void>;
+  /** Polled between pages; true stops the listing. */
+  stopped?: () => boolean;
+}
+
+/** Outcome of {@link listWorkspace}. */
+export interface ListingResult {
+  passes: number;
+  /** The completeness rule was met. */
+  confirmed: boolean;
+  /** Every id seen, in first-seen order. */
+  seen: string[];
+  /** Mirrored live conversations the final pass did not show: crawl them again (404 tombstones). Empty unless confirmed. */
+  recheck: string[];
+  /** Conversation rows inserted / updated (change-log rows written). */
+  inserted: number;
+  updated: number;
+  /** Why the listing is incomplete (a transient failure or unsettled list), if it is. */
+  failure?: Error;
+}
+
+/**
+ * Pages `GET /v1/conversations` until the listing is trustworthy and upserts every page (one
+ * transaction per page, with change-log rows): passes repeat until one finds no id not seen before
+ * and at least `meta.total_count` ids have been seen (two passes at least, `maxListPasses` at most).
+ *
+ * @throws {@link AuthError} on 401/403; {@link ConfigError} when the list answers 404 (wrong base
+ *   URL). Other failures are returned in `failure`, with what was listed so far.
+ */
+export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hooks: ListHooks = {}): Promise<ListingResult> {
+  const log = deps.logger;
   const maxPasses = opts.maxListPasses ?? 5;
   const seen = new Set<string>();
+  const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0 };
+  const stopped = () => hooks.stopped?.() === true || opts.signal?.aborted === true;
   let lastPass = new Set<string>();
   try {
-    while (out.listPasses < maxPasses && !crawl.stopped) {
-      // Later passes start once the crawls scheduled so far are done, so the conversation objects
-      // they store are at least as fresh as the messages just crawled, and conversations created
-      // meanwhile are found.
-      if (out.listPasses > 0) await crawl.idle();
-      if (crawl.stopped) break;
-      out.listPasses++;
+    while (out.passes < maxPasses && !stopped()) {
+      if (out.passes > 0) await hooks.beforeNextPass?.();
+      if (stopped()) break;
+      out.passes++;
       const passIds = new Set<string>();
       lastPass = passIds;
       const totals = new Set<number>();
@@ -88,8 +148,8 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       let lastTotal = 0;
       for await (const page of deps.api.conversations()) {
         const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
-        out.conversationsInserted += counts.inserted;
-        out.conversationsUpdated += counts.updated;
+        out.inserted += counts.inserted;
+        out.updated += counts.updated;
         totals.add(page.meta.total_count);
         lastTotal = page.meta.total_count;
         for (const c of page.data) {
@@ -98,50 +158,39 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
           if (!seen.has(c.id)) {
             seen.add(c.id);
             fresh++;
-            crawl.enqueue(c.id);
+            hooks.onNewId?.(c.id);
           }
         }
-        if (crawl.stopped) break;
+        if (stopped()) break;
       }
       const consistent = totals.size <= 1 && !duplicate && passIds.size >= lastTotal;
-      log.info({ pass: out.listPasses, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
-      if (out.listPasses > 1 && fresh === 0 && seen.size >= lastTotal) {
-        out.listConfirmed = true;
+      log.info({ pass: out.passes, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
+      if (out.passes > 1 && fresh === 0 && seen.size >= lastTotal) {
+        out.confirmed = true;
         break;
       }
     }
-    if (!out.listConfirmed && !crawl.stopped) {
-      log.warn({ passes: out.listPasses, seen: seen.size }, 'the conversation list kept shifting; listing not confirmed complete');
-      crawl.failures.push({
-        id: LIST_FAILURE_ID,
-        error: new DriftError(`the conversation list kept shifting: not confirmed complete after ${out.listPasses} passes (${seen.size} ids seen)`, {
-          passes: out.listPasses,
-        }),
+    if (!out.confirmed && !stopped()) {
+      log.warn({ passes: out.passes, seen: seen.size }, 'the conversation list kept shifting; listing not confirmed complete');
+      out.failure = new DriftError(`the conversation list kept shifting: not confirmed complete after ${out.passes} passes (${seen.size} ids seen)`, {
+        passes: out.passes,
       });
     }
-    out.conversationsListed = seen.size;
-    if (!crawl.stopped && out.listConfirmed) {
-      // Mirrored conversations the final pass no longer shows: check each again, even if this run
-      // crawled it already (it may have been deleted since); a 404 tombstones it.
-      for (const id of deps.mirror.liveConversationIds(opts.accountId)) {
-        if (!lastPass.has(id)) crawl.enqueue(id, { again: true });
-      }
+    if (out.confirmed) {
+      // Mirrored conversations the final pass no longer shows: check each again, even if it was
+      // crawled already (it may have been deleted since); a 404 tombstones it.
+      out.recheck = deps.mirror.liveConversationIds(opts.accountId).filter((id) => !lastPass.has(id));
     }
   } catch (err) {
-    if (err instanceof AuthError) crawl.stop(err);
-    else if (err instanceof HttpError && err.status === 404) {
+    if (err instanceof AuthError) throw err;
+    if (err instanceof HttpError && err.status === 404) {
       // The list endpoint itself is missing: the base URL is wrong, not a transient failure.
-      crawl.stop(
-        new ConfigError('CONVO_MIRROR_BASE_URL', `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`),
-      );
-    } else {
-      log.error({ err: describeError(err), code: (err as ConvoMirrorError).code }, 'listing conversations failed');
-      crawl.failures.push({ id: LIST_FAILURE_ID, error: err as Error });
+      throw new ConfigError('CONVO_MIRROR_BASE_URL', `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`);
     }
-    out.conversationsListed = seen.size;
+    log.error({ err: describeError(err), code: (err as ConvoMirrorError).code }, 'listing conversations failed');
+    out.failure = err as Error;
   }
-  await crawl.drain();
-  out.results = crawl.results;
+  out.seen = [...seen];
   return out;
 }
 
