@@ -56,6 +56,11 @@ export interface ApiClientOptions {
   logger?: Logger | undefined;
   /** Aborts in-flight requests and pending retries (shutdown). */
   signal?: AbortSignal | undefined;
+  /**
+   * Called when the API answers 429, with the wait (ms) before the next attempt, e.g. so every
+   * worker of a queue backs off (`queue.rateLimit`), not just this request.
+   */
+  onRateLimited?: ((delayMs: number) => void) | undefined;
 }
 
 /** Counters of one client, read by progress bars and the runs table. */
@@ -71,6 +76,16 @@ export interface ApiStats {
   /** Responses by HTTP status. */
   byStatus: Record<number, number>;
 }
+
+/** Per-caller request counters (e.g. one conversation's crawl), added to as requests are sent. */
+export interface RequestTally {
+  requests: number;
+  retries: number;
+  rateLimited: number;
+}
+
+/** A zeroed {@link RequestTally}. */
+export const newTally = (): RequestTally => ({ requests: 0, retries: 0, rateLimited: 0 });
 
 /** A response we fetched and parsed as JSON. */
 interface JsonResponse {
@@ -125,10 +140,10 @@ export class ApiClient {
    *
    * @throws {@link HttpError}, {@link AuthError}, {@link SchemaError}
    */
-  async *conversations(startPage = 1): AsyncGenerator<Page<Conversation>> {
+  async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
     for (let page = startPage; ; page++) {
       const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}`;
-      const res = await this.getJson(path);
+      const res = await this.getJson(path, {}, tally);
       const parsed = parsePage(ConversationsPageSchema, res.body, page, `conversation list page ${page}`, { path, page });
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
@@ -142,11 +157,11 @@ export class ApiClient {
    *
    * @throws {@link HttpError} (404 when the conversation is gone), {@link AuthError}, {@link SchemaError}
    */
-  async *messages(conversationId: string, startPage = 1): AsyncGenerator<Page<Message>> {
+  async *messages(conversationId: string, startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Message>> {
     const id = encodeURIComponent(conversationId);
     for (let page = startPage; ; page++) {
       const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
-      const res = await this.getJson(path, { conversation_id: conversationId });
+      const res = await this.getJson(path, { conversation_id: conversationId }, tally);
       const parsed = parsePage(MessagesPageSchema, res.body, page, `conversation ${conversationId} messages page ${page}`, {
         path,
         page,
@@ -169,16 +184,19 @@ export class ApiClient {
    * @throws {@link AuthError} on 401/403 (not retried), {@link HttpError} on other failures once
    *   retries are exhausted or for non-retryable statuses, {@link SchemaError} when a 2xx body is not JSON
    */
-  async getJson(path: string, context: Record<string, unknown> = {}): Promise<JsonResponse> {
+  async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally): Promise<JsonResponse> {
     let attempts = 0;
     const log = this.opts.logger;
     try {
       return await pRetry(
         async () => {
           attempts++;
-          if (attempts > 1) this.stats.retries++;
+          if (attempts > 1) {
+            this.stats.retries++;
+            if (tally) tally.retries++;
+          }
           try {
-            return await this.attempt(path, attempts, context);
+            return await this.attempt(path, attempts, context, tally);
           } catch (err) {
             if (err instanceof HttpError) err.attempts = attempts;
             if (err instanceof HttpError && err.retryable && !this.opts.signal?.aborted) throw err;
@@ -199,6 +217,7 @@ export class ApiClient {
                 ? Math.min(retryAfter, this.maxRetryAfterMs)
                 : fullJitterDelay(attempts, this.opts.backoff);
             if (httpErr.status === 429 || retryAfter !== undefined) this.limiter.pauseUntil(this.clock.now() + delay);
+            if (httpErr.status === 429) this.opts.onRateLimited?.(delay);
             log?.warn(
               { method: 'GET', path, status: httpErr.status, attempt: attempts, delay_ms: delay, err_code: httpErr.code, ...context },
               'request failed, retrying',
@@ -214,9 +233,10 @@ export class ApiClient {
   }
 
   /** One attempt: rate cap, request, status mapping, JSON parse. */
-  private async attempt(path: string, attempt: number, context: Record<string, unknown>): Promise<JsonResponse> {
+  private async attempt(path: string, attempt: number, context: Record<string, unknown>, tally?: RequestTally): Promise<JsonResponse> {
     await this.limiter.acquire(this.opts.signal);
     this.stats.requests++;
+    if (tally) tally.requests++;
     const details = { method: 'GET', path, attempts: attempt };
     let statusCode: number;
     let headers: Record<string, string | string[] | undefined>;
@@ -246,7 +266,10 @@ export class ApiClient {
       }
     }
     if (statusCode === 401 || statusCode === 403) throw new AuthError({ ...details, status: statusCode });
-    if (statusCode === 429) this.stats.rateLimited++;
+    if (statusCode === 429) {
+      this.stats.rateLimited++;
+      if (tally) tally.rateLimited++;
+    }
     const retryAfterMs = parseRetryAfter(headers['retry-after'], this.clock.now());
     const reason =
       statusCode >= 300 && statusCode < 400

@@ -15,6 +15,7 @@
  */
 import { AuthError, DriftError, HttpError, NotFoundError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
+import { newTally, type RequestTally } from '../api/client.js';
 
 /** Outcome of one conversation. */
 export interface ConversationResult {
@@ -32,6 +33,8 @@ export interface ConversationResult {
   restarts: number;
   /** True when the crawl continued from a checkpoint committed by an earlier run. */
   resumed: boolean;
+  /** Requests this conversation cost (retries included), retries, and 429 answers. */
+  tally: RequestTally;
 }
 
 /** Signals that the pages shifted under the crawl; caught here, never escapes. */
@@ -63,6 +66,7 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     deleted: 0,
     restarts: 0,
     resumed: false,
+    tally: newTally(),
   };
 
   for (;;) {
@@ -87,7 +91,7 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     // while we were away and the crawl starts over.
     const verifyPage = checkpoint && checkpoint.nextPage > 1 ? checkpoint.nextPage - 1 : undefined;
     try {
-      for await (const page of api.messages(conversationId, verifyPage ?? checkpoint?.nextPage ?? 1)) {
+      for await (const page of api.messages(conversationId, verifyPage ?? checkpoint?.nextPage ?? 1, result.tally)) {
         result.pages++;
         const total = page.meta.total_count;
         if (lastTotal !== undefined && total < lastTotal) {

@@ -6,8 +6,8 @@
 import { RunError, describeError, type ConvoMirrorError } from '../errors.js';
 import { publishChanges, type ExportResult } from '../export/exporter.js';
 import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
-import { newProgress, type SyncDeps } from './types.js';
-import { PER_PAGE } from '../api/client.js';
+import { newProgress, type SyncDeps, type SyncProgress } from './types.js';
+import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
 // Referenced by the TSDoc above.
 export type { AuthError, ConfigError, ExportError } from '../errors.js';
 
@@ -27,7 +27,8 @@ export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
 /** Summary of a run, printed by the CLI and stored in `runs`. */
 export interface RunSummary {
   runId: number;
-  mode: 'full' | 'conversations';
+  /** `full`: the whole workspace; `conversations`: named ones; `scheduled`: a daemon's workspace job. */
+  mode: 'full' | 'conversations' | 'scheduled';
   /** `interrupted` when `signal` aborted the run (SIGINT/SIGTERM); checkpoints let the next run resume. */
   status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
   durationMs: number;
@@ -75,29 +76,86 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     fatal = err;
   }
 
+  const stats = deps.api.stats;
+  return completeRun(deps, {
+    runId,
+    mode,
+    startedMs: started,
+    accountId: opts.accountId,
+    exportDir: opts.exportDir,
+    result,
+    fatal,
+    interrupted: opts.signal?.aborted === true,
+    progress,
+    tally: { requests: stats.requests - reqBefore.requests, retries: stats.retries - reqBefore.retries, rateLimited: stats.rateLimited - reqBefore.rateLimited },
+  });
+}
+
+/** Everything {@link completeRun} needs to publish and record a run. */
+export interface RunOutcome {
+  runId: number;
+  mode: RunSummary['mode'];
+  /** When the run started, epoch ms. */
+  startedMs: number;
+  accountId: string;
+  exportDir: string;
+  /** What the sync did (absent when it stopped before producing anything). */
+  result?: WorkspaceResult | undefined;
+  /** The error that stopped the run, if any. */
+  fatal?: unknown;
+  /** The run was stopped by a shutdown signal. */
+  interrupted?: boolean;
+  /** Live counters of the run; derived from `result` when absent. */
+  progress?: SyncProgress;
+  /** Requests of the run; derived from the listing's and the conversations' tallies when absent. */
+  tally?: RequestTally;
+}
+
+/**
+ * Finishes a recorded run: publishes the exports, records failures and figures in `runs` and
+ * `run_failures`, and returns the summary. Shared by `sync` and the daemon's workspace jobs.
+ *
+ * @throws {@link RunError} carrying the summary when `fatal` is set or publication fails
+ */
+export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
+  const { runId, mode } = o;
+  const log = deps.logger.child({ run: runId });
   let exported: ExportResult | undefined;
   let exportError: unknown;
   try {
-    exported = publishChanges(deps.mirror, { exportDir: opts.exportDir, runId, clock: deps.clock, logger: log });
+    exported = publishChanges(deps.mirror, { exportDir: o.exportDir, runId, clock: deps.clock, logger: log });
   } catch (err) {
     exportError = err;
   }
-
+  const result = o.result;
+  const fatal = o.fatal;
   const results = result?.results ?? [];
   const failures = result?.failures ?? [];
+  const progress: SyncProgress = o.progress ?? {
+    ...newProgress(),
+    messagesServed: results.reduce((n, r) => n + r.messageCount, 0),
+    messagesInserted: results.reduce((n, r) => n + r.inserted, 0),
+    messagesUpdated: results.reduce((n, r) => n + r.updated, 0),
+    messagesDeleted: results.reduce((n, r) => n + r.deleted, 0),
+  };
+  const tally: RequestTally =
+    o.tally ??
+    [result?.listingTally ?? newTally(), ...results.map((r) => r.tally)].reduce(
+      (t, x) => ({ requests: t.requests + x.requests, retries: t.retries + x.retries, rateLimited: t.rateLimited + x.rateLimited }),
+      newTally(),
+    );
   for (const f of failures) deps.mirror.recordFailure(runId, f.id, f.error);
   const listed = result?.conversationsListed ?? 0;
   const minimumRequests =
-    (mode === 'full' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
+    (mode !== 'conversations' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
     results.reduce((n, r) => n + Math.max(1, Math.ceil(r.messageCount / PER_PAGE)), 0);
-  const stats = deps.api.stats;
   const status: RunSummary['status'] =
-    fatal || exportError ? 'failed' : opts.signal?.aborted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded';
+    fatal || exportError ? 'failed' : o.interrupted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded';
   const summary: RunSummary = {
     runId,
     mode,
     status,
-    durationMs: deps.clock.now() - started,
+    durationMs: deps.clock.now() - o.startedMs,
     listPasses: result?.listPasses ?? 0,
     listConfirmed: result?.listConfirmed ?? false,
     conversations: {
@@ -115,9 +173,9 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
       deleted: progress.messagesDeleted,
       restarts: results.reduce((n, r) => n + r.restarts, 0),
     },
-    requests: stats.requests - reqBefore.requests,
-    retries: stats.retries - reqBefore.retries,
-    rateLimited: stats.rateLimited - reqBefore.rateLimited,
+    requests: tally.requests,
+    retries: tally.retries,
+    rateLimited: tally.rateLimited,
     minimumRequests,
     export: { files: exported?.files.length ?? 0, lines: exported?.lines ?? 0, watermark: exported?.watermark ?? 0, resumed: exported?.resumed ?? false },
     failures: failures.map((f) => ({ id: f.id, code: (f.error as ConvoMirrorError).code ?? 'ERROR', message: f.error.message })),

@@ -12,6 +12,7 @@
  * confirming pass no longer shows are crawled (again) too: a 404 tombstones them.
  */
 import pLimit from 'p-limit';
+import { newTally, type RequestTally } from '../api/client.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
 import { newProgress, type SyncDeps, type SyncOptions } from './types.js';
@@ -35,6 +36,8 @@ export interface WorkspaceResult {
   conversationsUpdated: number;
   results: ConversationResult[];
   failures: ConversationFailure[];
+  /** Requests the listing cost (zero when conversations were named). */
+  listingTally?: RequestTally;
 }
 
 /** Options of {@link syncWorkspace}. */
@@ -82,6 +85,7 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       conversationsListed: listing.seen.length,
       conversationsInserted: listing.inserted,
       conversationsUpdated: listing.updated,
+      listingTally: listing.tally,
     });
     if (listing.failure) crawl.failures.push({ id: LIST_FAILURE_ID, error: listing.failure });
     if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true });
@@ -116,6 +120,8 @@ export interface ListingResult {
   /** Conversation rows inserted / updated (change-log rows written). */
   inserted: number;
   updated: number;
+  /** Requests the listing cost. */
+  tally: RequestTally;
   /** Why the listing is incomplete (a transient failure or unsettled list), if it is. */
   failure?: Error;
 }
@@ -132,7 +138,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
   const log = deps.logger;
   const maxPasses = opts.maxListPasses ?? 5;
   const seen = new Set<string>();
-  const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0 };
+  const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0, tally: newTally() };
   const stopped = () => hooks.stopped?.() === true || opts.signal?.aborted === true;
   let lastPass = new Set<string>();
   try {
@@ -146,7 +152,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       let duplicate = false;
       let fresh = 0;
       let lastTotal = 0;
-      for await (const page of deps.api.conversations()) {
+      for await (const page of deps.api.conversations(1, out.tally)) {
         const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
         out.inserted += counts.inserted;
         out.updated += counts.updated;
