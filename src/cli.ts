@@ -23,6 +23,17 @@ import { systemClock } from './clock.js';
 import { AuthError, ConfigError, RunError, StoreError, describeError } from './errors.js';
 import { verifyExports } from './export/exporter.js';
 import { FakeWorkspace, startFakeApi } from './fake-api/index.js';
+import { Job, QueueEvents } from 'bullmq';
+import { runDaemon } from '../jobs/daemon.js';
+import {
+  QUEUE_NAME,
+  assertRedisReachable,
+  enqueueConversation,
+  enqueueWorkspace,
+  openQueue,
+  redisConnection,
+  redisHost,
+} from '../jobs/queue.js';
 
 /** Exit codes of every command. */
 export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, INTERRUPTED: 130 } as const;
@@ -52,8 +63,33 @@ function withConfigFlags(cmd: Command, api: boolean): Command {
     .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent (env LOG_LEVEL, default info)');
 }
 
+/** Adds the queue flags (Redis, prefix, job policy) and, for the daemon, the schedule flags. */
+function withQueueFlags(cmd: Command, daemon: boolean): Command {
+  cmd
+    .option('--redis-url <url>', 'Redis of the job queue (env REDIS_URL, default redis://127.0.0.1:6379)')
+    .option('--queue-prefix <prefix>', 'BullMQ key prefix, one per mirror (env CONVO_MIRROR_QUEUE_PREFIX, default convo-mirror)')
+    .option('--job-attempts <n>', 'attempts before a job is kept as failed (env CONVO_MIRROR_JOB_ATTEMPTS, default 5)');
+  if (daemon) {
+    cmd
+      .option('--schedule <cron>', 'regular sync (env CONVO_MIRROR_SCHEDULE, default "*/15 * * * *")')
+      .option('--full-schedule <cron>', 'full refresh (env CONVO_MIRROR_FULL_SCHEDULE, default "0 3 * * *")')
+      .option('--tz <zone>', 'time zone of the crons (env CONVO_MIRROR_TZ, default UTC)')
+      .option('--shutdown-timeout <ms>', 'grace period for running jobs on SIGTERM/SIGINT, ms (env CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS, default 30000)')
+      .option('--job-lock <ms>', 'job lock; a dead worker\'s job is picked up again after about this long (env CONVO_MIRROR_JOB_LOCK_MS, default 30000)');
+  }
+  return cmd;
+}
+
 function flagsOf(o: Record<string, unknown>): ConfigFlags {
   return {
+    redisUrl: o.redisUrl as string | undefined,
+    queuePrefix: o.queuePrefix as string | undefined,
+    jobAttempts: o.jobAttempts as string | undefined,
+    schedule: o.schedule as string | undefined,
+    fullSchedule: o.fullSchedule as string | undefined,
+    tz: o.tz as string | undefined,
+    shutdownTimeoutMs: o.shutdownTimeout as string | undefined,
+    jobLockMs: o.jobLock as string | undefined,
     baseUrl: o.baseUrl as string | undefined,
     apiKey: o.apiKey as string | undefined,
     accountId: o.accountId as string | undefined,
@@ -91,7 +127,11 @@ function exitFor(err: unknown): number {
  * Runs a read-only command (`status`, `verify`) on an existing mirror, without the writer lock.
  * A missing mirror is a configuration error (exit 2) and is not created.
  */
-function withExistingMirror(o: Record<string, unknown>, setExit: (code: number) => void, fn: (mirror: Mirror, config: Config) => number): void {
+async function withExistingMirror(
+  o: Record<string, unknown>,
+  setExit: (code: number) => void,
+  fn: (mirror: Mirror, config: Config) => number | Promise<number>,
+): Promise<void> {
   try {
     const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
     if (!fs.existsSync(config.db)) {
@@ -100,7 +140,7 @@ function withExistingMirror(o: Record<string, unknown>, setExit: (code: number) 
     }
     const mirror = Mirror.open(config.db, { lock: false });
     try {
-      setExit(fn(mirror, config));
+      setExit(await fn(mirror, config));
     } finally {
       mirror.close();
     }
@@ -195,6 +235,95 @@ function reportFailures(s: RunSummary): void {
   }
 }
 
+/** Queue figures for `status`, or why they are missing. */
+type QueueStatus =
+  | {
+      redis: string;
+      prefix: string;
+      counts: Record<string, number>;
+      schedulers: { id: string; pattern?: string | undefined; tz?: string | undefined; next?: string | undefined }[];
+      failed: { id?: string | undefined; name: string; conversation_id?: string | undefined; attempts: number; reason: string; failed_at?: string | undefined }[];
+    }
+  | { redis: string; error: string };
+
+async function queueStatus(config: Config): Promise<QueueStatus> {
+  const redis = redisHost(config.redisUrl);
+  try {
+    await assertRedisReachable(config.redisUrl, 1500);
+  } catch (err) {
+    return { redis, error: describeError(err) };
+  }
+  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
+  try {
+    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed', 'waiting-children', 'prioritized');
+    const schedulers = (await queue.getJobSchedulers()).map((j) => ({
+      id: j.key,
+      pattern: j.pattern,
+      tz: j.tz,
+      next: j.next ? new Date(j.next).toISOString() : undefined,
+    }));
+    const failed = (await queue.getFailed(0, 9)).map((j) => ({
+      id: j.id,
+      name: j.name,
+      conversation_id: (j.data as { conversationId?: string } | undefined)?.conversationId,
+      attempts: j.attemptsMade,
+      reason: j.failedReason,
+      failed_at: j.finishedOn ? new Date(j.finishedOn).toISOString() : undefined,
+    }));
+    return { redis, prefix: config.queuePrefix, counts, schedulers, failed };
+  } finally {
+    await queue.close();
+  }
+}
+
+function formatQueueStatus(q: QueueStatus): string[] {
+  if ('error' in q) return [`queue: unavailable (${q.error})`];
+  const out = [`queue ${q.prefix} on ${q.redis}: ` + Object.entries(q.counts).map(([k, v]) => `${k} ${v}`).join(', ')];
+  out.push('schedulers:');
+  if (q.schedulers.length === 0) out.push('  none (start convo-mirror daemon)');
+  for (const s of q.schedulers) out.push(`  ${s.id}: ${s.pattern} (${s.tz ?? 'UTC'}), next run ${s.next ?? 'unknown'}`);
+  if (q.failed.length) {
+    out.push('failed jobs (dead letter; convo-mirror retry-failed re-queues them):');
+    for (const f of q.failed) out.push(`  ${f.id} ${f.name}${f.conversation_id ? ` ${f.conversation_id}` : ''} after ${f.attempts} attempts at ${f.failed_at}: ${f.reason}`);
+  }
+  return out;
+}
+
+/** `enqueue`: adds jobs, prints ids, optionally waits for their outcome. */
+async function enqueueCommand(config: Config, o: { conversationIds?: string[] | undefined; full: boolean; wait: boolean; timeoutMs: number }): Promise<number> {
+  await assertRedisReachable(config.redisUrl);
+  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
+  const events = o.wait ? new QueueEvents(QUEUE_NAME, { connection: redisConnection(config.redisUrl), prefix: config.queuePrefix }) : undefined;
+  try {
+    if (events) await events.waitUntilReady();
+    const policy = { attempts: config.jobAttempts };
+    const ids: string[] = [];
+    if (o.conversationIds?.length) {
+      for (const id of new Set(o.conversationIds)) ids.push(await enqueueConversation(queue, id, { full: o.full, policy }));
+    } else {
+      ids.push(await enqueueWorkspace(queue, { full: o.full, policy }));
+    }
+    for (const id of ids) process.stdout.write(`${id}\n`);
+    if (!events) return EXIT.OK;
+    let ok = true;
+    for (const id of ids) {
+      const job = await Job.fromId(queue, id);
+      if (!job) continue; // already completed and trimmed
+      try {
+        await job.waitUntilFinished(events, o.timeoutMs);
+        process.stderr.write(`job ${id}: completed\n`);
+      } catch (err) {
+        ok = false;
+        process.stderr.write(`job ${id}: ${describeError(err)}\n`);
+      }
+    }
+    return ok ? EXIT.OK : EXIT.FAILURES;
+  } finally {
+    await events?.close();
+    await queue.close();
+  }
+}
+
 /** Builds the commander program. `run` resolves the process exit code. */
 export function buildProgram(setExit: (code: number) => void): Command {
   const program = new Command('convo-mirror')
@@ -226,18 +355,25 @@ export function buildProgram(setExit: (code: number) => void): Command {
     }
   });
 
-  withConfigFlags(
-    program.command('status').description('Show counts per table, the last runs and their failures, and the export watermark').option('--json', 'print as JSON'),
+  withQueueFlags(
+    withConfigFlags(
+      program
+        .command('status')
+        .description('Show counts per table, the last runs and their failures, the export watermark, and the job queue (counts, schedulers, failed jobs)')
+        .option('--json', 'print as JSON'),
+      false,
+    ),
     false,
-  ).action((o) =>
-    withExistingMirror(o, setExit, (mirror, config) => {
+  ).action(async (o) =>
+    withExistingMirror(o, setExit, async (mirror, config) => {
+      const queue = await queueStatus(config);
       const counts = mirror.counts();
       const runs = mirror.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT 5`).all() as Record<string, unknown>[];
       const failures = mirror.db
         .prepare(`SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`)
         .all() as Record<string, unknown>[];
       if (o.json) {
-        process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures, queue }, null, 2) + '\n');
       } else {
         const out: string[] = [`mirror ${config.db}`];
         for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
@@ -254,6 +390,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
           out.push('failures of the last run:');
           for (const f of failures) out.push(`  ${f.conversation_id}: [${f.code}] ${f.message}`);
         }
+        out.push(...formatQueueStatus(queue));
         process.stdout.write(out.join('\n') + '\n');
       }
       return EXIT.OK;
@@ -269,6 +406,75 @@ export function buildProgram(setExit: (code: number) => void): Command {
       return problems.length === 0 ? EXIT.OK : EXIT.FAILURES;
     }),
   );
+
+  withQueueFlags(
+    withConfigFlags(
+      program
+        .command('daemon')
+        .description('Run the sync daemon: job schedulers (regular and full), a worker for on-demand and scheduled jobs, graceful shutdown on SIGTERM/SIGINT'),
+      true,
+    ),
+    true,
+  ).action(async (o) => {
+    try {
+      const config = loadConfig(process.env, flagsOf(o));
+      const logger = createLogger({ level: config.logLevel, pretty: isTTY() });
+      let stopSignal: NodeJS.Signals | undefined;
+      const stop = new Promise<void>((resolve) => {
+        const onSignal = (sig: NodeJS.Signals) => {
+          stopSignal = sig;
+          resolve();
+        };
+        process.once('SIGTERM', onSignal);
+        process.once('SIGINT', onSignal);
+      });
+      const exit = await runDaemon({ config, logger, stop });
+      logger.info({ signal: stopSignal, shutdown_ms: exit.shutdownMs, forced: exit.forced }, 'exiting');
+      setExit(EXIT.OK);
+    } catch (err) {
+      setExit(exitFor(err));
+    }
+  });
+
+  withQueueFlags(
+    program
+      .command('enqueue')
+      .description('Queue on-demand jobs for the daemon: named conversations, or a workspace sync; print their ids')
+      .option('--conversation <id...>', 'conversations to sync now (repeatable); without it, the whole workspace')
+      .option('--full', 'full refresh: re-read every page')
+      .option('--wait', 'wait until the jobs finish; exit 0 if all completed, 1 otherwise')
+      .option('--timeout <ms>', 'with --wait, give up after this long (ms)', '600000')
+      .option('--log-level <level>', 'log level (env LOG_LEVEL, default info)'),
+    false,
+  ).action(async (o) => {
+    try {
+      const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
+      setExit(await enqueueCommand(config, { conversationIds: o.conversation, full: o.full === true, wait: o.wait === true, timeoutMs: Number(o.timeout) }));
+    } catch (err) {
+      setExit(exitFor(err));
+    }
+  });
+
+  withQueueFlags(
+    program.command('retry-failed').description('Re-queue every failed job kept by the queue (the dead letter list shown by status)').option('--log-level <level>', 'log level'),
+    false,
+  ).action(async (o) => {
+    try {
+      const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
+      await assertRedisReachable(config.redisUrl);
+      const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
+      try {
+        const failed = await queue.getFailed(0, -1);
+        for (const job of failed) await job.retry('failed');
+        process.stdout.write(`re-queued ${failed.length} failed job${failed.length === 1 ? '' : 's'}${failed.length ? `: ${failed.map((j) => j.id).join(', ')}` : ''}\n`);
+        setExit(EXIT.OK);
+      } finally {
+        await queue.close();
+      }
+    } catch (err) {
+      setExit(exitFor(err));
+    }
+  });
 
   program
     .command('fake-api')

@@ -1,0 +1,154 @@
+/**
+ * The daemon: job schedulers + a worker over one SQLite mirror, with bounded graceful shutdown.
+ * A thin shell: it builds the dependencies once, hands jobs to jobs/processors.ts, and tears down.
+ */
+import { Worker, type Job } from 'bullmq';
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import { ApiClient } from '../src/api/client.js';
+import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
+import { systemClock } from '../src/clock.js';
+import { describeError } from '../src/errors.js';
+import {
+  QUEUE_NAME,
+  WORKSPACE_JOB,
+  assertRedisReachable,
+  openQueue,
+  redisConnection,
+  redisHost,
+  registerSchedulers,
+  type ConversationJobData,
+  type ConversationJobResult,
+  type WorkspaceJobData,
+} from './queue.js';
+import { KeyedMutex, processConversationJob, processWorkspaceJob, type JobDeps } from './processors.js';
+import type { RunSummary } from '../src/sync/run.js';
+
+/** Options of {@link runDaemon}. */
+export interface DaemonOptions {
+  config: Config;
+  logger: Logger;
+  /** Resolves when the daemon should stop (SIGTERM/SIGINT). */
+  stop: Promise<unknown>;
+  /** Called once the worker runs (tests and the CLI log readiness). */
+  onReady?: () => void;
+}
+
+/** How a daemon ended. */
+export interface DaemonExit {
+  /** Shutdown time from the stop request to everything closed, ms. */
+  shutdownMs: number;
+  /** True when running jobs had to be cut short at the grace period's end (they resume from their checkpoints). */
+  forced: boolean;
+}
+
+/**
+ * Runs the daemon until `stop` resolves: checks Redis, takes the mirror's writer lock (a second
+ * daemon on the same file is refused), registers the job schedulers, and processes jobs with
+ * `config.concurrency` in parallel. On stop: no new jobs; running ones get
+ * `config.shutdownTimeoutMs` to finish, then their requests are aborted (every committed page is a
+ * checkpoint, so the retried job resumes); Redis and SQLite are closed.
+ *
+ * @throws {@link ConfigError} when Redis is unreachable; {@link StoreError} when the mirror is locked or unreadable
+ */
+export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
+  const { config, logger } = o;
+  await assertRedisReachable(config.redisUrl);
+  const mirror = Mirror.open(config.db);
+  const abort = new AbortController();
+  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
+  const api = new ApiClient({
+    baseUrl: config.baseUrl!,
+    apiKey: config.apiKey!,
+    accountId: config.accountId,
+    maxRps: config.maxRps,
+    connections: Math.max(2, config.concurrency * 2),
+    requestTimeoutMs: config.requestTimeoutMs,
+    maxRetries: config.maxRetries,
+    logger,
+    signal: abort.signal,
+    // A 429 makes every worker of the queue back off, not just this request.
+    onRateLimited: (ms) => {
+      queue.rateLimit(ms).catch((err: unknown) => logger.warn({ err: describeError(err) }, 'could not set the queue rate limit'));
+    },
+  });
+  const policy = { attempts: config.jobAttempts };
+  const deps: JobDeps = {
+    api,
+    mirror,
+    logger,
+    clock: systemClock,
+    queue,
+    accountId: config.accountId ?? DEFAULT_ACCOUNT,
+    exportDir: config.exportDir,
+    policy,
+    signal: abort.signal,
+    locks: new KeyedMutex(),
+  };
+  let worker: Worker | undefined;
+  try {
+    await registerSchedulers(queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy });
+    worker = new Worker(
+      QUEUE_NAME,
+      async (job: Job, token?: string) =>
+        job.name === WORKSPACE_JOB
+          ? processWorkspaceJob(deps, job as Job<WorkspaceJobData>, token)
+          : processConversationJob(deps, job as Job<ConversationJobData>),
+      {
+        connection: redisConnection(config.redisUrl),
+        prefix: config.queuePrefix,
+        concurrency: config.concurrency,
+        lockDuration: config.jobLockMs,
+        stalledInterval: config.jobLockMs,
+        maxStalledCount: 3,
+      },
+    );
+    worker.on('error', (err) => logger.error({ err: describeError(err) }, 'worker error'));
+    worker.on('active', (job) => logger.info({ job: job.id, name: job.name, conversation_id: job.data?.conversationId, attempt: job.attemptsMade + 1 }, 'job started'));
+    worker.on('completed', (job, value: unknown) => logger.info({ job: job.id, name: job.name, ...jobFigures(value) }, 'job completed'));
+    worker.on('failed', (job, err) =>
+      logger.warn({ job: job?.id, name: job?.name, conversation_id: job?.data?.conversationId, attempts: job?.attemptsMade, err: err.message }, 'job failed'),
+    );
+    await worker.waitUntilReady();
+    logger.info(
+      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule: config.schedule, full_schedule: config.fullSchedule, tz: config.tz, concurrency: config.concurrency },
+      'daemon ready',
+    );
+    o.onReady?.();
+  } catch (err) {
+    // Startup failed: release everything, report the cause.
+    await worker?.close(true).catch(() => {});
+    await queue.close().catch(() => {});
+    await api.close().catch(() => {});
+    mirror.close();
+    throw err;
+  }
+  await o.stop;
+
+  const t0 = Date.now();
+  let forced = false;
+  logger.info({ grace_ms: config.shutdownTimeoutMs }, 'shutting down: no new jobs; waiting for running ones');
+  const closing = worker.close();
+  let timer: NodeJS.Timeout | undefined;
+  const graceOver = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), config.shutdownTimeoutMs)));
+  if ((await Promise.race([closing.then(() => 'closed' as const), graceOver])) === 'timeout') {
+    forced = true;
+    logger.warn('grace period over: aborting running jobs; they resume from their checkpoints');
+    abort.abort(new Error('daemon shutting down'));
+  }
+  clearTimeout(timer);
+  await closing;
+  await queue.close();
+  await api.close();
+  mirror.close();
+  const shutdownMs = Date.now() - t0;
+  logger.info({ shutdown_ms: shutdownMs, forced }, 'daemon stopped');
+  return { shutdownMs, forced };
+}
+
+function jobFigures(value: unknown): Record<string, unknown> {
+  const v = value as Partial<RunSummary> & Partial<ConversationJobResult>;
+  if (v?.result) return { conversation_id: v.result.id, status: v.result.status, inserted: v.result.inserted, updated: v.result.updated, deleted: v.result.deleted, pages: v.result.pages };
+  if (v?.runId !== undefined) return { run: v.runId, status: v.status, conversations: v.conversations, messages: v.messages, requests: v.requests, export_lines: v.export?.lines };
+  return {};
+}

@@ -1,0 +1,226 @@
+/**
+ * Job processors: unpack a BullMQ job, call the src/sync processors, map errors to BullMQ's retry
+ * semantics (design habit 2). Authentication, configuration and not-found errors become
+ * `UnrecoverableError` (never retried); everything else is retried with backoff, and a retried
+ * conversation job resumes from its last committed page.
+ */
+import { UnrecoverableError, WaitingChildrenError, type Job, type Queue } from 'bullmq';
+import { AuthError, ConfigError, NotFoundError, RunError, describeError } from '../src/errors.js';
+import { syncConversation, type ConversationResult } from '../src/sync/conversation.js';
+import { listWorkspace, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
+import { completeRun, type RunSummary } from '../src/sync/run.js';
+import type { SyncDeps } from '../src/sync/types.js';
+import {
+  CONVERSATION_JOB,
+  jobOptions,
+  type ConversationJobData,
+  type ConversationJobResult,
+  type JobPolicy,
+  type WorkspaceJobData,
+} from './queue.js';
+
+/** What the processors need beyond {@link SyncDeps}. */
+export interface JobDeps extends SyncDeps {
+  queue: Queue;
+  accountId: string;
+  exportDir: string;
+  policy: JobPolicy;
+  /** Aborted at the end of the shutdown grace period. */
+  signal?: AbortSignal | undefined;
+  /** Serializes crawls of one conversation within this process. */
+  locks: KeyedMutex;
+}
+
+/** Runs tasks one at a time per key (two jobs for one conversation never crawl at once). */
+export class KeyedMutex {
+  private readonly tails = new Map<string, Promise<unknown>>();
+
+  async run<T>(key: string, task: () => Promise<T>): Promise<T> {
+    const prev = this.tails.get(key) ?? Promise.resolve();
+    const next = prev.then(task, task);
+    const tail = next.catch(() => undefined);
+    this.tails.set(key, tail);
+    try {
+      return await next;
+    } finally {
+      if (this.tails.get(key) === tail) this.tails.delete(key);
+    }
+  }
+}
+
+/** Permanent errors must not be retried by BullMQ. */
+function toJobError(err: unknown): Error {
+  const cause = err instanceof RunError ? err.cause : err;
+  if (cause instanceof AuthError || cause instanceof ConfigError || cause instanceof NotFoundError) {
+    return new UnrecoverableError(describeError(cause));
+  }
+  return err instanceof Error ? err : new Error(describeError(err));
+}
+
+/** Child job id of a conversation in a workspace run: deterministic, so a retried step adds nothing twice. */
+export const childJobId = (runId: number, conversationId: string) => `run-${runId}-c-${conversationId}`;
+
+/**
+ * `sync-conversation`: a child of a workspace run crawls within that run; an on-demand job is a
+ * recorded run of its own, and publishes its exports.
+ *
+ * @throws `UnrecoverableError` for auth/config/not-found errors; the original error otherwise
+ */
+export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>): Promise<ConversationJobResult> {
+  const { conversationId, full, runId } = job.data;
+  const log = d.logger.child({ job: job.id, conversation_id: conversationId });
+  return d.locks.run(conversationId, async () => {
+    const deps = { ...d, logger: log };
+    if (runId !== undefined) {
+      try {
+        // A full refresh resumes only checkpoints of its own run (a retried attempt).
+        const result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId, resume: full ? 'same-run' : true, signal: d.signal });
+        return { result };
+      } catch (err) {
+        throw toJobError(err);
+      }
+    }
+    const startedMs = d.clock.now();
+    const ownRun = d.mirror.startRun('conversations', d.accountId);
+    let result: ConversationResult | undefined;
+    let fatal: unknown;
+    const failures: ConversationFailure[] = [];
+    try {
+      // A retried attempt of a full job may continue what its earlier attempt committed.
+      const resume = full ? job.attemptsMade > 0 : true;
+      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume, signal: d.signal });
+    } catch (err) {
+      if (err instanceof AuthError || err instanceof ConfigError) fatal = err;
+      else failures.push({ id: conversationId, error: err as Error });
+    }
+    const ws: WorkspaceResult = {
+      listPasses: 0,
+      listConfirmed: true,
+      conversationsListed: 0,
+      conversationsInserted: 0,
+      conversationsUpdated: 0,
+      results: result ? [result] : [],
+      failures,
+    };
+    let summary: RunSummary;
+    try {
+      summary = completeRun(deps, {
+        runId: ownRun,
+        mode: 'conversations',
+        startedMs,
+        accountId: d.accountId,
+        exportDir: d.exportDir,
+        result: ws,
+        fatal,
+        interrupted: d.signal?.aborted === true,
+      });
+    } catch (err) {
+      throw toJobError(err);
+    }
+    if (failures[0]) throw toJobError(failures[0].error);
+    return { result: result!, summary };
+  });
+}
+
+/**
+ * `sync-workspace`, in steps (BullMQ's step-job pattern): `list` pages the conversation list (two
+ * passes at least) and adds one child `sync-conversation` job per conversation; `crawl` waits for
+ * the children (`moveToWaitingChildren`); `finish` rolls up the children's results and failures,
+ * publishes the exports and records the run. Each step is idempotent, so a retried job continues.
+ *
+ * @throws `WaitingChildrenError` while children run; `UnrecoverableError` for auth/config errors
+ */
+export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>, token: string | undefined): Promise<RunSummary | undefined> {
+  let data = job.data;
+  const log = d.logger.child({ job: job.id, mode: data.mode });
+  const deps = { ...d, logger: log };
+  const runMode = data.mode === 'full' ? 'full' : 'scheduled';
+  for (;;) {
+    switch (data.step ?? 'list') {
+      case 'list': {
+        const runId = data.runId ?? d.mirror.startRun(runMode, d.accountId);
+        const startedMs = data.startedMs ?? d.clock.now();
+        if (data.runId === undefined) {
+          data = { ...data, runId, startedMs, step: 'list' };
+          await job.updateData(data);
+        }
+        let listing;
+        try {
+          listing = await listWorkspace(deps, { accountId: d.accountId, runId, signal: d.signal });
+        } catch (err) {
+          // Auth or config: record the run as failed, never retry.
+          try {
+            completeRun(deps, { runId, mode: runMode, startedMs, accountId: d.accountId, exportDir: d.exportDir, fatal: err });
+          } catch (runErr) {
+            throw toJobError(runErr);
+          }
+          throw toJobError(err);
+        }
+        const ids = [...new Set([...listing.seen, ...listing.recheck])];
+        const opts = jobOptions(d.policy);
+        await d.queue.addBulk(
+          ids.map((conversationId) => ({
+            name: CONVERSATION_JOB,
+            data: { conversationId, runId, ...(data.mode === 'full' ? { full: true } : {}) } satisfies ConversationJobData,
+            opts: {
+              ...opts,
+              jobId: childJobId(runId, conversationId),
+              parent: { id: job.id!, queue: job.queueQualifiedName },
+              ignoreDependencyOnFailure: true,
+            },
+          })),
+        );
+        data = {
+          ...data,
+          step: 'crawl',
+          listing: {
+            passes: listing.passes,
+            confirmed: listing.confirmed,
+            listed: listing.seen.length,
+            inserted: listing.inserted,
+            updated: listing.updated,
+            tally: listing.tally,
+            ...(listing.failure ? { failure: describeError(listing.failure) } : {}),
+          },
+        };
+        await job.updateData(data);
+        log.info({ run: runId, conversations: ids.length, passes: listing.passes }, 'workspace listed; conversation jobs added');
+        break;
+      }
+      case 'crawl': {
+        const wait = await job.moveToWaitingChildren(token ?? '');
+        if (wait) throw new WaitingChildrenError();
+        data = { ...data, step: 'finish' };
+        await job.updateData(data);
+        break;
+      }
+      case 'finish': {
+        const runId = data.runId!;
+        const values = await job.getChildrenValues<ConversationJobResult>();
+        const failed = await job.getIgnoredChildrenFailures();
+        const results = Object.values(values).map((v) => v.result);
+        const failures: ConversationFailure[] = Object.entries(failed).map(([key, reason]) => ({
+          id: key.replace(/^.*?run-\d+-c-/, ''),
+          error: new Error(reason),
+        }));
+        if (data.listing?.failure) failures.push({ id: '(conversation list)', error: new Error(data.listing.failure) });
+        const l = data.listing;
+        const ws: WorkspaceResult = {
+          listPasses: l?.passes ?? 0,
+          listConfirmed: l?.confirmed ?? false,
+          conversationsListed: l?.listed ?? 0,
+          conversationsInserted: l?.inserted ?? 0,
+          conversationsUpdated: l?.updated ?? 0,
+          results,
+          failures,
+          ...(l ? { listingTally: l.tally } : {}),
+        };
+        try {
+          return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, result: ws });
+        } catch (err) {
+          throw toJobError(err);
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,188 @@
+/**
+ * The BullMQ side of convo-mirror: one queue, two job kinds, the job schedulers, and Redis
+ * connections. Thin: job data carries ids and modes only (never the API key); the work is done by
+ * src/sync through jobs/processors.ts.
+ */
+import { Queue, type JobsOptions } from 'bullmq';
+import { Redis, type RedisOptions } from 'ioredis';
+import { ConfigError } from '../src/errors.js';
+import type { RunSummary } from '../src/sync/run.js';
+import type { ConversationResult } from '../src/sync/conversation.js';
+import type { RequestTally } from '../src/api/client.js';
+
+/** Name of the queue (keys are `<prefix>:sync:*`). */
+export const QUEUE_NAME = 'sync';
+/** Job name of a workspace sync (regular or full). */
+export const WORKSPACE_JOB = 'sync-workspace';
+/** Job name of one conversation's sync. */
+export const CONVERSATION_JOB = 'sync-conversation';
+/** Scheduler ids: one per schedule, so any number of daemons make one job per tick. */
+export const SCHEDULER_REGULAR = 'workspace-regular';
+export const SCHEDULER_FULL = 'workspace-full';
+
+/** Data of a `sync-workspace` job. `step` and the rest are written by the job as it advances. */
+export interface WorkspaceJobData {
+  /** `regular`: resumes recent checkpoints; `full`: re-reads every page of every conversation. */
+  mode: 'regular' | 'full';
+  step?: 'list' | 'crawl' | 'finish';
+  runId?: number;
+  startedMs?: number;
+  listing?: {
+    passes: number;
+    confirmed: boolean;
+    listed: number;
+    inserted: number;
+    updated: number;
+    tally: RequestTally;
+    failure?: string;
+  };
+}
+
+/** Data of a `sync-conversation` job. */
+export interface ConversationJobData {
+  conversationId: string;
+  /** Re-read every page (no checkpoint from before this job). */
+  full?: boolean;
+  /** Set when the job is a child of a workspace run: the run it belongs to. */
+  runId?: number;
+}
+
+/** Return value of a `sync-conversation` job. */
+export interface ConversationJobResult {
+  result: ConversationResult;
+  /** The run recorded for an on-demand job (absent for children of a workspace run). */
+  summary?: RunSummary;
+}
+
+/** Options of {@link jobOptions}. */
+export interface JobPolicy {
+  /** Attempts before a job is kept as failed (dead letter). @defaultValue 5 */
+  attempts: number;
+  /** First retry delay of the exponential backoff, ms. @defaultValue 1000 */
+  backoffMs?: number;
+}
+
+/**
+ * Options every job gets: `attempts` with exponential backoff; completed jobs trimmed to the last
+ * 1,000 (and 7 days); failed jobs kept, as the dead letter list `status` shows and `retry-failed`
+ * re-queues.
+ */
+export function jobOptions(policy: JobPolicy): JobsOptions {
+  return {
+    attempts: policy.attempts,
+    backoff: { type: 'exponential', delay: policy.backoffMs ?? 1000 },
+    removeOnComplete: { count: 1000, age: 7 * 24 * 3600 },
+    removeOnFail: false,
+  };
+}
+
+/** Where the daemon's keys live. */
+export interface QueueSettings {
+  redisUrl: string;
+  /** BullMQ key prefix (one per mirror). */
+  prefix: string;
+}
+
+/** `host:port` of a Redis URL, for messages (never the password). */
+export function redisHost(url: string): string {
+  const u = new URL(url);
+  return `${u.hostname}:${u.port || '6379'}`;
+}
+
+/**
+ * ioredis options for a Redis URL (`redis://[user:pass@]host[:port][/db]`, `rediss://` for TLS),
+ * with `maxRetriesPerRequest: null` as BullMQ workers require. Passing options (not a client)
+ * lets BullMQ open and close its own connections.
+ */
+export function redisConnection(url: string): RedisOptions {
+  const u = new URL(url);
+  const db = u.pathname.replace(/^\//, '');
+  return {
+    host: u.hostname,
+    port: Number(u.port || 6379),
+    ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
+    ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
+    ...(db ? { db: Number(db) } : {}),
+    ...(u.protocol === 'rediss:' ? { tls: {} } : {}),
+    maxRetriesPerRequest: null,
+    enableReadyCheck: true,
+  };
+}
+
+/**
+ * Checks that Redis answers, quickly (one attempt, `timeoutMs`).
+ *
+ * @throws {@link ConfigError} naming REDIS_URL and the host (never the password)
+ */
+export async function assertRedisReachable(url: string, timeoutMs = 3000): Promise<void> {
+  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, enableOfflineQueue: false });
+  probe.on('error', () => {});
+  try {
+    await probe.connect();
+    await probe.ping();
+  } catch (err) {
+    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${(err as Error).message}); start Redis or set REDIS_URL`);
+  } finally {
+    probe.disconnect();
+  }
+}
+
+/** Opens the queue (its own connection). Close it with `queue.close()`. */
+export function openQueue(settings: QueueSettings): Queue {
+  const connection = redisConnection(settings.redisUrl);
+  const queue = new Queue(QUEUE_NAME, { connection, prefix: settings.prefix });
+  queue.on('error', () => {}); // reported by the callers' awaits; avoid unhandled 'error' events
+  return queue;
+}
+
+/** Options of {@link registerSchedulers}. */
+export interface ScheduleSettings {
+  /** Cron of the regular workspace sync. */
+  schedule: string;
+  /** Cron of the full refresh. */
+  fullSchedule: string;
+  /** IANA time zone of both crons. */
+  tz: string;
+  policy: JobPolicy;
+}
+
+/**
+ * Registers (or updates) the two job schedulers. Idempotent: upserting the same ids from any
+ * number of daemons leaves one scheduler each, and each tick produces one job.
+ */
+export async function registerSchedulers(queue: Queue, s: ScheduleSettings): Promise<void> {
+  const opts = jobOptions(s.policy);
+  await queue.upsertJobScheduler(
+    SCHEDULER_REGULAR,
+    { pattern: s.schedule, tz: s.tz },
+    { name: WORKSPACE_JOB, data: { mode: 'regular' } satisfies WorkspaceJobData, opts },
+  );
+  await queue.upsertJobScheduler(
+    SCHEDULER_FULL,
+    { pattern: s.fullSchedule, tz: s.tz },
+    { name: WORKSPACE_JOB, data: { mode: 'full' } satisfies WorkspaceJobData, opts },
+  );
+}
+
+/**
+ * Queues an on-demand sync of one conversation, deduplicated per conversation: while one is
+ * waiting, asking again adds nothing; while one runs, asking again leads to exactly one more run
+ * after it (BullMQ `deduplication` with `keepLastIfActive`).
+ *
+ * @returns the id of the job that will do the work
+ */
+export async function enqueueConversation(queue: Queue, conversationId: string, o: { full?: boolean; policy: JobPolicy }): Promise<string> {
+  const data: ConversationJobData = { conversationId, ...(o.full ? { full: true } : {}) };
+  const job = await queue.add(CONVERSATION_JOB, data, {
+    ...jobOptions(o.policy),
+    deduplication: { id: `conversation-${conversationId}`, keepLastIfActive: true },
+  });
+  return job.id!;
+}
+
+/** Queues an on-demand workspace sync (regular or full). @returns the job id */
+export async function enqueueWorkspace(queue: Queue, o: { full?: boolean; policy: JobPolicy }): Promise<string> {
+  const data: WorkspaceJobData = { mode: o.full ? 'full' : 'regular' };
+  const job = await queue.add(WORKSPACE_JOB, data, jobOptions(o.policy));
+  return job.id!;
+}

@@ -1,0 +1,214 @@
+/**
+ * vitest globalSetup: one real Redis for the whole test run, provided to tests as `redisUrl`
+ * (read it with `redisUrl()` from test/redis.ts). Where it comes from, in order:
+ *
+ * 1. `REDIS_URL` from the environment, if set. It must answer PING, or the run fails naming it.
+ * 2. Else `redis-server` from PATH, spawned on a free 127.0.0.1 port with no persistence, and
+ *    stopped in teardown.
+ * 3. Else a `redis:7` container through testcontainers, if a container runtime (Docker) answers.
+ * 4. Else the run fails with a message saying how to get one.
+ *
+ * Tests isolate themselves with a random queue prefix per file, so a shared server is safe.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Redis } from 'ioredis';
+import type { TestProject } from 'vitest/node';
+
+const HOW_TO_GET_ONE =
+  'set REDIS_URL, or install redis-server (apt-get install -y redis-server), or run Docker';
+
+/** Milliseconds a spawned redis-server has to answer PING. */
+const SPAWN_READY_MS = 10_000;
+
+/** Resolves when `url` answers PING, rejects otherwise; one connection attempt, bounded. */
+async function ping(url: string, timeoutMs = 2_000): Promise<void> {
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    commandTimeout: timeoutMs,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  });
+  // ioredis rejects with a bare "Connection is closed."; the socket error says why (ECONNREFUSED...).
+  let socketError: Error | undefined;
+  redis.on('error', (err: Error) => (socketError ??= err));
+  try {
+    await redis.connect();
+    const answer = await redis.ping();
+    if (answer !== 'PONG') throw new Error(`PING answered ${JSON.stringify(answer)}`);
+  } catch (err) {
+    throw socketError ?? err;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** Hides a password in a URL before it goes into an error message. */
+function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}
+
+function findOnPath(bin: string): string | undefined {
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    if (!dir) continue;
+    const candidate = path.join(dir, bin);
+    try {
+      fs.accessSync(candidate, fs.constants.X_OK);
+      if (fs.statSync(candidate).isFile()) return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
+}
+
+/** A port that was free a moment ago on 127.0.0.1 (the spawn retries if it is taken meanwhile). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function stopChild(child: ChildProcess, graceMs = 3_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
+interface Started {
+  url: string;
+  /** Where the server came from, for the one line logged at start. */
+  source: string;
+  stop: () => Promise<void>;
+}
+
+/** Spawns `bin` on a free port and waits (bounded) until it answers PING; retries a taken port. */
+async function spawnRedisServer(bin: string): Promise<Started> {
+  let lastError = '';
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const port = await freePort();
+    const child = spawn(
+      bin,
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', os.tmpdir()],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let output = '';
+    const keep = (chunk: Buffer) => {
+      output = (output + chunk.toString()).slice(-4_000);
+    };
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
+    let spawnError: Error | undefined;
+    child.once('error', (err) => (spawnError = err));
+    // If vitest itself dies without running teardown, do not leave the server behind.
+    const onExit = () => child.kill('SIGKILL');
+    process.once('exit', onExit);
+
+    const url = `redis://127.0.0.1:${port}`;
+    const deadline = Date.now() + SPAWN_READY_MS;
+    while (Date.now() < deadline && !spawnError && child.exitCode === null && child.signalCode === null) {
+      try {
+        await ping(url, 500);
+        return {
+          url,
+          source: `spawned ${bin}`,
+          stop: async () => {
+            process.off('exit', onExit);
+            await stopChild(child);
+          },
+        };
+      } catch {
+        await sleep(50);
+      }
+    }
+    const exited = child.exitCode !== null || child.signalCode !== null;
+    lastError = spawnError
+      ? `${bin} could not be started: ${spawnError.message}`
+      : exited
+        ? `${bin} --port ${port} exited (${child.exitCode ?? child.signalCode}): ${output.trim().split('\n').slice(-3).join(' | ')}`
+        : `${bin} --port ${port} did not answer PING within ${SPAWN_READY_MS} ms`;
+    process.off('exit', onExit);
+    await stopChild(child);
+    // Only an early exit (most likely the port was taken meanwhile) is worth another port.
+    if (!exited || spawnError) break;
+  }
+  throw new Error(`Redis for tests: ${lastError}`);
+}
+
+/** Starts `redis:7` through testcontainers, or returns undefined when no container runtime answers. */
+async function startContainer(): Promise<Started | undefined> {
+  const { GenericContainer, Wait, getContainerRuntimeClient } = await import('testcontainers');
+  try {
+    await getContainerRuntimeClient();
+  } catch {
+    return undefined;
+  }
+  const container = await new GenericContainer('redis:7')
+    .withCommand(['redis-server', '--save', '', '--appendonly', 'no'])
+    .withExposedPorts(6379)
+    .withWaitStrategy(Wait.forLogMessage('Ready to accept connections'))
+    .start();
+  const url = `redis://${container.getHost()}:${container.getMappedPort(6379)}`;
+  await ping(url, 5_000);
+  return { url, source: 'testcontainers redis:7', stop: async () => void (await container.stop()) };
+}
+
+async function resolveRedis(): Promise<Started> {
+  const fromEnv = process.env.REDIS_URL;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    try {
+      await ping(fromEnv);
+    } catch (err) {
+      throw new Error(
+        `Redis for tests: REDIS_URL=${redactUrl(fromEnv)} does not answer PING (${(err as Error).message}). ` +
+          'Start that server, fix REDIS_URL, or unset REDIS_URL to let the tests start their own redis-server.',
+      );
+    }
+    return { url: fromEnv, source: 'REDIS_URL', stop: async () => {} };
+  }
+
+  const bin = findOnPath('redis-server');
+  if (bin) return spawnRedisServer(bin);
+
+  const container = await startContainer();
+  if (container) return container;
+
+  throw new Error(
+    `Redis for tests: REDIS_URL is not set, redis-server is not on PATH and no Docker engine answers. ` +
+      `To get one: ${HOW_TO_GET_ONE}.`,
+  );
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const redis = await resolveRedis();
+  project.provide('redisUrl', redis.url);
+  process.stderr.write(`Redis for tests: ${redactUrl(redis.url)} (${redis.source})\n`);
+  return async () => {
+    await redis.stop();
+  };
+}

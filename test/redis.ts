@@ -1,0 +1,78 @@
+/**
+ * Real Redis for tests (design habit 9): `test/global-setup.ts` finds or starts one server for the
+ * whole run and provides its URL; each test file uses its own random BullMQ queue prefix, so files
+ * running in parallel (and runs sharing one `REDIS_URL`) never see each other's keys.
+ *
+ * ```ts
+ * const url = redisUrl();
+ * const prefix = randomPrefix('daemon');
+ * afterAll(() => cleanupPrefix(url, prefix));
+ * new Queue('sync', { connection: { url }, prefix });
+ * ```
+ */
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { inject } from 'vitest';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** URL of the Redis server shared by the whole test run (see test/global-setup.ts). */
+    redisUrl: string;
+  }
+}
+
+/** The URL of the test run's Redis server, as provided by test/global-setup.ts. */
+export function redisUrl(): string {
+  const url = inject('redisUrl');
+  if (!url) throw new Error('redisUrl was not provided: is test/global-setup.ts listed in vitest.config.ts globalSetup?');
+  return url;
+}
+
+/**
+ * A fresh BullMQ queue prefix for one test file: `cmtest-<label>-<16 hex chars>`. Characters of
+ * `label` other than letters, digits, `_` and `-` become `-` (a prefix is also a SCAN pattern).
+ */
+export function randomPrefix(label: string): string {
+  const safe = label.replace(/[^A-Za-z0-9_-]/g, '-') || 'x';
+  return `cmtest-${safe}-${randomBytes(8).toString('hex')}`;
+}
+
+/** Escapes Redis glob metacharacters so `prefix` is matched literally by SCAN MATCH. */
+function globEscape(s: string): string {
+  return s.replace(/[\\*?[\]^]/g, (c) => `\\${c}`);
+}
+
+/**
+ * Deletes every key `<prefix>:*` (BullMQ's keys for every queue under that prefix) with SCAN + UNLINK,
+ * and returns how many were deleted. Keys that merely start with `prefix` without the `:` are kept.
+ * Bounded: gives up with an error after `timeoutMs` (default 10 000 ms) rather than hanging a test.
+ */
+export async function cleanupPrefix(url: string, prefix: string, timeoutMs = 10_000): Promise<number> {
+  if (!prefix) throw new Error('cleanupPrefix: empty prefix would match every key');
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    connectTimeout: 2_000,
+    retryStrategy: () => null,
+  });
+  let socketError: Error | undefined;
+  redis.on('error', (err: Error) => (socketError ??= err)); // rethrown below, not printed by ioredis
+  const deadline = Date.now() + timeoutMs;
+  let deleted = 0;
+  try {
+    await redis.connect().catch((err: unknown) => {
+      throw socketError ?? err;
+    });
+    const match = `${globEscape(prefix)}:*`;
+    let cursor = '0';
+    do {
+      if (Date.now() > deadline) throw new Error(`cleanupPrefix(${prefix}): not finished after ${timeoutMs} ms`);
+      const [next, keys] = await redis.scan(cursor, 'MATCH', match, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) deleted += await redis.unlink(...keys);
+    } while (cursor !== '0');
+    return deleted;
+  } finally {
+    redis.disconnect();
+  }
+}
