@@ -155,7 +155,7 @@ describe('one writer per mirror file', () => {
       // The lock is taken before the first request, so the hung request proves the lock is held.
       await waitFor(() => fake.requests.some((r) => /\/messages$/.test(r.path) && r.status === 0), 10_000, 'the first sync to hit the slow request');
       expect(first.child.exitCode).toBeNull();
-      expect(JSON.parse(fs.readFileSync(lockFile, 'utf8')).pid).toBe(holder);
+      expect(JSON.parse(fs.readFileSync(`${lockFile}.json`, 'utf8')).pid).toBe(holder);
 
       const second = await run(['sync'], env, 10_000);
       expect(second.code, second.stderr).toBe(2);
@@ -163,7 +163,7 @@ describe('one writer per mirror file', () => {
       expect(second.ms).toBeLessThan(5000);
       // The refusal did not disturb the holder or its lock.
       expect(first.child.exitCode).toBeNull();
-      expect(JSON.parse(fs.readFileSync(lockFile, 'utf8')).pid).toBe(holder);
+      expect(JSON.parse(fs.readFileSync(`${lockFile}.json`, 'utf8')).pid).toBe(holder);
 
       // Readers take no lock: status works while the writer runs, and sees its run.
       const st = await run(['status', '--json'], env, 10_000);
@@ -176,14 +176,14 @@ describe('one writer per mirror file', () => {
       first.child.kill('SIGKILL');
       const killed = await first.done;
       expect(killed.signal).toBe('SIGKILL');
-      expect(fs.existsSync(lockFile)).toBe(true);
-      expect(JSON.parse(fs.readFileSync(lockFile, 'utf8')).pid).toBe(holder);
+      expect(fs.existsSync(`${lockFile}.json`)).toBe(true);
+      expect(JSON.parse(fs.readFileSync(`${lockFile}.json`, 'utf8')).pid).toBe(holder);
 
       // A new sync takes the stale lock over, completes, and releases it.
       const third = await run(['sync'], env);
       expect(third.code, third.stderr).toBe(0);
       expect(third.stderr).not.toContain('in use by process');
-      expect(fs.existsSync(lockFile)).toBe(false);
+      expect(fs.existsSync(`${lockFile}.json`)).toBe(false);
       withMirror(db, (m) => {
         const eq = mirrorEqualsFake(m, ws);
         expect(eq.ok, eq.detail).toBe(true);
@@ -299,7 +299,7 @@ describe('SIGINT during a long Retry-After', () => {
         const last = m.db.prepare(`SELECT status FROM runs ORDER BY id DESC LIMIT 1`).get() as { status: string };
         expect(last.status).toBe('interrupted');
       });
-      expect(fs.existsSync(`${db}.lock`)).toBe(false);
+      expect(fs.existsSync(`${db}.lock.json`)).toBe(false);
     } finally {
       s?.child.kill('SIGKILL');
       await fake.close();

@@ -369,3 +369,22 @@ describe('lifecycle', () => {
     expect(performance.now() - t0).toBeLessThan(1000);
   });
 });
+
+describe('admin route (not part of the API)', () => {
+  it('POST /_fake/conversations/:id/messages?count=N appends messages, with the API key only', async () => {
+    const { FakeWorkspace: W, startFakeApi: start } = await import('../src/fake-api/index.js');
+    const ws = W.fromCounts([2]);
+    const api = await start({ workspace: ws, apiKey: 'k' });
+    try {
+      const id = ws.list()[0]!.id;
+      const denied = await fetch(`${api.url}/_fake/conversations/${id}/messages?count=3`, { method: 'POST' });
+      expect(denied.status).toBe(401);
+      const ok = await fetch(`${api.url}/_fake/conversations/${id}/messages?count=3`, { method: 'POST', headers: { 'x-api-key': 'k' } });
+      expect(ok.status).toBe(201);
+      expect(((await ok.json()) as { appended: string[] }).appended).toHaveLength(3);
+      expect(ws.get(id)!.messages).toHaveLength(5);
+    } finally {
+      await api.close();
+    }
+  });
+});

@@ -323,3 +323,20 @@ describe('runs', () => {
     ]);
   });
 });
+
+describe('writer lock', () => {
+  it('refuses a second writer on the same file while the first holds it, and releases on close', () => {
+    const file = path.join(tempDir(), 'locked.sqlite');
+    const first = Mirror.open(file);
+    try {
+      expect(() => Mirror.open(file)).toThrowError(new RegExp(`the mirror ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is in use by process ${process.pid}`));
+      // Readers take no lock.
+      const reader = Mirror.open(file, { lock: false });
+      reader.close();
+    } finally {
+      first.close();
+    }
+    const again = Mirror.open(file);
+    again.close();
+  });
+});

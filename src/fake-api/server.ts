@@ -140,7 +140,14 @@ type Route =
   | { kind: 'messages'; conversationId: string | undefined }
   | { kind: 'sessions' }
   | { kind: 'me' }
+  | { kind: 'append'; conversationId: string }
   | { kind: 'unknown' };
+
+/**
+ * Not part of the API: `POST /_fake/conversations/:id/messages?count=N` appends N generated
+ * messages (default 1), so a running fake can be changed from outside (the daemon walkthrough).
+ */
+const APPEND_RE = /^\/_fake\/conversations\/([^/]+)\/messages$/;
 
 function errorBody(code: string, message: string): string {
   return JSON.stringify({ error: { code, message } });
@@ -219,6 +226,8 @@ function route(method: string, path: string): Route {
   if (path === '/v1/conversations') return method === 'GET' ? { kind: 'conversations' } : { kind: 'unknown' };
   if (path === '/v1/sessions') return method === 'POST' ? { kind: 'sessions' } : { kind: 'unknown' };
   if (path === '/v1/me') return method === 'GET' ? { kind: 'me' } : { kind: 'unknown' };
+  const a = APPEND_RE.exec(path);
+  if (a && method === 'POST') return { kind: 'append', conversationId: decodeURIComponent(a[1] ?? '') };
   const m = MESSAGES_RE.exec(path);
   if (m && method === 'GET') {
     let id: string | undefined;
@@ -383,6 +392,13 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
           }),
         );
       }
+      case 'append': {
+        if (!workspace.get(r.conversationId)) return sendError(res, rec, 404, `conversation ${JSON.stringify(r.conversationId)} not found`);
+        const count = Number(rec.query['count'] ?? '1');
+        if (!Number.isInteger(count) || count < 1 || count > 10_000) return sendError(res, rec, 400, 'count must be an integer 1..10000', 'invalid_request');
+        const added = workspace.appendMessages(r.conversationId, count);
+        return send(res, rec, 201, JSON.stringify({ appended: added.map((m) => m.id) }));
+      }
       case 'unknown':
         return sendError(res, rec, 404, `no route for ${rec.method} ${rec.path}`);
     }
@@ -420,7 +436,7 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
     const r = route(method, rec.path);
 
     // Authentication (spec 5), before any 400/404 of the route.
-    if (r.kind === 'conversations' || r.kind === 'messages') {
+    if (r.kind === 'conversations' || r.kind === 'messages' || r.kind === 'append') {
       if (rec.apiKey === undefined || rec.apiKey !== opts.apiKey) {
         return sendError(res, rec, 401, 'missing or invalid X-Api-Key');
       }

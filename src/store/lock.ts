@@ -1,69 +1,71 @@
 /**
- * One writer per mirror file: `<db>.lock` holds the owner's pid and host. A lock whose owner
- * process is gone (crash, SIGKILL) is stale and taken over at once; a live owner means refusal
- * with a clear message. SQLite in WAL mode needs one host anyway, so a pid check is exact.
+ * One writer per mirror file. The lock is an exclusive SQLite lock on `<db>.lock`, held for the
+ * life of the process: the operating system releases it however the process ends (crash, SIGKILL,
+ * OOM), so a stale lock never blocks a restart, even from another container on the same volume.
+ * `<db>.lock.json` names the holder (pid, host, since) for the refusal message; it is information
+ * only, never the lock itself.
  */
 import fs from 'node:fs';
 import os from 'node:os';
+import Database from 'better-sqlite3';
 import { StoreError } from '../errors.js';
 
-interface LockInfo {
+interface Owner {
   pid: number;
   host: string;
   since: string;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**
  * Takes the writer lock of `dbFile`.
  *
  * @returns a function that releases it (idempotent)
- * @throws {@link StoreError} naming the file and the owning pid when another live process holds it
+ * @throws {@link StoreError} naming the file and, when known, the holder, if another process holds it
  */
 export function acquireWriterLock(dbFile: string): () => void {
   const lockFile = `${dbFile}.lock`;
-  const mine: LockInfo = { pid: process.pid, host: os.hostname(), since: new Date().toISOString() };
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      fs.writeFileSync(lockFile, JSON.stringify(mine), { flag: 'wx' });
-      let released = false;
-      return () => {
-        if (released) return;
-        released = true;
-        try {
-          const now = JSON.parse(fs.readFileSync(lockFile, 'utf8')) as LockInfo;
-          if (now.pid === mine.pid && now.host === mine.host) fs.rmSync(lockFile, { force: true });
-        } catch {
-          /* already gone */
-        }
-      };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new StoreError(`cannot create the lock ${lockFile}: ${(err as Error).message}`, { file: lockFile }, err);
-      }
-    }
-    let owner: LockInfo | undefined;
-    try {
-      owner = JSON.parse(fs.readFileSync(lockFile, 'utf8')) as LockInfo;
-    } catch {
-      owner = undefined; // half-written or vanished: treat as stale
-    }
-    if (owner && (owner.host !== mine.host || alive(owner.pid)) && owner.pid !== process.pid) {
-      throw new StoreError(
-        `the mirror ${dbFile} is in use by process ${owner.pid} on ${owner.host} since ${owner.since}; ` +
-          `wait for it to finish or stop it (a lock left by a dead process is taken over automatically)`,
-        { file: dbFile, pid: owner.pid, host: owner.host },
-      );
-    }
-    fs.rmSync(lockFile, { force: true }); // stale: its owner is gone
+  const ownerFile = `${lockFile}.json`;
+  let lockDb: Database.Database;
+  try {
+    lockDb = new Database(lockFile);
+    lockDb.pragma('busy_timeout = 0');
+    lockDb.pragma('locking_mode = EXCLUSIVE');
+  } catch (err) {
+    throw new StoreError(`cannot open the lock ${lockFile}: ${(err as Error).message}`, { file: lockFile }, err);
   }
-  throw new StoreError(`cannot take the lock ${lockFile}: it keeps reappearing`, { file: lockFile });
+  try {
+    lockDb.exec('BEGIN EXCLUSIVE');
+  } catch (err) {
+    lockDb.close();
+    let holder = '';
+    try {
+      const o = JSON.parse(fs.readFileSync(ownerFile, 'utf8')) as Owner;
+      holder = ` by process ${o.pid} on ${o.host} since ${o.since}`;
+    } catch {
+      /* no owner information */
+    }
+    throw new StoreError(`the mirror ${dbFile} is in use${holder}; wait for it to finish or stop it`, { file: dbFile, cause: (err as Error).message });
+  }
+  const owner: Owner = { pid: process.pid, host: os.hostname(), since: new Date().toISOString() };
+  try {
+    fs.writeFileSync(ownerFile, JSON.stringify(owner));
+  } catch {
+    /* information only */
+  }
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    try {
+      fs.rmSync(ownerFile, { force: true });
+    } catch {
+      /* information only */
+    }
+    try {
+      lockDb.exec('ROLLBACK');
+    } catch {
+      /* nothing to roll back */
+    }
+    lockDb.close();
+  };
 }

@@ -1,0 +1,346 @@
+/**
+ * The daemon in-process against real Redis (test/global-setup.ts) and the real fake API: job
+ * schedulers registered by two daemons, deduplication of on-demand conversation jobs (queued and
+ * active), a 503 burst retried by BullMQ, and a 429 making the whole queue back off.
+ *
+ * `runDaemon` from jobs/daemon.ts runs in this process with a `stop` promise the test resolves;
+ * the queue is inspected with BullMQ directly. Every test uses its own queue prefix (derived from
+ * this file's random prefix) and its own temp dir; all of them are removed in afterAll. Every wait
+ * is bounded and every daemon started is stopped in afterEach.
+ */
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Job, type Queue } from 'bullmq';
+import { loadConfig, type Config } from '../config/index.js';
+import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
+import {
+  SCHEDULER_FULL,
+  SCHEDULER_REGULAR,
+  enqueueConversation,
+  openQueue,
+  registerSchedulers,
+  type ConversationJobResult,
+} from '../jobs/queue.js';
+import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { Mirror } from '../src/store/mirror.js';
+import { ACCOUNT_ID, API_KEY, quietLogger, readExportLines, tempDir } from './helpers.js';
+import { cleanupPrefix, randomPrefix, redisUrl } from './redis.js';
+
+const FILE_PREFIX = randomPrefix('daemon');
+/** Every prefix used by this file (one per test), removed in afterAll. */
+const prefixes: string[] = [];
+let prefixSeq = 0;
+function testPrefix(): string {
+  const p = `${FILE_PREFIX}-${++prefixSeq}`;
+  prefixes.push(p);
+  return p;
+}
+
+/** A cron that never fires during a test run. */
+const NEVER = '0 0 1 1 *';
+
+const dirs: string[] = [];
+const fakes: FakeApi[] = [];
+const queues: Queue[] = [];
+const daemons: Running[] = [];
+
+interface Running {
+  config: Config;
+  done: Promise<DaemonExit>;
+  /** Resolves the daemon's stop promise and waits (bounded) for it to end. */
+  stop(): Promise<DaemonExit>;
+}
+
+/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls the async `pred` every 25 ms; rejects naming `what` after `timeoutMs`. */
+async function waitFor(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+async function fakeApi(ws: FakeWorkspace): Promise<FakeApi> {
+  const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+  fakes.push(fake);
+  return fake;
+}
+
+/** A daemon configuration against `fake`, a fresh mirror dir, and `prefix`. */
+function daemonConfig(fake: FakeApi, prefix: string, env: Record<string, string> = {}): Config {
+  const dir = tempDir('convo-mirror-daemon-');
+  dirs.push(dir);
+  return loadConfig({
+    CONVO_MIRROR_BASE_URL: fake.url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '1',
+    CONVO_MIRROR_CONCURRENCY: '2',
+    REDIS_URL: redisUrl(),
+    CONVO_MIRROR_QUEUE_PREFIX: prefix,
+    CONVO_MIRROR_SCHEDULE: NEVER,
+    CONVO_MIRROR_FULL_SCHEDULE: NEVER,
+    CONVO_MIRROR_JOB_LOCK_MS: '2000',
+    CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: '2000',
+    LOG_LEVEL: 'silent',
+    ...env,
+  });
+}
+
+/** Starts `runDaemon` in this process and waits (bounded) until its worker runs. */
+async function startDaemon(config: Config): Promise<Running> {
+  let release!: () => void;
+  const stop = new Promise<void>((r) => (release = r));
+  let ready!: () => void;
+  const readyP = new Promise<void>((r) => (ready = r));
+  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready });
+  let stopped: Promise<DaemonExit> | undefined;
+  const d: Running = {
+    config,
+    done,
+    stop: () => (stopped ??= (release(), within(done, 15_000, 'daemon shutdown'))),
+  };
+  daemons.push(d);
+  await within(
+    Promise.race([readyP, done.then(() => Promise.reject(new Error('daemon ended before it was ready')))]),
+    15_000,
+    'daemon startup',
+  );
+  return d;
+}
+
+function queueFor(prefix: string): Queue {
+  const q = openQueue({ redisUrl: redisUrl(), prefix });
+  queues.push(q);
+  return q;
+}
+
+/** Reads the mirror without the writer lock (the daemon holds it). */
+function withMirror<T>(db: string, f: (m: Mirror) => T): T {
+  const m = Mirror.open(db, { lock: false });
+  try {
+    return f(m);
+  } finally {
+    m.close();
+  }
+}
+
+/** Messages path of a conversation at the fake. */
+const messagesPath = (id: string) => `/v1/conversations/${id}/messages`;
+
+/**
+ * The mirror holds exactly the fake's live messages of `id` (same ids, same served JSON) and no
+ * message of any other conversation.
+ */
+function expectConversationMirrored(db: string, ws: FakeWorkspace, id: string): void {
+  const rows = withMirror(db, (m) =>
+    m.db.prepare(`SELECT conversation_id, id, raw FROM messages WHERE account_id = ? AND deleted_at IS NULL`).all(ACCOUNT_ID),
+  ) as { conversation_id: string; id: string; raw: string }[];
+  const others = rows.filter((r) => r.conversation_id !== id);
+  expect(others.length, 'messages of other conversations in the mirror').toBe(0);
+  const mirrored = new Map(rows.map((r) => [r.id, r.raw]));
+  const served = new Map(ws.get(id)!.messages.map((m) => [m.id, JSON.stringify(m)]));
+  expect(mirrored.size).toBe(served.size);
+  for (const [mid, raw] of served) expect(mirrored.get(mid), `message ${mid}`).toBe(raw);
+}
+
+function conversationRuns(db: string): { id: number; status: string }[] {
+  return withMirror(db, (m) => m.db.prepare(`SELECT id, status FROM runs WHERE mode = 'conversations' ORDER BY id`).all()) as { id: number; status: string }[];
+}
+
+afterEach(async () => {
+  const left = daemons.splice(0);
+  await Promise.allSettled(left.map((d) => d.stop()));
+  const qs = queues.splice(0);
+  await Promise.allSettled(qs.map((q) => within(q.close(), 5_000, 'closing a queue')));
+  const fs_ = fakes.splice(0);
+  await Promise.allSettled(fs_.map((f) => f.close()));
+});
+
+afterAll(async () => {
+  for (const p of prefixes) await cleanupPrefix(redisUrl(), p);
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+describe('job schedulers', () => {
+  it('two daemons registering on one prefix leave exactly the two schedulers; a changed cron updates them in place', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
+    const prefix = testPrefix();
+    const env = { CONVO_MIRROR_SCHEDULE: '7 4 2 2 *', CONVO_MIRROR_FULL_SCHEDULE: '9 5 3 3 *', CONVO_MIRROR_TZ: 'Europe/Paris' };
+    // Two daemons on two mirror files, one queue prefix: both register the schedulers.
+    const a = await startDaemon(daemonConfig(fake, prefix, env));
+    const b = await startDaemon(daemonConfig(fake, prefix, env));
+    expect(a.config.db).not.toBe(b.config.db);
+    const queue = queueFor(prefix);
+
+    const schedulers = await queue.getJobSchedulers(0, -1, true);
+    expect(schedulers.map((s) => s.key).sort()).toEqual([SCHEDULER_FULL, SCHEDULER_REGULAR].sort());
+    const byKey = new Map(schedulers.map((s) => [s.key, s]));
+    expect(byKey.get(SCHEDULER_REGULAR)).toMatchObject({ pattern: '7 4 2 2 *', tz: 'Europe/Paris' });
+    expect(byKey.get(SCHEDULER_FULL)).toMatchObject({ pattern: '9 5 3 3 *', tz: 'Europe/Paris' });
+    for (const s of schedulers) expect(s.next, `${s.key} next run`).toBeGreaterThan(Date.now());
+    // Each scheduler has exactly one pending tick, not one per daemon.
+    expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
+    await a.stop();
+    await b.stop();
+
+    // Upserting again (a third registration, with a changed regular cron) updates, never adds.
+    const regularBefore = byKey.get(SCHEDULER_REGULAR)!.next!;
+    await registerSchedulers(queueFor(prefix), { schedule: '30 6 * * *', fullSchedule: '9 5 3 3 *', tz: 'Europe/Paris', policy: { attempts: 5 } });
+    const after = await queue.getJobSchedulers(0, -1, true);
+    expect(after).toHaveLength(2);
+    const regular = after.find((s) => s.key === SCHEDULER_REGULAR)!;
+    expect(regular).toMatchObject({ pattern: '30 6 * * *', tz: 'Europe/Paris' });
+    expect(regular.next).not.toBe(regularBefore);
+    expect(after.find((s) => s.key === SCHEDULER_FULL)).toMatchObject({ pattern: '9 5 3 3 *' });
+    expect(await queue.getJobSchedulersCount()).toBe(2);
+    expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
+  });
+});
+
+describe('deduplication of on-demand conversation jobs', () => {
+  it('while queued: asking twice for one conversation queues one job and returns its id both times', async () => {
+    const ws = FakeWorkspace.fromCounts([5, 5]);
+    const prefix = testPrefix();
+    const queue = queueFor(prefix);
+    const [x, y] = ws.list().map((c) => c.id);
+    const policy = { attempts: 5 };
+    const first = await enqueueConversation(queue, x!, { policy });
+    const second = await enqueueConversation(queue, x!, { policy });
+    expect(second).toBe(first);
+    expect(await queue.getWaitingCount()).toBe(1);
+    // Another conversation is not deduplicated against it.
+    const other = await enqueueConversation(queue, y!, { policy });
+    expect(other).not.toBe(first);
+    expect(await queue.getWaitingCount()).toBe(2);
+    const job = await Job.fromId(queue, first);
+    expect(job?.data).toEqual({ conversationId: x });
+    expect(JSON.stringify(job?.data)).not.toContain(API_KEY);
+  });
+
+  it('while active: asking twice more leads to exactly one more run after the running one', async () => {
+    const ws = FakeWorkspace.fromCounts([150, 4]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const [x] = ws.list().map((c) => c.id);
+    // The first crawl's first page is slow, so the job is active while we ask again.
+    fake.injectFault({ kind: 'slow', delayMs: 1200, match: { path: messagesPath(x!), page: 1 }, times: 1 });
+    const d = await startDaemon(daemonConfig(fake, prefix));
+    const queue = queueFor(prefix);
+    const policy = { attempts: 5 };
+    const first = await enqueueConversation(queue, x!, { policy });
+    await waitFor(async () => (await (await Job.fromId(queue, first))?.getState()) === 'active', 5_000, 'the first job to be active');
+    await waitFor(() => fake.requests.some((r) => r.path === messagesPath(x!)), 5_000, 'the first crawl to start');
+    await enqueueConversation(queue, x!, { policy });
+    await enqueueConversation(queue, x!, { policy });
+
+    await waitFor(
+      async () => {
+        const c = await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed');
+        return c.completed === 2 && c.waiting + c.active + c.delayed === 0;
+      },
+      10_000,
+      'two completed jobs and nothing left',
+    );
+    await sleep(500); // a third run, if any, would start now
+    const counts = await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed');
+    expect(counts).toEqual({ completed: 2, waiting: 0, active: 0, delayed: 0, failed: 0 });
+    const runs = conversationRuns(d.config.db);
+    expect(runs.map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
+    // Each run crawled the conversation once from page 1.
+    expect(fake.requests.filter((r) => r.path === messagesPath(x!) && (r.query['page'] ?? '1') === '1')).toHaveLength(2);
+    expectConversationMirrored(d.config.db, ws, x!);
+  });
+});
+
+describe('retries', () => {
+  it('a 503 burst longer than the client retries fails the first attempt; BullMQ retries the job and it completes', async () => {
+    const ws = FakeWorkspace.fromCounts([130, 6]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const [x] = ws.list().map((c) => c.id);
+    // maxRetries 1: an attempt sends 2 requests; 3 × 503 exhausts the first attempt and hits the second once.
+    fake.injectFault({ kind: 'status', status: 503, match: { path: messagesPath(x!) }, times: 3 });
+    const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_MAX_RETRIES: '1' }));
+    const queue = queueFor(prefix);
+    const id = await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
+    await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 15_000, 'the job to complete');
+    const job = (await Job.fromId(queue, id))!;
+    expect(job.attemptsMade).toBeGreaterThanOrEqual(2);
+    const value = job.returnvalue as ConversationJobResult;
+    expect(value.result).toMatchObject({ id: x, status: 'synced', messageCount: 130 });
+    expect(fake.requests.filter((r) => r.path === messagesPath(x!) && r.status === 503)).toHaveLength(3);
+    expectConversationMirrored(d.config.db, ws, x!);
+    const runs = conversationRuns(d.config.db);
+    expect(runs.length).toBeGreaterThanOrEqual(2);
+    expect(runs.at(-1)!.status).toBe('succeeded');
+    const lines = readExportLines(d.config.exportDir, 'messages').filter((l) => l.conversation_id === x);
+    expect(lines).toHaveLength(130);
+    expect(new Set(lines.map((l) => l.id)).size).toBe(130);
+  });
+});
+
+describe('429: the whole queue backs off', () => {
+  it("sets the queue's rate limit shortly after a 429 with Retry-After 2", async () => {
+    const ws = FakeWorkspace.fromCounts([20, 20]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const [x] = ws.list().map((c) => c.id);
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '2', match: { path: messagesPath(x!) }, times: 1 });
+    const d = await startDaemon(daemonConfig(fake, prefix));
+    const queue = queueFor(prefix);
+    expect(await queue.getRateLimitTtl()).toBeLessThanOrEqual(0);
+    const id = await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
+    await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');
+    let ttl = 0;
+    await waitFor(async () => (ttl = await queue.getRateLimitTtl()) > 0, 1_000, 'a queue rate limit after the 429');
+    expect(ttl).toBeLessThanOrEqual(2_000);
+    await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 10_000, 'the job to complete');
+    expectConversationMirrored(d.config.db, ws, x!);
+  });
+
+  it('while the rate limit is in force, no worker starts another job', async () => {
+    const ws = FakeWorkspace.fromCounts([20, 20]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const [x, y] = ws.list().map((c) => c.id);
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '2', match: { path: messagesPath(x!) }, times: 1 });
+    // Concurrency 2: a free worker slot is there to take y's job, unless the queue is rate limited.
+    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '2' }));
+    const queue = queueFor(prefix);
+    await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
+    await waitFor(async () => (await queue.getRateLimitTtl()) > 0, 5_000, 'a queue rate limit after the 429');
+    const limitedAt = Date.now();
+    const idY = await enqueueConversation(queue, y!, { policy: { attempts: 5 } });
+    await sleep(700);
+    const ttlLeft = await queue.getRateLimitTtl();
+    expect(ttlLeft, 'rate limit still in force when checked').toBeGreaterThan(0);
+    expect(await (await Job.fromId(queue, idY))!.getState(), "y's job while the queue is rate limited").toBe('waiting');
+    expect(fake.requests.filter((r) => r.path === messagesPath(y!)), 'requests for y while rate limited').toHaveLength(0);
+    // After the limit, it runs.
+    await waitFor(async () => (await (await Job.fromId(queue, idY))?.getState()) === 'completed', 10_000, "y's job to complete");
+    const firstY = fake.requests.find((r) => r.path === messagesPath(y!))!;
+    expect(firstY.at - limitedAt).toBeGreaterThanOrEqual(1_000);
+  });
+});
