@@ -5,7 +5,7 @@
 import { Worker, type Job } from 'bullmq';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
-import { ApiClient } from '../src/api/client.js';
+import { apiClientFromConfig } from '../src/api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock } from '../src/clock.js';
 import { describeError } from '../src/errors.js';
@@ -57,14 +57,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   const mirror = Mirror.open(config.db);
   const abort = new AbortController();
   const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
-  const api = new ApiClient({
-    baseUrl: config.baseUrl!,
-    apiKey: config.apiKey!,
-    accountId: config.accountId,
-    maxRps: config.maxRps,
-    connections: Math.max(2, config.concurrency * 2),
-    requestTimeoutMs: config.requestTimeoutMs,
-    maxRetries: config.maxRetries,
+  const api = apiClientFromConfig(config, {
     logger,
     signal: abort.signal,
     // A 429 makes every worker of the queue back off, not just this request.

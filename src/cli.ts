@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { Command, Option } from 'commander';
 import type { Logger } from 'pino';
 import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
-import { ApiClient } from './api/client.js';
+import { apiClientFromConfig } from './api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from './store/mirror.js';
 import { runSync, type RunSummary } from './sync/run.js';
 import { newProgress } from './sync/types.js';
@@ -173,17 +173,7 @@ async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const mirror = Mirror.open(config.db);
-  const api = new ApiClient({
-    baseUrl: config.baseUrl!,
-    apiKey: config.apiKey!,
-    accountId: config.accountId,
-    maxRps: config.maxRps,
-    connections: Math.max(2, config.concurrency * 2),
-    requestTimeoutMs: config.requestTimeoutMs,
-    maxRetries: config.maxRetries,
-    logger,
-    signal: abort.signal,
-  });
+  const api = apiClientFromConfig(config, { logger, signal: abort.signal });
   const progress = newProgress();
   const stop = startProgress({ progress, stats: api.stats, logger, tty });
   try {

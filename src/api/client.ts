@@ -283,3 +283,37 @@ export class ApiClient {
     await this.pool.close();
   }
 }
+
+/** The configuration fields an {@link ApiClient} is built from. */
+export interface ApiConfig {
+  baseUrl: string | undefined;
+  apiKey: string | undefined;
+  accountId: string | undefined;
+  maxRps: number;
+  concurrency: number;
+  requestTimeoutMs: number;
+  maxRetries: number;
+}
+
+/**
+ * Builds the client from the frozen configuration: rate cap, timeouts and retries as configured,
+ * two keep-alive connections per conversation in flight.
+ *
+ * @throws Error when `baseUrl` or `apiKey` is missing (config/ requires them for API commands)
+ */
+export function apiClientFromConfig(
+  config: ApiConfig,
+  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'clock'> = {},
+): ApiClient {
+  if (!config.baseUrl || !config.apiKey) throw new Error('apiClientFromConfig: baseUrl and apiKey are required');
+  return new ApiClient({
+    baseUrl: config.baseUrl,
+    apiKey: config.apiKey,
+    accountId: config.accountId,
+    maxRps: config.maxRps,
+    connections: Math.max(2, config.concurrency * 2),
+    requestTimeoutMs: config.requestTimeoutMs,
+    maxRetries: config.maxRetries,
+    ...extra,
+  });
+}
