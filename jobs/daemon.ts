@@ -91,6 +91,9 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
         connection: redisConnection(config.redisUrl),
         prefix: config.queuePrefix,
         concurrency: config.concurrency,
+        // BullMQ honours queue.rateLimit() (set on a 429) only for workers with a limiter; this
+        // one never binds on its own.
+        limiter: { max: 1_000_000, duration: 1000 },
         lockDuration: config.jobLockMs,
         stalledInterval: config.jobLockMs,
         maxStalledCount: 3,

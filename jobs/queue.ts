@@ -116,12 +116,14 @@ export function redisConnection(url: string): RedisOptions {
  */
 export async function assertRedisReachable(url: string, timeoutMs = 3000): Promise<void> {
   const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, enableOfflineQueue: false });
-  probe.on('error', () => {});
+  let socketError: Error | undefined;
+  probe.on('error', (err: Error) => (socketError ??= err));
   try {
     await probe.connect();
     await probe.ping();
   } catch (err) {
-    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${(err as Error).message}); start Redis or set REDIS_URL`);
+    const why = (socketError ?? (err as Error)).message;
+    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${why}); start Redis or set REDIS_URL`);
   } finally {
     probe.disconnect();
   }
@@ -164,18 +166,23 @@ export async function registerSchedulers(queue: Queue, s: ScheduleSettings): Pro
   );
 }
 
+/** Deduplication id of a conversation's on-demand jobs. */
+export const conversationDedupId = (conversationId: string) => `conversation-${conversationId}`;
+
 /**
  * Queues an on-demand sync of one conversation, deduplicated per conversation: while one is
  * waiting, asking again adds nothing; while one runs, asking again leads to exactly one more run
  * after it (BullMQ `deduplication` with `keepLastIfActive`).
  *
- * @returns the id of the job that will do the work
+ * @returns the id of the job now holding the conversation's deduplication key: the waiting job, or
+ *   while one runs, the running job (the follow-up run gets its own id when that one ends; read it
+ *   with `queue.getDeduplicationJobId(conversationDedupId(id))`)
  */
 export async function enqueueConversation(queue: Queue, conversationId: string, o: { full?: boolean; policy: JobPolicy }): Promise<string> {
   const data: ConversationJobData = { conversationId, ...(o.full ? { full: true } : {}) };
   const job = await queue.add(CONVERSATION_JOB, data, {
     ...jobOptions(o.policy),
-    deduplication: { id: `conversation-${conversationId}`, keepLastIfActive: true },
+    deduplication: { id: conversationDedupId(conversationId), keepLastIfActive: true },
   });
   return job.id!;
 }

@@ -28,6 +28,7 @@ import { runDaemon } from '../jobs/daemon.js';
 import {
   QUEUE_NAME,
   assertRedisReachable,
+  conversationDedupId,
   enqueueConversation,
   enqueueWorkspace,
   openQueue,
@@ -287,24 +288,35 @@ async function enqueueCommand(config: Config, o: { conversationIds?: string[] | 
   try {
     if (events) await events.waitUntilReady();
     const policy = { attempts: config.jobAttempts };
-    const ids: string[] = [];
+    const jobs: { id: string; dedupKey?: string }[] = [];
     if (o.conversationIds?.length) {
-      for (const id of new Set(o.conversationIds)) ids.push(await enqueueConversation(queue, id, { full: o.full, policy }));
+      for (const id of new Set(o.conversationIds)) {
+        jobs.push({ id: await enqueueConversation(queue, id, { full: o.full, policy }), dedupKey: conversationDedupId(id) });
+      }
     } else {
-      ids.push(await enqueueWorkspace(queue, { full: o.full, policy }));
+      jobs.push({ id: await enqueueWorkspace(queue, { full: o.full, policy }) });
     }
-    for (const id of ids) process.stdout.write(`${id}\n`);
+    for (const j of jobs) process.stdout.write(`${j.id}\n`);
     if (!events) return EXIT.OK;
+    const deadline = Date.now() + o.timeoutMs;
     let ok = true;
-    for (const id of ids) {
-      const job = await Job.fromId(queue, id);
-      if (!job) continue; // already completed and trimmed
-      try {
-        await job.waitUntilFinished(events, o.timeoutMs);
-        process.stderr.write(`job ${id}: completed\n`);
-      } catch (err) {
-        ok = false;
-        process.stderr.write(`job ${id}: ${describeError(err)}\n`);
+    for (const j of jobs) {
+      // Asked while that conversation's job was running: deduplication answered with the running
+      // job, and the run we asked for starts when it ends, under another id. Follow the key until
+      // no newer run is pending.
+      for (let id: string | null = j.id; id; ) {
+        const job = await Job.fromId(queue, id);
+        if (job) {
+          try {
+            await job.waitUntilFinished(events, Math.max(1, deadline - Date.now()));
+            process.stderr.write(`job ${id}: completed\n`);
+          } catch (err) {
+            ok = false;
+            process.stderr.write(`job ${id}: ${describeError(err)}\n`);
+          }
+        }
+        const next: string | null = j.dedupKey ? await queue.getDeduplicationJobId(j.dedupKey) : null;
+        id = next && next !== id ? next : null;
       }
     }
     return ok ? EXIT.OK : EXIT.FAILURES;

@@ -257,15 +257,18 @@ describe('deduplication of on-demand conversation jobs', () => {
 
     await waitFor(
       async () => {
-        const c = await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed');
-        return c.completed === 2 && c.waiting + c.active + c.delayed === 0;
+        const c = await queue.getJobCounts('completed', 'waiting', 'active');
+        return c.completed === 2 && (c.waiting ?? 0) + (c.active ?? 0) === 0;
       },
       10_000,
       'two completed jobs and nothing left',
     );
     await sleep(500); // a third run, if any, would start now
+    // (The two delayed jobs are the schedulers' next ticks.)
     const counts = await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed');
-    expect(counts).toEqual({ completed: 2, waiting: 0, active: 0, delayed: 0, failed: 0 });
+    expect(counts).toEqual({ completed: 2, waiting: 0, active: 0, delayed: 2, failed: 0 });
+    const completed = await queue.getCompleted(0, -1);
+    expect(completed.map((j) => j.data.conversationId)).toEqual([x, x]);
     const runs = conversationRuns(d.config.db);
     expect(runs.map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
     // Each run crawled the conversation once from page 1.
@@ -315,29 +318,33 @@ describe('429: the whole queue backs off', () => {
     await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');
     let ttl = 0;
     await waitFor(async () => (ttl = await queue.getRateLimitTtl()) > 0, 1_000, 'a queue rate limit after the 429');
+    // The limit is the Retry-After (2 s), not some shorter window of the queue's own.
+    expect(ttl).toBeGreaterThan(1_000);
     expect(ttl).toBeLessThanOrEqual(2_000);
     await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 10_000, 'the job to complete');
     expectConversationMirrored(d.config.db, ws, x!);
   });
 
-  it('while the rate limit is in force, no worker starts another job', async () => {
+  it('while the rate limit is in force, no other worker starts a job (two daemons, one queue)', async () => {
     const ws = FakeWorkspace.fromCounts([20, 20]);
     const fake = await fakeApi(ws);
     const prefix = testPrefix();
     const [x, y] = ws.list().map((c) => c.id);
     fake.injectFault({ kind: 'status', status: 429, retryAfter: '2', match: { path: messagesPath(x!) }, times: 1 });
-    // Concurrency 2: a free worker slot is there to take y's job, unless the queue is rate limited.
-    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '2' }));
+    // Two daemons of concurrency 1 on one queue: one takes x and gets the 429; the other is idle, with
+    // an API client that has seen no 429, so only the queue's rate limit can hold it back.
+    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '1' }));
+    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '1' }));
     const queue = queueFor(prefix);
     await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
-    await waitFor(async () => (await queue.getRateLimitTtl()) > 0, 5_000, 'a queue rate limit after the 429');
+    await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');
+    await waitFor(async () => (await queue.getRateLimitTtl()) > 1_000, 1_000, 'the queue rate limit of the 429 (Retry-After 2)');
     const limitedAt = Date.now();
     const idY = await enqueueConversation(queue, y!, { policy: { attempts: 5 } });
     await sleep(700);
-    const ttlLeft = await queue.getRateLimitTtl();
-    expect(ttlLeft, 'rate limit still in force when checked').toBeGreaterThan(0);
+    expect(await queue.getRateLimitTtl(), 'rate limit still in force when checked').toBeGreaterThan(0);
     expect(await (await Job.fromId(queue, idY))!.getState(), "y's job while the queue is rate limited").toBe('waiting');
-    expect(fake.requests.filter((r) => r.path === messagesPath(y!)), 'requests for y while rate limited').toHaveLength(0);
+    expect(fake.requests.filter((r) => r.path === messagesPath(y!)), 'requests for y while the queue is rate limited').toHaveLength(0);
     // After the limit, it runs.
     await waitFor(async () => (await (await Job.fromId(queue, idY))?.getState()) === 'completed', 10_000, "y's job to complete");
     const firstY = fake.requests.find((r) => r.path === messagesPath(y!))!;

@@ -1,0 +1,571 @@
+/**
+ * The daemon as a process: `node dist/src/cli.js daemon|enqueue|status|retry-failed` (built by
+ * `npm test`) against the fake API in this process and the test run's real Redis
+ * (test/global-setup.ts), on 127.0.0.1, with real SQLite and export files in temp dirs.
+ *
+ * Covered: on-demand sync of one conversation (and of messages added at the fake afterwards), a
+ * 401 that fails once and lands in the dead letter list (status, retry-failed, fixed key), SIGTERM
+ * during a long conversation (bounded grace, resume from the checkpoint, no duplicate export), a
+ * SIGKILLed worker's stalled job picked up by another daemon, `status` with and without Redis, and
+ * the daemon's refusals (Redis unreachable, invalid cron, mirror in use).
+ *
+ * Each test has its own queue prefix (derived from this file's random prefix; all removed in
+ * afterAll) and its own temp dir. Every wait is bounded; every child is killed in afterEach.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Job, type Queue } from 'bullmq';
+import { openQueue } from '../jobs/queue.js';
+import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { Mirror } from '../src/store/mirror.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, readExportLines, tempDir as makeTempDir } from './helpers.js';
+import { cleanupPrefix, randomPrefix, redisUrl } from './redis.js';
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
+
+const FILE_PREFIX = randomPrefix('daemon-cli');
+const prefixes: string[] = [];
+let prefixSeq = 0;
+function testPrefix(): string {
+  const p = `${FILE_PREFIX}-${++prefixSeq}`;
+  prefixes.push(p);
+  return p;
+}
+
+/** A cron that never fires during a test run. */
+const NEVER = '0 0 1 1 *';
+
+interface Ran {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  /** Wall time from spawn to close, ms. */
+  ms: number;
+}
+
+interface Started {
+  child: ChildProcess;
+  /** Output so far. */
+  readonly stdout: string;
+  readonly stderr: string;
+  /** Resolves when the child closes; rejects (after SIGKILLing it) when it outlives its time limit. */
+  done: Promise<Ran>;
+}
+
+const live = new Set<ChildProcess>();
+const dirs: string[] = [];
+const fakes: FakeApi[] = [];
+const queues: Queue[] = [];
+
+function tempDir(): string {
+  const d = makeTempDir('convo-mirror-daemon-cli-');
+  dirs.push(d);
+  return d;
+}
+
+/** Spawns the CLI; `timeoutMs` bounds its life. */
+function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
+  const t0 = Date.now();
+  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  live.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d) => (stdout += d));
+  child.stderr!.on('data', (d) => (stderr += d));
+  const done = new Promise<Ran>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`convo-mirror ${args.join(' ')} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
+    }, timeoutMs);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      live.delete(child);
+      reject(err);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
+    });
+  });
+  done.catch(() => {}); // observed by the test that awaits it; never an unhandled rejection
+  return {
+    child,
+    get stdout() {
+      return stdout;
+    },
+    get stderr() {
+      return stderr;
+    },
+    done,
+  };
+}
+
+const run = (args: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => start(args, env, timeoutMs).done;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `pred` every 25 ms; rejects naming `what` after `timeoutMs`. */
+async function waitFor(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Starts `convo-mirror daemon` and waits (bounded) for its "daemon ready" log line. */
+async function startDaemon(env: NodeJS.ProcessEnv, args: string[] = [], timeoutMs = 40_000): Promise<Started> {
+  const d = start(['daemon', ...args], env, timeoutMs);
+  let exited: Ran | undefined;
+  void d.done.then((r) => (exited = r), () => {});
+  await waitFor(() => d.stderr.includes('"msg":"daemon ready"') || exited !== undefined, 15_000, 'the daemon to be ready');
+  if (exited) throw new Error(`the daemon exited (${exited.code ?? exited.signal}) before it was ready: ${exited.stderr.slice(-1500)}`);
+  return d;
+}
+
+/** SIGTERMs a daemon and waits (bounded) for it to exit. */
+async function stopDaemon(d: Started, timeoutMs = 10_000): Promise<Ran> {
+  d.child.kill('SIGTERM');
+  return within(d.done, timeoutMs, 'daemon shutdown');
+}
+
+async function fakeApi(ws: FakeWorkspace): Promise<FakeApi> {
+  const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+  fakes.push(fake);
+  return fake;
+}
+
+/** Environment of a daemon/enqueue/status child for `fake`, `dir` and `prefix`, small timings. */
+function env(fake: FakeApi, dir: string, prefix: string, extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  return cliEnv(fake, dir, {
+    REDIS_URL: redisUrl(),
+    CONVO_MIRROR_QUEUE_PREFIX: prefix,
+    CONVO_MIRROR_SCHEDULE: NEVER,
+    CONVO_MIRROR_FULL_SCHEDULE: NEVER,
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '1',
+    CONVO_MIRROR_JOB_LOCK_MS: '2000',
+    CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: '2000',
+    CONVO_MIRROR_CONCURRENCY: '2',
+    ...extra,
+  });
+}
+
+function queueFor(prefix: string): Queue {
+  const q = openQueue({ redisUrl: redisUrl(), prefix });
+  queues.push(q);
+  return q;
+}
+
+async function jobState(queue: Queue, id: string): Promise<string | undefined> {
+  const job = await Job.fromId(queue, id);
+  return job ? job.getState() : undefined;
+}
+
+/** Reads the mirror without the writer lock. */
+function withMirror<T>(db: string, f: (m: Mirror) => T): T {
+  const m = Mirror.open(db, { lock: false });
+  try {
+    return f(m);
+  } finally {
+    m.close();
+  }
+}
+
+const messagesPath = (id: string) => `/v1/conversations/${id}/messages`;
+const pageOf = (r: { query: Record<string, string> }) => Number(r.query['page'] ?? '1');
+
+/**
+ * The mirror holds exactly the fake's live messages of `id` (same ids, same served JSON) and no
+ * message of any other conversation.
+ */
+function expectConversationMirrored(db: string, ws: FakeWorkspace, id: string): void {
+  const rows = withMirror(db, (m) =>
+    m.db.prepare(`SELECT conversation_id, id, raw FROM messages WHERE account_id = ? AND deleted_at IS NULL`).all(ACCOUNT_ID),
+  ) as { conversation_id: string; id: string; raw: string }[];
+  expect(rows.filter((r) => r.conversation_id !== id).length, 'messages of other conversations in the mirror').toBe(0);
+  const mirrored = new Map(rows.map((r) => [r.id, r.raw]));
+  const served = new Map(ws.get(id)!.messages.map((m) => [m.id, JSON.stringify(m)]));
+  expect(mirrored.size, 'messages mirrored').toBe(served.size);
+  const different = [...served].filter(([mid, raw]) => mirrored.get(mid) !== raw).map(([mid]) => mid);
+  expect(different, 'messages missing or different').toEqual([]);
+}
+
+/** Export lines of one conversation: exactly one insert per message, each id once. */
+function expectExportedOnce(exportDir: string, ws: FakeWorkspace, id: string): void {
+  const lines = readExportLines(exportDir, 'messages');
+  expect(lines.filter((l) => l.conversation_id !== id).length, 'export lines of other conversations').toBe(0);
+  const ids = lines.map((l) => l.id);
+  expect(lines.length, 'export lines').toBe(ws.get(id)!.messages.length);
+  expect(new Set(ids).size, 'distinct ids in the export').toBe(lines.length);
+  expect(new Set(ids)).toEqual(new Set(ws.get(id)!.messages.map((m) => m.id)));
+}
+
+function runsOf(db: string): { id: number; mode: string; status: string; started_at: string; ended_at: string | null }[] {
+  return withMirror(db, (m) => m.db.prepare(`SELECT id, mode, status, started_at, ended_at FROM runs ORDER BY id`).all()) as {
+    id: number;
+    mode: string;
+    status: string;
+    started_at: string;
+    ended_at: string | null;
+  }[];
+}
+
+beforeAll(() => {
+  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
+});
+
+afterEach(async () => {
+  const left = [...live];
+  for (const c of left) c.kill('SIGKILL');
+  await Promise.allSettled(
+    left.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : within(new Promise((r) => c.once('close', r)), 5_000, 'killing a leftover child'))),
+  );
+  await Promise.allSettled(queues.splice(0).map((q) => within(q.close(), 5_000, 'closing a queue')));
+  await Promise.allSettled(fakes.splice(0).map((f) => f.close()));
+});
+
+afterAll(async () => {
+  for (const p of prefixes) await cleanupPrefix(redisUrl(), p);
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+describe('on-demand sync of one conversation', () => {
+  it('enqueue --conversation ID --wait mirrors exactly that conversation, then its new messages', async () => {
+    const ws = FakeWorkspace.fromCounts([120, 30, 7]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const e = env(fake, dir, testPrefix());
+    const db = e.CONVO_MIRROR_DB!;
+    const exportDir = e.CONVO_MIRROR_EXPORT_DIR!;
+    const x = ws.list()[0]!.id;
+    const daemon = await startDaemon(e);
+
+    const t0 = Date.now();
+    const first = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
+    const latencyMs = Date.now() - t0;
+    expect(first.code, first.stderr).toBe(0);
+    const jobId = first.stdout.trim();
+    expect(jobId).toMatch(/^\S+$/);
+    expect(first.stderr).toContain(`job ${jobId}: completed`);
+    expectConversationMirrored(db, ws, x);
+    // Only that conversation was asked for at the fake.
+    expect(fake.requests.every((r) => r.path === messagesPath(x))).toBe(true);
+    const runs = runsOf(db);
+    expect(runs).toHaveLength(1);
+    expect(runs[0]).toMatchObject({ mode: 'conversations', status: 'succeeded' });
+    expect(runs[0]!.ended_at).not.toBeNull();
+    expectExportedOnce(exportDir, ws, x);
+    process.stderr.write(`daemon-cli: on-demand latency (enqueue --wait, 120 messages): ${latencyMs} ms\n`);
+
+    // New messages at the fake, then another on-demand job.
+    ws.appendMessages(x, 7);
+    const second = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stdout.trim()).not.toBe(jobId);
+    expectConversationMirrored(db, ws, x);
+    expect(ws.get(x)!.messages).toHaveLength(127);
+    expectExportedOnce(exportDir, ws, x);
+    expect(runsOf(db).map((r) => `${r.mode} ${r.status}`)).toEqual(['conversations succeeded', 'conversations succeeded']);
+
+    const stopped = await stopDaemon(daemon);
+    expect(stopped.code, stopped.stderr.slice(-1500)).toBe(0);
+  });
+
+  it('enqueue --wait asked while that conversation runs returns only after the run it asked for', async () => {
+    const ws = FakeWorkspace.fromCounts([150, 5]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const prefix = testPrefix();
+    const e = env(fake, dir, prefix);
+    const db = e.CONVO_MIRROR_DB!;
+    const x = ws.list()[0]!.id;
+    // The first run's first page is slow: the job is active while we ask again. The follow-up run's
+    // first page is slow too, so an answer that comes before the follow-up finished is caught.
+    fake.injectFault({ kind: 'slow', delayMs: 3000, match: { path: messagesPath(x), page: 1 }, times: 1 });
+    fake.injectFault({ kind: 'slow', delayMs: 1500, match: { path: messagesPath(x), page: 1 }, times: 1 });
+    const daemon = await startDaemon(e);
+    const first = await run(['enqueue', '--conversation', x], e);
+    expect(first.code, first.stderr).toBe(0);
+    const firstId = first.stdout.trim();
+    const queue = queueFor(prefix);
+    await waitFor(async () => (await jobState(queue, firstId)) === 'active', 5_000, 'the first job to be active');
+    await waitFor(() => fake.requests.some((r) => r.path === messagesPath(x)), 5_000, 'the first crawl to start');
+
+    // Asked while the first run is active: the answer must cover a run that starts after the ask
+    // (the first run may have read page 1 before whatever the asker wants to see).
+    const askedAt = new Date().toISOString();
+    const second = start(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
+    await waitFor(() => second.stdout.trim() !== '', 10_000, 'the second enqueue to print its job id');
+    const queuedAt = Date.now();
+    const asked = await second.done;
+    expect(asked.code, asked.stderr).toBe(0);
+    const runsAfterAsk = runsOf(db).filter((r) => r.started_at >= askedAt);
+    // Precondition: the ask landed while the first job was active.
+    expect((await Job.fromId(queue, firstId))!.finishedOn!, 'first job finished after the second ask was queued').toBeGreaterThan(queuedAt);
+    expect(runsAfterAsk.map((r) => r.status), 'runs started after the ask, when enqueue --wait returned').toEqual(['succeeded']);
+
+    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 2, 10_000, 'two completed jobs');
+    const stopped = await stopDaemon(daemon);
+    expect(stopped.code).toBe(0);
+  });
+});
+
+describe('failures', () => {
+  it('a 401 fails once, lands in failed, shows in status, and retry-failed re-queues it for a daemon with the right key', async () => {
+    const ws = FakeWorkspace.fromCounts([40, 3]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const prefix = testPrefix();
+    const good = env(fake, dir, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '5' });
+    const bad = { ...good, CONVO_MIRROR_API_KEY: 'wrong-key-0000' };
+    const x = ws.list()[0]!.id;
+    const queue = queueFor(prefix);
+
+    const wrong = await startDaemon(bad);
+    const asked = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], good);
+    expect(asked.code, asked.stderr).toBe(1);
+    const jobId = asked.stdout.trim();
+    expect(asked.stderr).toContain(`job ${jobId}:`);
+    expect(await jobState(queue, jobId)).toBe('failed');
+    const job = (await Job.fromId(queue, jobId))!;
+    expect(job.attemptsMade).toBe(1);
+    expect(job.opts.attempts).toBe(5);
+    expect(job.failedReason).toMatch(/401/);
+    expect(job.failedReason).not.toContain('wrong-key-0000');
+    expect((job.stacktrace ?? []).join('\n'), 'thrown as UnrecoverableError').toMatch(/UnrecoverableError/);
+    await sleep(1_500); // a retry (backoff 1 s) would show by now
+    expect(await jobState(queue, jobId)).toBe('failed');
+    expect(fake.requests.filter((r) => r.path === messagesPath(x))).toHaveLength(1);
+    expect(fake.requests[0]!.status).toBe(401);
+
+    const status = await run(['status', '--json'], good);
+    expect(status.code, status.stderr).toBe(0);
+    const s = JSON.parse(status.stdout) as { queue: { counts: Record<string, number>; failed: { id: string; conversation_id?: string; attempts: number; reason: string }[] } };
+    expect(s.queue.counts.failed).toBe(1);
+    expect(s.queue.failed).toHaveLength(1);
+    expect(s.queue.failed[0]).toMatchObject({ id: jobId, conversation_id: x, attempts: 1 });
+    expect(s.queue.failed[0]!.reason).toMatch(/401/);
+
+    expect((await stopDaemon(wrong)).code).toBe(0);
+    const retried = await run(['retry-failed'], good);
+    expect(retried.code, retried.stderr).toBe(0);
+    expect(retried.stdout).toContain('re-queued 1 failed job');
+    expect(retried.stdout).toContain(jobId);
+    expect(await jobState(queue, jobId)).toBe('waiting');
+
+    const right = await startDaemon(good);
+    await waitFor(async () => (await jobState(queue, jobId)) === 'completed', 10_000, 'the re-queued job to complete');
+    expectConversationMirrored(good.CONVO_MIRROR_DB!, ws, x);
+    expect((await queue.getJobCounts('failed')).failed).toBe(0);
+    expect((await stopDaemon(right)).code).toBe(0);
+  });
+});
+
+describe('interruptions', () => {
+  it('SIGTERM during a long conversation exits 0 within the grace period; a restarted daemon resumes from the checkpoint', async () => {
+    const ws = FakeWorkspace.fromCounts([1200]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const prefix = testPrefix();
+    const graceMs = 1500;
+    const e = env(fake, dir, prefix, { CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: String(graceMs) });
+    const db = e.CONVO_MIRROR_DB!;
+    const x = ws.list()[0]!.id;
+    fake.injectFault({ kind: 'slow', delayMs: 400, match: { path: messagesPath(x) }, times: Infinity });
+    const queue = queueFor(prefix);
+
+    const first = await startDaemon(e);
+    const asked = await run(['enqueue', '--conversation', x], e);
+    expect(asked.code, asked.stderr).toBe(0);
+    const jobId = asked.stdout.trim();
+    const served = () => fake.requests.filter((r) => r.path === messagesPath(x) && r.status === 200).length;
+    await waitFor(() => served() >= 3, 15_000, '3 pages served');
+
+    const sigtermAt = Date.now();
+    first.child.kill('SIGTERM');
+    const ended = await within(first.done, graceMs + 5_000, 'the first daemon to exit');
+    const shutdownMs = Date.now() - sigtermAt;
+    expect(ended.code, ended.stderr.slice(-2000)).toBe(0);
+    expect(shutdownMs, 'shutdown time').toBeLessThanOrEqual(graceMs + 2_000);
+    process.stderr.write(`daemon-cli: shutdown after SIGTERM during a crawl: ${shutdownMs} ms (grace ${graceMs} ms)\n`);
+    const checkpoint = withMirror(db, (m) =>
+      m.db.prepare(`SELECT next_page FROM checkpoints WHERE account_id = ? AND conversation_id = ?`).get(ACCOUNT_ID, x),
+    ) as { next_page: number } | undefined;
+    expect(checkpoint, 'a checkpoint after the interrupted crawl').toBeDefined();
+    expect(checkpoint!.next_page).toBeGreaterThan(1);
+    expect(['delayed', 'waiting']).toContain(await jobState(queue, jobId));
+
+    fake.clearFaults();
+    const mark = fake.requests.length;
+    const second = await startDaemon(e);
+    await waitFor(async () => (await jobState(queue, jobId)) === 'completed', 15_000, 'the retried job to complete');
+    const secondLife = fake.requests.slice(mark).filter((r) => r.path === messagesPath(x));
+    expect(secondLife.length).toBeGreaterThan(0);
+    expect(Math.min(...secondLife.map(pageOf)), 'first page requested after the restart').toBe(checkpoint!.next_page - 1);
+    expectConversationMirrored(db, ws, x);
+    expectExportedOnce(e.CONVO_MIRROR_EXPORT_DIR!, ws, x);
+    const job = (await Job.fromId(queue, jobId))!;
+    expect(job.returnvalue).toMatchObject({ result: { id: x, status: 'synced', messageCount: 1200, resumed: true } });
+    expect((await stopDaemon(second)).code).toBe(0);
+  });
+
+  it("a SIGKILLed daemon's stalled job is picked up by another daemon after the lock expires", async () => {
+    const ws = FakeWorkspace.fromCounts([1200]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const prefix = testPrefix();
+    const e = env(fake, dir, prefix, { CONVO_MIRROR_JOB_LOCK_MS: '2000' });
+    const db = e.CONVO_MIRROR_DB!;
+    const x = ws.list()[0]!.id;
+    fake.injectFault({ kind: 'slow', delayMs: 400, match: { path: messagesPath(x) }, times: Infinity });
+    const queue = queueFor(prefix);
+
+    const a = await startDaemon(e);
+    const asked = await run(['enqueue', '--conversation', x], e);
+    expect(asked.code, asked.stderr).toBe(0);
+    const jobId = asked.stdout.trim();
+    await waitFor(() => fake.requests.filter((r) => r.path === messagesPath(x) && r.status === 200).length >= 3, 15_000, '3 pages served');
+    a.child.kill('SIGKILL');
+    const killed = await within(a.done, 5_000, 'daemon A to die');
+    expect(killed.signal).toBe('SIGKILL');
+    expect(await jobState(queue, jobId)).toBe('active'); // still locked by the dead worker
+    const checkpoint = withMirror(db, (m) =>
+      m.db.prepare(`SELECT next_page FROM checkpoints WHERE account_id = ? AND conversation_id = ?`).get(ACCOUNT_ID, x),
+    ) as { next_page: number } | undefined;
+    expect(checkpoint?.next_page).toBeGreaterThan(1);
+
+    fake.clearFaults();
+    const mark = fake.requests.length;
+    const bStarted = Date.now();
+    const b = await startDaemon(e); // same mirror: the dead process's writer lock is taken over
+    await waitFor(async () => (await jobState(queue, jobId)) === 'completed', 15_000, 'the stalled job to complete on daemon B');
+    const secondLife = fake.requests.slice(mark).filter((r) => r.path === messagesPath(x));
+    const pickupMs = secondLife[0]!.at - bStarted;
+    expect(pickupMs, 'pickup after the lock expired').toBeLessThanOrEqual(8_000);
+    expect(Math.min(...secondLife.map(pageOf)), 'first page requested by daemon B').toBe(checkpoint!.next_page - 1);
+    const job = (await Job.fromId(queue, jobId))!;
+    expect(job.stalledCounter).toBeGreaterThanOrEqual(1);
+    expect(job.returnvalue).toMatchObject({ result: { id: x, messageCount: 1200, resumed: true } });
+    expectConversationMirrored(db, ws, x);
+    expectExportedOnce(e.CONVO_MIRROR_EXPORT_DIR!, ws, x);
+    expect(b.stderr).toContain('"msg":"job started"');
+    expect((await stopDaemon(b)).code).toBe(0);
+    process.stderr.write(`daemon-cli: stalled job picked up ${pickupMs} ms after daemon B started\n`);
+  });
+});
+
+describe('status', () => {
+  it('shows queue counts, both schedulers with their next run, and failed jobs; without Redis it still shows the mirror', async () => {
+    const ws = FakeWorkspace.fromCounts([12]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const prefix = testPrefix();
+    const e = env(fake, dir, prefix, { CONVO_MIRROR_SCHEDULE: '15 3 1 1 *', CONVO_MIRROR_FULL_SCHEDULE: '45 4 2 1 *' });
+    const queue = queueFor(prefix);
+    const daemon = await startDaemon(e);
+    const x = ws.list()[0]!.id;
+    await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
+    // An unknown conversation: 404 for something never mirrored is permanent, one attempt.
+    const missing = '00000000-0000-4000-8000-000000000000';
+    const failedRun = await run(['enqueue', '--conversation', missing, '--wait', '--timeout', '15000'], e);
+    expect(failedRun.code).toBe(1);
+    const failedId = failedRun.stdout.trim();
+    expect(await jobState(queue, failedId)).toBe('failed');
+    expect((await stopDaemon(daemon)).code).toBe(0);
+
+    const json = await run(['status', '--json'], e);
+    expect(json.code, json.stderr).toBe(0);
+    const s = JSON.parse(json.stdout) as {
+      counts: Record<string, number>;
+      queue: {
+        prefix: string;
+        counts: Record<string, number>;
+        schedulers: { id: string; pattern: string; tz?: string; next?: string }[];
+        failed: { id: string; conversation_id?: string; attempts: number; reason: string }[];
+      };
+    };
+    expect(s.queue.prefix).toBe(prefix);
+    expect(s.queue.counts).toMatchObject({ waiting: 0, active: 0, failed: 1, completed: 1, delayed: 2 });
+    const byId = new Map(s.queue.schedulers.map((x) => [x.id, x]));
+    expect([...byId.keys()].sort()).toEqual(['workspace-full', 'workspace-regular']);
+    expect(byId.get('workspace-regular')).toMatchObject({ pattern: '15 3 1 1 *' });
+    expect(byId.get('workspace-full')).toMatchObject({ pattern: '45 4 2 1 *' });
+    for (const sch of byId.values()) {
+      expect(Date.parse(sch.next!), `${sch.id} next run`).toBeGreaterThan(Date.now());
+    }
+    expect(new Date(Date.parse(byId.get('workspace-regular')!.next!)).toISOString()).toMatch(/-01-01T03:15:00\.000Z$/);
+    expect(s.queue.failed).toEqual([expect.objectContaining({ id: failedId, conversation_id: missing, attempts: 1 })]);
+
+    const text = await run(['status'], e);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toContain(`queue ${prefix} on `);
+    expect(text.stdout).toMatch(/waiting 0, active 0, delayed 2, failed 1, completed 1/);
+    expect(text.stdout).toMatch(/workspace-regular: 15 3 1 1 \* \(UTC\), next run \d{4}-01-01T03:15:00\.000Z/);
+    expect(text.stdout).toMatch(/workspace-full: 45 4 2 1 \* \(UTC\), next run \d{4}-01-02T04:45:00\.000Z/);
+    expect(text.stdout).toContain('failed jobs');
+    expect(text.stdout).toMatch(new RegExp(`${failedId} sync-conversation ${missing} after 1 attempts`));
+
+    // Redis gone: the mirror part still prints, the queue is said to be unavailable, exit 0.
+    const dead = { ...e, REDIS_URL: 'redis://127.0.0.1:1' };
+    const noRedis = await run(['status'], dead);
+    expect(noRedis.code, noRedis.stderr).toBe(0);
+    expect(noRedis.stdout).toContain(`mirror ${e.CONVO_MIRROR_DB}`);
+    expect(noRedis.stdout).toContain('last runs:');
+    expect(noRedis.stdout).toMatch(/queue: unavailable \(.*REDIS_URL.*127\.0\.0\.1:1/);
+    expect(s.counts['runs']).toBe(2);
+    expect(noRedis.stdout).toContain(`  ${'runs'.padEnd(26)} 2\n`);
+  });
+});
+
+describe('daemon refusals', () => {
+  it('exits 2 with one line naming REDIS_URL when Redis is unreachable, naming --schedule when the cron is invalid, and "in use" on a busy mirror', async () => {
+    const ws = FakeWorkspace.fromCounts([3]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const e = env(fake, dir, testPrefix());
+
+    const noRedis = await run(['daemon'], { ...e, REDIS_URL: 'redis://127.0.0.1:1' }, 15_000);
+    expect(noRedis.code).toBe(2);
+    const lines = noRedis.stderr.trim().split('\n');
+    expect(lines, noRedis.stderr).toHaveLength(1);
+    expect(lines[0]).toContain('REDIS_URL');
+    expect(lines[0]).toContain('127.0.0.1:1');
+
+    const badCron = await run(['daemon', '--schedule', 'every now and then'], e, 15_000);
+    expect(badCron.code).toBe(2);
+    expect(badCron.stderr.trim().split('\n')).toHaveLength(1);
+    expect(badCron.stderr).toContain('--schedule');
+    const badEnvCron = await run(['daemon'], { ...e, CONVO_MIRROR_FULL_SCHEDULE: '61 * * * *' }, 15_000);
+    expect(badEnvCron.code).toBe(2);
+    expect(badEnvCron.stderr).toContain('CONVO_MIRROR_FULL_SCHEDULE');
+
+    const first = await startDaemon(e);
+    const second = await run(['daemon'], e, 15_000);
+    expect(second.code).toBe(2);
+    expect(second.stderr).toContain('in use');
+    expect(second.stderr).toContain(String(first.child.pid));
+    expect(first.child.exitCode).toBeNull(); // the first one is unaffected
+    expect((await stopDaemon(first)).code).toBe(0);
+  });
+});
