@@ -6,33 +6,14 @@
  * is killed afterwards.
  */
 import { describe, it, expect, beforeAll, afterEach, afterAll } from 'vitest';
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
-import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, tempDir as makeTempDir } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
+import { assertBuilt, killLeftovers, run, start, waitFor, within, type Ran, type Started } from './children.js';
 
-const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
 
-interface Ran {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-  /** Wall time from spawn to close, ms. */
-  ms: number;
-}
-
-interface Started {
-  child: ChildProcess;
-  /** Resolves when the child closes; rejects (after SIGKILLing it) when it outlives its time limit. */
-  done: Promise<Ran>;
-}
-
-/** Children still running; afterEach SIGKILLs whatever a test left behind. */
-const live = new Set<ChildProcess>();
 
 /** Temp dirs of this file, removed in afterAll. */
 const dirs: string[] = [];
@@ -42,96 +23,11 @@ function tempDir(): string {
   return d;
 }
 
-/** Spawns the CLI; `timeoutMs` bounds its life. */
-function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
-  const t0 = Date.now();
-  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d) => (stdout += d));
-  child.stderr!.on('data', (d) => (stderr += d));
-  const done = new Promise<Ran>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`convo-mirror ${args.join(' ')} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
-    }, timeoutMs);
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      live.delete(child);
-      reject(err);
-    });
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      live.delete(child);
-      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
-    });
-  });
-  return { child, done };
-}
 
-const run = (args: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => start(args, env, timeoutMs).done;
-
-/** Polls `pred` every 10 ms; rejects naming `what` after `timeoutMs`. */
-async function waitFor(pred: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!pred()) {
-    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Every file below `root`: path relative to root (`/`-separated) → bytes. */
-function snapshot(root: string): Map<string, Buffer> {
-  const out = new Map<string, Buffer>();
-  const walk = (rel: string) => {
-    const abs = path.join(root, rel);
-    if (!fs.existsSync(abs)) return;
-    for (const e of fs.readdirSync(abs, { withFileTypes: true })) {
-      const r = rel ? `${rel}/${e.name}` : e.name;
-      if (e.isDirectory()) walk(r);
-      else out.set(r, fs.readFileSync(path.join(root, r)));
-    }
-  };
-  walk('');
-  return out;
-}
-
-/** Opens the mirror read-only-ish (no writer lock) for assertions. */
-function withMirror<T>(dbPath: string, f: (m: Mirror) => T): T {
-  const m = Mirror.open(dbPath, { lock: false });
-  try {
-    return f(m);
-  } finally {
-    m.close();
-  }
-}
-
-beforeAll(() => {
-  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
-});
+beforeAll(assertBuilt);
 
 afterEach(async () => {
-  const left = [...live];
-  for (const c of left) c.kill('SIGKILL');
-  await Promise.all(
-    left.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : within(new Promise((r) => c.once('close', r)), 5000, 'killing a leftover child'))),
-  );
+  await killLeftovers();
 });
 
 afterAll(() => {
@@ -210,7 +106,7 @@ describe('SIGKILL during export publication, then re-run', () => {
     // The messages partition of today; the conversations partition is written (and renamed) before it.
     const partition = path.join(exportDir, 'messages', `account=${ACCOUNT_ID}`, `date=${today}`);
     fs.mkdirSync(partition, { recursive: true });
-    let child: ChildProcess | undefined;
+    let child: Started['child'] | undefined;
     let sawTmp: string | undefined;
     const watcher = fs.watch(partition, (_event, name) => {
       const n = name === null ? '' : String(name);
@@ -236,7 +132,7 @@ describe('SIGKILL during export publication, then re-run', () => {
         expect((m.db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark).toBe(0);
       });
       // What was published (renamed into place) before the kill.
-      const before = new Map([...snapshot(exportDir)].filter(([rel]) => rel.endsWith('.jsonl')));
+      const before = new Map([...snapshotFiles(exportDir)].filter(([rel]) => rel.endsWith('.jsonl')));
       expect([...before.keys()].some((rel) => rel.startsWith(`conversations/account=${ACCOUNT_ID}/date=${today}/`)), [...before.keys()].join(', ')).toBe(true);
 
       const again = await run(['sync', '--json'], env);
@@ -245,7 +141,7 @@ describe('SIGKILL during export publication, then re-run', () => {
       expect(summary.status).toBe('succeeded');
       expect(summary.export.resumed).toBe(true);
 
-      const after = snapshot(exportDir);
+      const after = snapshotFiles(exportDir);
       expect([...after.keys()].filter((rel) => rel.endsWith('.tmp'))).toEqual([]);
       for (const [rel, bytes] of before) {
         expect(after.get(rel), `published file ${rel} vanished`).toBeDefined();
@@ -336,7 +232,7 @@ describe('the API key never reaches stdout or stderr, even at trace level', () =
       expect(fromEnv.stderr).toContain('request failed, retrying'); // the retries were logged
       expectNoSecret(fromEnv, SECRET);
       // Nor in what it wrote to disk.
-      for (const [rel, bytes] of [...snapshot(dir1)]) expect(bytes.includes(SECRET), `API key written into ${rel}`).toBe(false);
+      for (const [rel, bytes] of [...snapshotFiles(dir1)]) expect(bytes.includes(SECRET), `API key written into ${rel}`).toBe(false);
 
       // 2. Key as a flag, not in the environment.
       fake.requests.length = 0;

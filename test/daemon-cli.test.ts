@@ -13,50 +13,23 @@
  * afterAll) and its own temp dir. Every wait is bounded; every child is killed in afterEach.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Job, type Queue } from 'bullmq';
 import { openQueue } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
-import { ACCOUNT_ID, API_KEY, cliEnv, readExportLines, tempDir as makeTempDir } from './helpers.js';
-import { cleanupPrefix, randomPrefix, redisUrl } from './redis.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, readExportLines, tempDir as makeTempDir, withMirror } from './helpers.js';
+import { assertBuilt, killLeftovers, run, sleep, start, waitFor, within, type Ran, type Started } from './children.js';
+import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 
-const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
 
-const FILE_PREFIX = randomPrefix('daemon-cli');
-const prefixes: string[] = [];
-let prefixSeq = 0;
-function testPrefix(): string {
-  const p = `${FILE_PREFIX}-${++prefixSeq}`;
-  prefixes.push(p);
-  return p;
-}
+const prefixes = prefixSequence('daemon-cli');
+const testPrefix = () => prefixes.next();
 
 /** A cron that never fires during a test run. */
 const NEVER = '0 0 1 1 *';
 
-interface Ran {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-  /** Wall time from spawn to close, ms. */
-  ms: number;
-}
-
-interface Started {
-  child: ChildProcess;
-  /** Output so far. */
-  readonly stdout: string;
-  readonly stderr: string;
-  /** Resolves when the child closes; rejects (after SIGKILLing it) when it outlives its time limit. */
-  done: Promise<Ran>;
-}
-
-const live = new Set<ChildProcess>();
 const dirs: string[] = [];
 const fakes: FakeApi[] = [];
 const queues: Queue[] = [];
@@ -67,71 +40,7 @@ function tempDir(): string {
   return d;
 }
 
-/** Spawns the CLI; `timeoutMs` bounds its life. */
-function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
-  const t0 = Date.now();
-  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  live.add(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d) => (stdout += d));
-  child.stderr!.on('data', (d) => (stderr += d));
-  const done = new Promise<Ran>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`convo-mirror ${args.join(' ')} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
-    }, timeoutMs);
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      live.delete(child);
-      reject(err);
-    });
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      live.delete(child);
-      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
-    });
-  });
-  done.catch(() => {}); // observed by the test that awaits it; never an unhandled rejection
-  return {
-    child,
-    get stdout() {
-      return stdout;
-    },
-    get stderr() {
-      return stderr;
-    },
-    done,
-  };
-}
 
-const run = (args: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => start(args, env, timeoutMs).done;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls `pred` every 25 ms; rejects naming `what` after `timeoutMs`. */
-async function waitFor(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!(await pred())) {
-    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(25);
-  }
-}
-
-/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** Starts `convo-mirror daemon` and waits (bounded) for its "daemon ready" log line. */
 async function startDaemon(env: NodeJS.ProcessEnv, args: string[] = [], timeoutMs = 40_000): Promise<Started> {
@@ -182,16 +91,6 @@ async function jobState(queue: Queue, id: string): Promise<string | undefined> {
   return job ? job.getState() : undefined;
 }
 
-/** Reads the mirror without the writer lock. */
-function withMirror<T>(db: string, f: (m: Mirror) => T): T {
-  const m = Mirror.open(db, { lock: false });
-  try {
-    return f(m);
-  } finally {
-    m.close();
-  }
-}
-
 const messagesPath = (id: string) => `/v1/conversations/${id}/messages`;
 const pageOf = (r: { query: Record<string, string> }) => Number(r.query['page'] ?? '1');
 
@@ -231,22 +130,16 @@ function runsOf(db: string): { id: number; mode: string; status: string; started
   }[];
 }
 
-beforeAll(() => {
-  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
-});
+beforeAll(assertBuilt);
 
 afterEach(async () => {
-  const left = [...live];
-  for (const c of left) c.kill('SIGKILL');
-  await Promise.allSettled(
-    left.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : within(new Promise((r) => c.once('close', r)), 5_000, 'killing a leftover child'))),
-  );
+  await killLeftovers();
   await Promise.allSettled(queues.splice(0).map((q) => within(q.close(), 5_000, 'closing a queue')));
   await Promise.allSettled(fakes.splice(0).map((f) => f.close()));
 });
 
 afterAll(async () => {
-  for (const p of prefixes) await cleanupPrefix(redisUrl(), p);
+  for (const p of prefixes.all) await cleanupPrefix(redisUrl(), p);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
 

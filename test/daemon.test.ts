@@ -24,18 +24,12 @@ import {
 } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
-import { ACCOUNT_ID, API_KEY, quietLogger, readExportLines, tempDir } from './helpers.js';
-import { cleanupPrefix, randomPrefix, redisUrl } from './redis.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, readExportLines, tempDir, withMirror } from './helpers.js';
+import { sleep, waitFor, within } from './children.js';
+import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 
-const FILE_PREFIX = randomPrefix('daemon');
-/** Every prefix used by this file (one per test), removed in afterAll. */
-const prefixes: string[] = [];
-let prefixSeq = 0;
-function testPrefix(): string {
-  const p = `${FILE_PREFIX}-${++prefixSeq}`;
-  prefixes.push(p);
-  return p;
-}
+const prefixes = prefixSequence('daemon');
+const testPrefix = () => prefixes.next();
 
 /** A cron that never fires during a test run. */
 const NEVER = '0 0 1 1 *';
@@ -52,31 +46,6 @@ interface Running {
   stop(): Promise<DaemonExit>;
 }
 
-/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls the async `pred` every 25 ms; rejects naming `what` after `timeoutMs`. */
-async function waitFor(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!(await pred())) {
-    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(25);
-  }
-}
 
 async function fakeApi(ws: FakeWorkspace): Promise<FakeApi> {
   const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
@@ -89,16 +58,7 @@ function daemonConfig(fake: FakeApi, prefix: string, env: Record<string, string>
   const dir = tempDir('convo-mirror-daemon-');
   dirs.push(dir);
   return loadConfig({
-    CONVO_MIRROR_BASE_URL: fake.url,
-    CONVO_MIRROR_API_KEY: API_KEY,
-    CONVO_MIRROR_ACCOUNT_ID: ACCOUNT_ID,
-    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
-    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
-    CONVO_MIRROR_MAX_RPS: '0',
-    CONVO_MIRROR_MAX_RETRIES: '1',
-    CONVO_MIRROR_CONCURRENCY: '2',
-    REDIS_URL: redisUrl(),
-    CONVO_MIRROR_QUEUE_PREFIX: prefix,
+    ...cliEnv(fake, dir, { CONVO_MIRROR_MAX_RETRIES: '1', CONVO_MIRROR_CONCURRENCY: '2', REDIS_URL: redisUrl(), CONVO_MIRROR_QUEUE_PREFIX: prefix }),
     CONVO_MIRROR_SCHEDULE: NEVER,
     CONVO_MIRROR_FULL_SCHEDULE: NEVER,
     CONVO_MIRROR_JOB_LOCK_MS: '2000',
@@ -136,16 +96,6 @@ function queueFor(prefix: string): Queue {
   return q;
 }
 
-/** Reads the mirror without the writer lock (the daemon holds it). */
-function withMirror<T>(db: string, f: (m: Mirror) => T): T {
-  const m = Mirror.open(db, { lock: false });
-  try {
-    return f(m);
-  } finally {
-    m.close();
-  }
-}
-
 /** Messages path of a conversation at the fake. */
 const messagesPath = (id: string) => `/v1/conversations/${id}/messages`;
 
@@ -179,7 +129,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  for (const p of prefixes) await cleanupPrefix(redisUrl(), p);
+  for (const p of prefixes.all) await cleanupPrefix(redisUrl(), p);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
 

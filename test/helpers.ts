@@ -213,3 +213,13 @@ export function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string 
   }
   return env;
 }
+
+/** Runs `f` on the mirror at `dbPath` opened without the writer lock (a writer may hold it). */
+export function withMirror<T>(dbPath: string, f: (m: Mirror) => T): T {
+  const m = Mirror.open(dbPath, { lock: false });
+  try {
+    return f(m);
+  } finally {
+    m.close();
+  }
+}

@@ -76,3 +76,20 @@ export async function cleanupPrefix(url: string, prefix: string, timeoutMs = 10_
     redis.disconnect();
   }
 }
+
+/**
+ * Queue prefixes for one test file: `next()` gives a fresh one per test (under one random file
+ * prefix); `all` lists them for cleanup in afterAll.
+ */
+export function prefixSequence(label: string): { next(): string; readonly all: string[] } {
+  const base = randomPrefix(label);
+  const all: string[] = [];
+  return {
+    next() {
+      const p = `${base}-${all.length + 1}`;
+      all.push(p);
+      return p;
+    },
+    all,
+  };
+}

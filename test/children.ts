@@ -1,0 +1,115 @@
+/**
+ * Child processes of the CLI for tests: spawned with a time limit, tracked so a test that fails
+ * midway never leaves one running, plus small bounded waiting helpers.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The built CLI (`npm test` builds it first). */
+export const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
+
+/** Throws a clear error when the CLI has not been built. */
+export function assertBuilt(): void {
+  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
+}
+
+/** How a child ended. */
+export interface Ran {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  /** Wall time from spawn to close, ms. */
+  ms: number;
+}
+
+/** A running child. */
+export interface Started {
+  child: ChildProcess;
+  /** Output so far. */
+  readonly stdout: string;
+  readonly stderr: string;
+  /** Resolves when the child closes; rejects (after SIGKILLing it) when it outlives its time limit. */
+  done: Promise<Ran>;
+}
+
+/** Children still running; {@link killLeftovers} SIGKILLs them (call it in afterEach). */
+const live = new Set<ChildProcess>();
+
+/** Spawns `node dist/src/cli.js ...args`; `timeoutMs` bounds its life. */
+export function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
+  const t0 = Date.now();
+  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  live.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d) => (stdout += d));
+  child.stderr!.on('data', (d) => (stderr += d));
+  const done = new Promise<Ran>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`convo-mirror ${args.join(' ')} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
+    }, timeoutMs);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      live.delete(child);
+      reject(err);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
+    });
+  });
+  done.catch(() => {}); // observed by the test that awaits it; never an unhandled rejection
+  return {
+    child,
+    get stdout() {
+      return stdout;
+    },
+    get stderr() {
+      return stderr;
+    },
+    done,
+  };
+}
+
+/** Spawns the CLI and waits for it to end. */
+export const run = (args: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => start(args, env, timeoutMs).done;
+
+/** SIGKILLs every child a test left running and waits (bounded) for them to go. */
+export async function killLeftovers(): Promise<void> {
+  const left = [...live];
+  for (const c of left) c.kill('SIGKILL');
+  await Promise.all(
+    left.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : within(new Promise((r) => c.once('close', r)), 5000, 'killing a leftover child'))),
+  );
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `pred` every `everyMs` (default 25 ms); rejects naming `what` after `timeoutMs`. */
+export async function waitFor(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 25): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+/** Resolves with `p`, or rejects naming `what` when it takes longer than `ms`. */
+export async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
