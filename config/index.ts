@@ -201,7 +201,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
     if (!parsed.success) {
       const issue = parsed.error.issues[0]?.message ?? 'is invalid';
       // Never echo the value of the API key.
-      const shown = key === 'apiKey' ? '' : ` (got ${JSON.stringify(String(raw)).slice(0, 80)})`;
+      // Never echo secrets: the API key, or a Redis URL (it may carry a password).
+      const shown = key === 'apiKey' || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(String(raw)).slice(0, 80)})`;
       throw new ConfigError(name, `${issue}${shown}`);
     }
     out[key] = parsed.data;

@@ -13,6 +13,7 @@ import {
   QUEUE_NAME,
   WORKSPACE_JOB,
   assertRedisReachable,
+  claimQueuePrefix,
   openQueue,
   redisConnection,
   redisHost,
@@ -55,6 +56,9 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   const { config, logger } = o;
   await assertRedisReachable(config.redisUrl);
   const mirror = Mirror.open(config.db);
+  // We hold the writer lock: runs still 'running' belong to a process that died.
+  const swept = mirror.markInterruptedRuns();
+  if (swept) logger.warn({ runs: swept }, 'runs left running by a dead process marked interrupted');
   const abort = new AbortController();
   const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
   const api = apiClientFromConfig(config, {
@@ -80,13 +84,14 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   };
   let worker: Worker | undefined;
   try {
+    await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, mirror.mirrorId());
     await registerSchedulers(queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy });
     worker = new Worker(
       QUEUE_NAME,
       async (job: Job, token?: string) =>
         job.name === WORKSPACE_JOB
           ? processWorkspaceJob(deps, job as Job<WorkspaceJobData>, token)
-          : processConversationJob(deps, job as Job<ConversationJobData>),
+          : processConversationJob(deps, job as Job<ConversationJobData>, token),
       {
         connection: redisConnection(config.redisUrl),
         prefix: config.queuePrefix,
@@ -133,7 +138,12 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     abort.abort(new Error('daemon shutting down'));
   }
   clearTimeout(timer);
-  await closing;
+  // Aborted jobs end within moments; one that does not is left to its lock (it is picked up again).
+  const hard = await Promise.race([closing.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 5000).unref())]);
+  if (hard) {
+    logger.warn('jobs still running 5 s after the abort: closing without them; they will be picked up again');
+    await worker.close(true);
+  }
   await queue.close();
   await api.close();
   mirror.close();

@@ -4,8 +4,8 @@
  * `UnrecoverableError` (never retried); everything else is retried with backoff, and a retried
  * conversation job resumes from its last committed page.
  */
-import { UnrecoverableError, WaitingChildrenError, type Job, type Queue } from 'bullmq';
-import { AuthError, ConfigError, NotFoundError, RunError, describeError } from '../src/errors.js';
+import { DelayedError, UnrecoverableError, WaitingChildrenError, type Job, type Queue } from 'bullmq';
+import { AuthError, ConfigError, DriftError, NotFoundError, RunError, describeError } from '../src/errors.js';
 import { syncConversation, type ConversationResult } from '../src/sync/conversation.js';
 import { listWorkspace, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
 import { completeRun, type RunSummary } from '../src/sync/run.js';
@@ -57,6 +57,15 @@ function toJobError(err: unknown): Error {
   return err instanceof Error ? err : new Error(describeError(err));
 }
 
+/**
+ * Shutdown cut the job short: put it back (delayed by `ms`) without spending one of its attempts;
+ * it resumes from its checkpoint.
+ */
+async function requeueAfterShutdown(job: Job, token: string | undefined, ms = 1000): Promise<never> {
+  await job.moveToDelayed(Date.now() + ms, token);
+  throw new DelayedError();
+}
+
 /** Child job id of a conversation in a workspace run: deterministic, so a retried step adds nothing twice. */
 export const childJobId = (runId: number, conversationId: string) => `run-${runId}-c-${conversationId}`;
 
@@ -66,30 +75,40 @@ export const childJobId = (runId: number, conversationId: string) => `run-${runI
  *
  * @throws `UnrecoverableError` for auth/config/not-found errors; the original error otherwise
  */
-export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>): Promise<ConversationJobResult> {
+export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>, token?: string): Promise<ConversationJobResult> {
   const { conversationId, full, runId } = job.data;
   const log = d.logger.child({ job: job.id, conversation_id: conversationId });
   return d.locks.run(conversationId, async () => {
     const deps = { ...d, logger: log };
-    if (runId !== undefined) {
+    // A child whose workspace run has already ended (e.g. re-queued by retry-failed) would change
+    // the mirror with nobody to publish or record it: it runs as an on-demand job instead.
+    if (runId !== undefined && !d.mirror.runEnded(runId)) {
       try {
         // A full refresh resumes only checkpoints of its own run (a retried attempt).
         const result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId, resume: full ? 'same-run' : true, signal: d.signal });
         return { result };
       } catch (err) {
+        if (d.signal?.aborted) return requeueAfterShutdown(job, token);
         throw toJobError(err);
       }
     }
     const startedMs = d.clock.now();
-    const ownRun = d.mirror.startRun('conversations', d.accountId);
+    // One run per job, kept across attempts, so a retried or stalled full job resumes its own checkpoint.
+    let ownRun = job.data.ownRunId;
+    if (ownRun === undefined) {
+      ownRun = d.mirror.startRun('conversations', d.accountId);
+      await job.updateData({ ...job.data, ownRunId: ownRun });
+    }
     let result: ConversationResult | undefined;
     let fatal: unknown;
     const failures: ConversationFailure[] = [];
     try {
-      // A retried attempt of a full job may continue what its earlier attempt committed.
-      const resume = full ? job.attemptsMade > 0 : true;
-      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume, signal: d.signal });
+      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume: full ? 'same-run' : true, signal: d.signal });
     } catch (err) {
+      if (d.signal?.aborted) {
+        d.mirror.finishRun(ownRun, { status: 'interrupted', error: 'daemon shutting down; the job resumes from its checkpoint' });
+        return requeueAfterShutdown(job, token);
+      }
       if (err instanceof AuthError || err instanceof ConfigError) fatal = err;
       else failures.push({ id: conversationId, error: err as Error });
     }
@@ -156,6 +175,12 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           }
           throw toJobError(err);
         }
+        if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
+        if (listing.failure && !(listing.failure instanceof DriftError)) {
+          // A transient failure of the list itself (after the client's retries): retry the step
+          // rather than fan out a partial listing.
+          throw listing.failure;
+        }
         const ids = [...new Set([...listing.seen, ...listing.recheck])];
         const opts = jobOptions(d.policy);
         await d.queue.addBulk(
@@ -215,6 +240,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           failures,
           ...(l ? { listingTally: l.tally } : {}),
         };
+        d.mirror.db.prepare(`DELETE FROM run_failures WHERE run_id = ?`).run(runId); // a retried finish records them once
         try {
           return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, result: ws });
         } catch (err) {

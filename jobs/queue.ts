@@ -45,6 +45,8 @@ export interface ConversationJobData {
   full?: boolean;
   /** Set when the job is a child of a workspace run: the run it belongs to. */
   runId?: number;
+  /** Set by an on-demand job at its first attempt: its own run, kept across attempts. */
+  ownRunId?: number;
 }
 
 /** Return value of a `sync-conversation` job. */
@@ -126,6 +128,31 @@ export async function assertRedisReachable(url: string, timeoutMs = 3000): Promi
     throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${why}); start Redis or set REDIS_URL`);
   } finally {
     probe.disconnect();
+  }
+}
+
+/**
+ * Binds a queue prefix to one mirror: the first daemon writes its mirror id under
+ * `<prefix>:sync:mirror`; a daemon of another mirror on the same prefix is refused, because the two
+ * would take each other's jobs and mirror them into the wrong file.
+ *
+ * @throws {@link ConfigError} naming CONVO_MIRROR_QUEUE_PREFIX when the prefix belongs to another mirror
+ */
+export async function claimQueuePrefix(settings: QueueSettings, mirrorId: string): Promise<void> {
+  const redis = new Redis(redisConnection(settings.redisUrl));
+  redis.on('error', () => {});
+  const key = `${settings.prefix}:${QUEUE_NAME}:mirror`;
+  try {
+    await redis.set(key, mirrorId, 'NX');
+    const owner = await redis.get(key);
+    if (owner !== mirrorId) {
+      throw new ConfigError(
+        'CONVO_MIRROR_QUEUE_PREFIX',
+        `the queue prefix "${settings.prefix}" belongs to another mirror (id ${owner}; this one is ${mirrorId}): give each mirror its own prefix, or delete the Redis key ${key} if that mirror is gone`,
+      );
+    }
+  } finally {
+    redis.disconnect();
   }
 }
 

@@ -308,8 +308,12 @@ async function enqueueCommand(config: Config, o: { conversationIds?: string[] | 
         const job = await Job.fromId(queue, id);
         if (job) {
           try {
-            await job.waitUntilFinished(events, Math.max(1, deadline - Date.now()));
-            process.stderr.write(`job ${id}: completed\n`);
+            const value = (await job.waitUntilFinished(events, Math.max(1, deadline - Date.now()))) as { status?: string } | undefined;
+            // A workspace job completes with its run's status: anything but succeeded is a failure here.
+            if (value?.status !== undefined && value.status !== 'succeeded') {
+              ok = false;
+              process.stderr.write(`job ${id}: completed, run ${value.status}\n`);
+            } else process.stderr.write(`job ${id}: completed\n`);
           } catch (err) {
             ok = false;
             process.stderr.write(`job ${id}: ${describeError(err)}\n`);
@@ -451,7 +455,9 @@ export function buildProgram(setExit: (code: number) => void): Command {
   ).action(async (o) => {
     try {
       const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
-      setExit(await enqueueCommand(config, { conversationIds: o.conversation, full: o.full === true, wait: o.wait === true, timeoutMs: Number(o.timeout) }));
+      const timeoutMs = Number(o.timeout);
+      if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new ConfigError('--timeout', `must be a whole number of ms (got ${JSON.stringify(String(o.timeout))})`);
+      setExit(await enqueueCommand(config, { conversationIds: o.conversation, full: o.full === true, wait: o.wait === true, timeoutMs }));
     } catch (err) {
       setExit(exitFor(err));
     }

@@ -134,14 +134,19 @@ afterAll(async () => {
 });
 
 describe('job schedulers', () => {
-  it('two daemons registering on one prefix leave exactly the two schedulers; a changed cron updates them in place', async () => {
+  it('daemons registering on one prefix leave exactly the two schedulers; a changed cron updates them in place', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
     const prefix = testPrefix();
     const env = { CONVO_MIRROR_SCHEDULE: '7 4 2 2 *', CONVO_MIRROR_FULL_SCHEDULE: '9 5 3 3 *', CONVO_MIRROR_TZ: 'Europe/Paris' };
-    // Two daemons on two mirror files, one queue prefix: both register the schedulers.
-    const a = await startDaemon(daemonConfig(fake, prefix, env));
-    const b = await startDaemon(daemonConfig(fake, prefix, env));
-    expect(a.config.db).not.toBe(b.config.db);
+    // A daemon registers, stops, and a second daemon of the same mirror registers again (a restart).
+    const config = daemonConfig(fake, prefix, env);
+    await (await startDaemon(config)).stop();
+    const b = await startDaemon(config);
+    // Meanwhile two more registrations race from two separate connections, as two processes would.
+    const policy = { attempts: 5 };
+    await Promise.all(
+      [queueFor(prefix), queueFor(prefix)].map((q) => registerSchedulers(q, { schedule: '7 4 2 2 *', fullSchedule: '9 5 3 3 *', tz: 'Europe/Paris', policy })),
+    );
     const queue = queueFor(prefix);
 
     const schedulers = await queue.getJobSchedulers(0, -1, true);
@@ -152,7 +157,6 @@ describe('job schedulers', () => {
     for (const s of schedulers) expect(s.next, `${s.key} next run`).toBeGreaterThan(Date.now());
     // Each scheduler has exactly one pending tick, not one per daemon.
     expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
-    await a.stop();
     await b.stop();
 
     // Upserting again (a third registration, with a changed regular cron) updates, never adds.
@@ -166,6 +170,19 @@ describe('job schedulers', () => {
     expect(after.find((s) => s.key === SCHEDULER_FULL)).toMatchObject({ pattern: '9 5 3 3 *' });
     expect(await queue.getJobSchedulersCount()).toBe(2);
     expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
+  });
+});
+
+describe('one queue prefix per mirror', () => {
+  it('a daemon of another mirror is refused on a prefix that is taken, naming CONVO_MIRROR_QUEUE_PREFIX', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
+    const prefix = testPrefix();
+    const a = await startDaemon(daemonConfig(fake, prefix));
+    const other = daemonConfig(fake, prefix);
+    await expect(runDaemon({ config: other, logger: quietLogger(), stop: new Promise(() => {}) })).rejects.toThrowError(
+      /CONVO_MIRROR_QUEUE_PREFIX: the queue prefix .* belongs to another mirror/,
+    );
+    await a.stop();
   });
 });
 
@@ -245,9 +262,10 @@ describe('retries', () => {
     expect(value.result).toMatchObject({ id: x, status: 'synced', messageCount: 130 });
     expect(fake.requests.filter((r) => r.path === messagesPath(x!) && r.status === 503)).toHaveLength(3);
     expectConversationMirrored(d.config.db, ws, x!);
+    // One recorded run for the job, kept across its attempts, ending succeeded.
     const runs = conversationRuns(d.config.db);
-    expect(runs.length).toBeGreaterThanOrEqual(2);
-    expect(runs.at(-1)!.status).toBe('succeeded');
+    expect(runs).toHaveLength(1);
+    expect(runs[0]!.status).toBe('succeeded');
     const lines = readExportLines(d.config.exportDir, 'messages').filter((l) => l.conversation_id === x);
     expect(lines).toHaveLength(130);
     expect(new Set(lines.map((l) => l.id)).size).toBe(130);
@@ -275,16 +293,15 @@ describe('429: the whole queue backs off', () => {
     expectConversationMirrored(d.config.db, ws, x!);
   });
 
-  it('while the rate limit is in force, no other worker starts a job (two daemons, one queue)', async () => {
+  it('while the rate limit is in force, no other worker starts a job', async () => {
     const ws = FakeWorkspace.fromCounts([20, 20]);
     const fake = await fakeApi(ws);
     const prefix = testPrefix();
     const [x, y] = ws.list().map((c) => c.id);
     fake.injectFault({ kind: 'status', status: 429, retryAfter: '2', match: { path: messagesPath(x!) }, times: 1 });
-    // Two daemons of concurrency 1 on one queue: one takes x and gets the 429; the other is idle, with
-    // an API client that has seen no 429, so only the queue's rate limit can hold it back.
-    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '1' }));
-    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '1' }));
+    // One daemon with two worker slots: one takes x and gets the 429; the other slot is free. Only
+    // the queue's rate limit keeps it from taking y (else y would go active and wait in the client).
+    await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '2' }));
     const queue = queueFor(prefix);
     await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
     await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');

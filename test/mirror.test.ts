@@ -292,13 +292,18 @@ describe('runs', () => {
     expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM runs`).get()).toEqual({ n: 2 });
   });
 
-  it("a run left 'running' becomes 'interrupted' at the next startRun, even after reopening", async () => {
+  it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts", async () => {
     const file = dbFile();
     const m1 = Mirror.open(file);
     const dead = m1.startRun('full', ACCOUNT_ID);
     m1.close(); // the process "died" without finishRun
     const m2 = openMirror(file);
     expect((m2.db.prepare(`SELECT status, ended_at FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('running');
+    // Runs overlap in the daemon: starting one never touches another.
+    const concurrent = m2.startRun('conversations', ACCOUNT_ID);
+    expect((m2.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('running');
+    m2.db.prepare(`DELETE FROM runs WHERE id = ?`).run(concurrent);
+    expect(m2.markInterruptedRuns()).toBe(1);
     const next = m2.startRun('conversations', ACCOUNT_ID);
     expect(next).toBeGreaterThan(dead);
     const rows = m2.db.prepare(`SELECT id, status, ended_at FROM runs ORDER BY id`).all() as { id: number; status: string; ended_at: string | null }[];

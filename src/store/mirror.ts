@@ -232,20 +232,30 @@ export class Mirror {
   // ---------------------------------------------------------------- runs
 
   /**
-   * Records the start of a run. Runs still marked `running` (their process died) become
-   * `interrupted` first.
+   * Records the start of a run (status `running`).
    *
    * @returns the new run id
    */
   startRun(mode: string, accountId: string): number {
-    const now = isoNow(this.clock);
-    return this.db.transaction(() => {
-      this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(now);
-      const r = this.db
-        .prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`)
-        .run(mode, accountId, now);
-      return Number(r.lastInsertRowid);
-    }).immediate();
+    const r = this.db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`).run(mode, accountId, isoNow(this.clock));
+    return Number(r.lastInsertRowid);
+  }
+
+  /**
+   * Marks runs still `running` as `interrupted`: their process died. Call once at start-up while
+   * holding the writer lock (then no other process can have a live run), never while runs of this
+   * process are in flight.
+   *
+   * @returns how many runs were marked
+   */
+  markInterruptedRuns(): number {
+    return this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(isoNow(this.clock)).changes;
+  }
+
+  /** Whether a run has ended (any final status). */
+  runEnded(runId: number): boolean {
+    const r = this.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(runId) as { status: string } | undefined;
+    return r !== undefined && r.status !== 'running';
   }
 
   /** Records a run's end and figures. */

@@ -59,6 +59,8 @@ export interface RunSummary {
 export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSummary> {
   const started = deps.clock.now();
   const mode = opts.conversationIds && opts.conversationIds.length > 0 ? 'conversations' : 'full';
+  // One-shot sync: this process holds the writer lock, so any run still 'running' is dead.
+  deps.mirror.markInterruptedRuns();
   const runId = deps.mirror.startRun(mode, opts.accountId);
   const log = deps.logger.child({ run: runId });
   const progress = opts.progress ?? newProgress();
