@@ -18,12 +18,14 @@ import {
   SCHEDULER_FULL,
   SCHEDULER_REGULAR,
   enqueueConversation,
+  enqueueWorkspace,
   openQueue,
   registerSchedulers,
   type ConversationJobResult,
 } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
+import type { RunSummary } from '../src/sync/run.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, readExportLines, tempDir, withMirror } from './helpers.js';
 import { sleep, waitFor, within } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
@@ -316,5 +318,70 @@ describe('429: the whole queue backs off', () => {
     await waitFor(async () => (await (await Job.fromId(queue, idY))?.getState()) === 'completed', 10_000, "y's job to complete");
     const firstY = fake.requests.find((r) => r.path === messagesPath(y!))!;
     expect(firstY.at - limitedAt).toBeGreaterThanOrEqual(1_000);
+  });
+});
+
+describe('workspace jobs', () => {
+  it('a workspace job lists, fans out one job per conversation, waits, rolls up, exports and records the run', async () => {
+    const ws = FakeWorkspace.fromCounts([0, 1, 101, 250, 3, 40]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const bad = ws.list()[4]!.id;
+    // One conversation fails for good (400 is not retried by the client; BullMQ gives it 2 attempts).
+    fake.injectFault({ kind: 'status', status: 400, match: { path: messagesPath(bad) }, times: Infinity });
+    const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '2', CONVO_MIRROR_CONCURRENCY: '3' }));
+    const queue = queueFor(prefix);
+    const id = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
+    await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 20_000, 'the workspace job to complete');
+    const summary = (await Job.fromId(queue, id))!.returnvalue as RunSummary;
+    expect(summary).toMatchObject({ mode: 'scheduled', status: 'partial', listConfirmed: true });
+    expect(summary.conversations).toMatchObject({ listed: 6, synced: 5, failed: 1 });
+    expect(summary.failures.map((f) => f.id)).toEqual([bad]);
+    expect(summary.messages.served).toBe(0 + 1 + 101 + 250 + 40);
+    // Every conversation but the failing one is mirrored exactly; the run and its failure are recorded.
+    withMirror(d.config.db, (m) => {
+      for (const c of ws.list()) {
+        const ids = (m.db.prepare(`SELECT id FROM messages WHERE conversation_id = ? AND deleted_at IS NULL ORDER BY position`).all(c.id) as { id: string }[]).map((r) => r.id);
+        expect(ids, c.id).toEqual(c.id === bad ? [] : c.messages.map((x) => x.id));
+      }
+    });
+    const run = withMirror(d.config.db, (m) => m.db.prepare(`SELECT mode, status, conversations_synced FROM runs WHERE id = ?`).get(summary.runId));
+    expect(run).toEqual({ mode: 'scheduled', status: 'partial', conversations_synced: 5 });
+    const failures = withMirror(d.config.db, (m) => m.db.prepare(`SELECT conversation_id FROM run_failures WHERE run_id = ?`).all(summary.runId));
+    expect(failures).toEqual([{ conversation_id: bad }]);
+    const lines = readExportLines(d.config.exportDir, 'messages');
+    expect(lines).toHaveLength(1 + 101 + 250 + 40);
+    expect(new Set(lines.map((l) => `${l.conversation_id}/${l.id}`)).size).toBe(lines.length);
+    // Each conversation was crawled by exactly one child job.
+    const children = await queue.getJobs(['completed', 'failed'], 0, -1);
+    expect(children.filter((j) => j.name === 'sync-conversation').map((j) => j.data.conversationId).sort()).toEqual(ws.list().map((c) => c.id).sort());
+  });
+
+  it('a full workspace job re-reads every page and tombstones what vanished', async () => {
+    const ws = FakeWorkspace.fromCounts([120, 5]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const d = await startDaemon(daemonConfig(fake, prefix));
+    const queue = queueFor(prefix);
+    const first = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
+    await waitFor(async () => (await (await Job.fromId(queue, first))?.getState()) === 'completed', 15_000, 'the first workspace job');
+    const [big, small] = ws.list();
+    const gone = big!.messages[3]!.id;
+    ws.deleteMessage(big!.id, gone);
+    ws.deleteConversation(small!.id);
+    const before = fake.requests.length;
+    const full = await enqueueWorkspace(queue, { full: true, policy: { attempts: 2 } });
+    await waitFor(async () => (await (await Job.fromId(queue, full))?.getState()) === 'completed', 15_000, 'the full workspace job');
+    const summary = (await Job.fromId(queue, full))!.returnvalue as RunSummary;
+    expect(summary).toMatchObject({ mode: 'full', status: 'succeeded' });
+    expect(summary.conversations.deleted).toBe(1);
+    // Every page of the remaining conversation was read again: 2 pages of 119 messages.
+    expect(fake.requests.slice(before).filter((r) => r.path === messagesPath(big!.id)).map((r) => r.query['page'])).toEqual(['1', '2']);
+    withMirror(d.config.db, (m) => {
+      expect((m.db.prepare(`SELECT deleted_at FROM messages WHERE id = ?`).get(gone) as { deleted_at: string | null }).deleted_at).not.toBeNull();
+      expect((m.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(small!.id) as { deleted_at: string | null }).deleted_at).not.toBeNull();
+    });
+    const deletes = readExportLines(d.config.exportDir, 'messages').filter((l) => l.op === 'delete');
+    expect(deletes.map((l) => l.id).sort()).toEqual([gone, ...small!.messages.map((m) => m.id)].sort());
   });
 });
