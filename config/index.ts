@@ -51,6 +51,12 @@ export interface Config {
   readonly jobAttempts: number;
   /** Lock of an active job, ms: a worker that dies loses its jobs to another after about this long. @defaultValue 30000 */
   readonly jobLockMs: number;
+  /**
+   * Change signal of incremental syncs: `auto` (detect `updated_at`, `last_activity_at`, ... on the
+   * first list page), `none` (never skip a conversation), or a field of the conversation object.
+   * @defaultValue `auto`
+   */
+  readonly changeField: string;
 }
 
 /** Flags as parsed by the CLI (commander gives strings, or numbers where it coerces). Undefined = not given. */
@@ -136,6 +142,12 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
   },
   jobAttempts: { env: 'CONVO_MIRROR_JOB_ATTEMPTS', flag: '--job-attempts', schema: intFrom(1, 100), defaultValue: 5 },
   jobLockMs: { env: 'CONVO_MIRROR_JOB_LOCK_MS', flag: '--job-lock', schema: intFrom(1000, 3_600_000), defaultValue: 30_000 },
+  changeField: {
+    env: 'CONVO_MIRROR_CHANGE_FIELD',
+    flag: '--change-field',
+    schema: z.string().trim().regex(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/, 'must be auto, none, or a field name of the conversation object'),
+    defaultValue: 'auto',
+  },
 };
 
 function cron() {

@@ -81,6 +81,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     policy,
     signal: abort.signal,
     locks: new KeyedMutex(),
+    changeFieldSetting: config.changeField,
   };
   let worker: Worker | undefined;
   try {

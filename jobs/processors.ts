@@ -29,6 +29,8 @@ export interface JobDeps extends SyncDeps {
   signal?: AbortSignal | undefined;
   /** Serializes crawls of one conversation within this process. */
   locks: KeyedMutex;
+  /** Change signal setting of regular workspace runs (`auto`, `none` or a field). */
+  changeFieldSetting?: string;
 }
 
 /** Runs tasks one at a time per key (two jobs for one conversation never crawl at once). */
@@ -85,7 +87,14 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
     if (runId !== undefined && !d.mirror.runEnded(runId)) {
       try {
         // A full refresh resumes only checkpoints of its own run (a retried attempt).
-        const result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId, resume: full ? 'same-run' : true, signal: d.signal });
+        const result = await syncConversation(deps, conversationId, {
+          accountId: d.accountId,
+          runId,
+          resume: full ? 'same-run' : true,
+          incremental: !full,
+          changeField: full ? undefined : job.data.changeField,
+          signal: d.signal,
+        });
         return { result };
       } catch (err) {
         if (d.signal?.aborted) return requeueAfterShutdown(job, token);
@@ -103,7 +112,7 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
     let fatal: unknown;
     const failures: ConversationFailure[] = [];
     try {
-      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume: full ? 'same-run' : true, signal: d.signal });
+      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume: full ? 'same-run' : true, incremental: !full, signal: d.signal });
     } catch (err) {
       if (d.signal?.aborted) {
         d.mirror.finishRun(ownRun, { status: 'interrupted', error: 'daemon shutting down; the job resumes from its checkpoint' });
@@ -165,7 +174,12 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
         }
         let listing;
         try {
-          listing = await listWorkspace(deps, { accountId: d.accountId, runId, signal: d.signal });
+          listing = await listWorkspace(deps, {
+            accountId: d.accountId,
+            runId,
+            signal: d.signal,
+            changeFieldSetting: data.mode === 'full' ? 'none' : d.changeFieldSetting,
+          });
         } catch (err) {
           // Auth or config: record the run as failed, never retry.
           try {
@@ -181,12 +195,19 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           // rather than fan out a partial listing.
           throw listing.failure;
         }
+        const recheck = new Set(listing.recheck);
         const ids = [...new Set([...listing.seen, ...listing.recheck])];
         const opts = jobOptions(d.policy);
         await d.queue.addBulk(
           ids.map((conversationId) => ({
             name: CONVERSATION_JOB,
-            data: { conversationId, runId, ...(data.mode === 'full' ? { full: true } : {}) } satisfies ConversationJobData,
+            data: {
+              conversationId,
+              runId,
+              ...(data.mode === 'full' ? { full: true } : {}),
+              // Re-checks (gone from the listing) always ask the API: no change-signal skip.
+              ...(listing.changeField && !recheck.has(conversationId) ? { changeField: listing.changeField } : {}),
+            } satisfies ConversationJobData,
             opts: {
               ...opts,
               jobId: childJobId(runId, conversationId),

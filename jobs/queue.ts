@@ -47,6 +47,8 @@ export interface ConversationJobData {
   runId?: number;
   /** Set by an on-demand job at its first attempt: its own run, kept across attempts. */
   ownRunId?: number;
+  /** Change signal of the workspace run (children of regular runs only). */
+  changeField?: string;
 }
 
 /** Return value of a `sync-conversation` job. */

@@ -54,7 +54,8 @@ function withConfigFlags(cmd: Command, api: boolean): Command {
       .option('--concurrency <n>', 'conversations in flight (env CONVO_MIRROR_CONCURRENCY, default 4)')
       .option('--max-rps <n>', 'requests per second cap for the process, 0 = none (env CONVO_MIRROR_MAX_RPS, default 10)')
       .option('--request-timeout <ms>', 'per-request timeout in ms (env CONVO_MIRROR_REQUEST_TIMEOUT_MS, default 30000)')
-      .option('--max-retries <n>', 'retries per request for transient failures (env CONVO_MIRROR_MAX_RETRIES, default 6)');
+      .option('--max-retries <n>', 'retries per request for transient failures (env CONVO_MIRROR_MAX_RETRIES, default 6)')
+      .option('--change-field <field>', 'change signal of incremental syncs: auto, none or a field name (env CONVO_MIRROR_CHANGE_FIELD, default auto)');
   } else {
     cmd.option('--account-id <uuid>', 'workspace (env CONVO_MIRROR_ACCOUNT_ID)');
   }
@@ -91,6 +92,7 @@ function flagsOf(o: Record<string, unknown>): ConfigFlags {
     tz: o.tz as string | undefined,
     shutdownTimeoutMs: o.shutdownTimeout as string | undefined,
     jobLockMs: o.jobLock as string | undefined,
+    changeField: o.changeField as string | undefined,
     baseUrl: o.baseUrl as string | undefined,
     apiKey: o.apiKey as string | undefined,
     accountId: o.accountId as string | undefined,
@@ -185,6 +187,7 @@ async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
         concurrency: config.concurrency,
         conversationIds: opts.conversationIds,
         full: opts.full ?? false,
+        changeFieldSetting: config.changeField,
         exportDir: config.exportDir,
         progress,
         signal: abort.signal,
@@ -344,9 +347,9 @@ export function buildProgram(setExit: (code: number) => void): Command {
   withConfigFlags(
     program
       .command('sync')
-      .description('Sync the whole workspace (every page of every conversation), or only --conversation IDs; then publish exports')
+      .description('Incremental sync of the whole workspace (new messages only; --full re-reads every page), or only --conversation IDs; then publish exports')
       .option('--conversation <id...>', 'only these conversations (repeatable)')
-      .option('--full', 'full refresh: re-read every page of every conversation (today every sync does)')
+      .option('--full', 'full refresh: re-read every page of every conversation (catches edits and deletions anywhere)')
       .option('--json', 'print the run summary as JSON'),
     true,
   ).action(async (o) => {
@@ -493,8 +496,20 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .addOption(new Option('--conversations <n>', 'conversations to generate').default('320'))
     .option('--api-key <key>', 'key the fake accepts (default: env CONVO_MIRROR_API_KEY, else "demo-key")')
     .option('--account-id <uuid>', 'require this X-Account-Id (default: env CONVO_MIRROR_ACCOUNT_ID, else none)')
+    .option('--rate-limit <rps>', 'answer 429 (Retry-After, RateLimit-* headers) above this many requests per sliding second (default: no limit)')
+    .option('--no-rate-limit-headers', 'with --rate-limit, serve no RateLimit-* headers (clients learn from 429s alone)')
     .action(async (o) => {
       let apiKey: string;
+      let rateLimit: { rps: number; headers: boolean } | undefined;
+      if (o.rateLimit !== undefined) {
+        const rps = Number(o.rateLimit);
+        if (!(Number.isFinite(rps) && rps >= 1)) {
+          process.stderr.write(`--rate-limit: must be a number of requests per second >= 1, got ${JSON.stringify(o.rateLimit)}\n`);
+          setExit(EXIT.CONFIG);
+          return;
+        }
+        rateLimit = { rps, headers: o.rateLimitHeaders !== false };
+      }
       let accountId: string | undefined;
       try {
         const config = loadConfig(process.env, { apiKey: o.apiKey, accountId: o.accountId }, { needsApi: false });
@@ -505,10 +520,11 @@ export function buildProgram(setExit: (code: number) => void): Command {
         return;
       }
       const workspace = FakeWorkspace.generate({ seed: Number(o.seed), conversations: Number(o.conversations) });
-      const fake = await startFakeApi({ workspace, apiKey, ...(accountId ? { accountId } : {}), host: o.host, port: Number(o.port) });
+      const fake = await startFakeApi({ workspace, apiKey, ...(accountId ? { accountId } : {}), ...(rateLimit ? { rateLimit } : {}), host: o.host, port: Number(o.port) });
       const t = workspace.totals();
       process.stdout.write(
-        `fake API listening on ${fake.url} (${t.conversations} conversations, ${t.messages} messages)\n` +
+        `fake API listening on ${fake.url} (${t.conversations} conversations, ${t.messages} messages` +
+          `${rateLimit ? `, limited to ${rateLimit.rps} requests/s${rateLimit.headers ? '' : ' without RateLimit headers'}` : ''})\n` +
           `  export CONVO_MIRROR_BASE_URL=${fake.url}  # and CONVO_MIRROR_API_KEY to the key it accepts\n`,
       );
       await new Promise<void>((resolve) => {

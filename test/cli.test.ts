@@ -137,7 +137,7 @@ describe('crash safety: SIGKILL mid-run, then re-run', () => {
     const env = cliEnv(fake, dir, { CONVO_MIRROR_CONCURRENCY: '3', LOG_LEVEL: 'warn' });
     try {
       // Kill the process at several points: early in the listing, mid-crawl, late in the crawl.
-      const killPoints = [2, 25, 60];
+      const killPoints = [2, 15, 30];
       let killed = 0;
       for (const k of killPoints) {
         let seen = 0;

@@ -45,6 +45,7 @@ describe('loadConfig defaults', () => {
       queuePrefix: 'convo-mirror',
       jobAttempts: 5,
       jobLockMs: 30_000,
+      changeField: 'auto',
     });
   });
 

@@ -74,7 +74,7 @@ function messageFields(raw: Record<string, unknown>): Record<string, unknown> {
 async function busyHistory(): Promise<Harness> {
   const ws = FakeWorkspace.fromCounts([3, 150, 0, 20, 101, 7], 11);
   const h = await start({ workspace: ws });
-  await h.sync();
+  await h.sync({ full: true }); // full refresh: edits on early pages are part of this history
   const L = ws.list();
   const [c3, c150, c0, c20, c101, c7] = [L[0]!, L[1]!, L[2]!, L[3]!, L[4]!, L[5]!];
   ws.editMessage(c150.id, c150.messages[3]!.id, 'edited once');
@@ -84,13 +84,13 @@ async function busyHistory(): Promise<Harness> {
   ws.appendMessages(c20.id, 5);
   ws.addConversation(12, 'front');
   ws.deleteConversation(c7.id);
-  await h.sync();
+  await h.sync({ full: true }); // full refresh: edits on early pages are part of this history
   ws.editMessage(c20.id, c20.messages[22]!.id, 'edited appended message');
   ws.editMessage(c150.id, c150.messages[2]!.id, 'edited twice');
   for (const m of c3.messages.slice()) ws.deleteMessage(c3.id, m.id);
   ws.appendMessages(c0.id, 2);
   ws.moveToFront(c101.id);
-  await h.sync();
+  await h.sync({ full: true }); // full refresh: edits on early pages are part of this history
   const eq = mirrorEqualsFake(h.mirror, ws);
   expect(eq.ok, eq.detail).toBe(true);
   return h;

@@ -185,7 +185,7 @@ describe('edits and unchanged rows', () => {
     const clock = shiftableClock();
     const ws = FakeWorkspace.fromCounts([0, 5, 101, 230]);
     const h = await start({ workspace: ws, clock });
-    await h.sync();
+    await h.sync({ full: true });
     const snap = () => ({
       messages: h.mirror.db.prepare(`SELECT conversation_id, id, updated_at, first_seen_at, raw, position FROM messages ORDER BY conversation_id, id`).all(),
       conversations: h.mirror.db.prepare(`SELECT id, raw, updated_at, first_seen_at, message_count FROM conversations ORDER BY id`).all(),
@@ -195,7 +195,7 @@ describe('edits and unchanged rows', () => {
     const s1 = snap();
     expect(s1.changes).toBe(4 + 336);
     clock.shift(HOUR);
-    const s = await h.sync();
+    const s = await h.sync({ full: true });
     expect(s.messages).toMatchObject({ inserted: 0, updated: 0, deleted: 0, served: 336 });
     expect(s.conversations).toMatchObject({ inserted: 0, updated: 0 });
     expect(snap()).toEqual(s1);
@@ -239,7 +239,7 @@ describe('runs', () => {
     const start0 = Date.now();
     const clock: Clock = { now: () => Date.UTC(2026, 0, 15, 12) + (Date.now() - start0), sleep: systemClock.sleep };
     const h = await start({ workspace: ws, clock });
-    const s1 = await h.sync();
+    const s1 = await h.sync({ full: true });
     const row = (id: number) => h.mirror.db.prepare(`SELECT * FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
     const r1 = row(s1.runId);
     expect(r1).toMatchObject({
@@ -275,7 +275,7 @@ describe('runs', () => {
     ws.deleteMessage(conv.id, conv.messages[0]!.id);
     h.fake.injectFault({ kind: 'status', status: 429, retryAfter: '0', match: { path: `/v1/conversations/${conv.id}/messages` }, times: 1 });
     const before = h.fake.requests.length;
-    const s2 = await h.sync();
+    const s2 = await h.sync({ full: true });
     const r2 = row(s2.runId);
     expect(s2.runId).toBeGreaterThan(s1.runId);
     expect(r2).toMatchObject({

@@ -330,7 +330,7 @@ describe('failures', () => {
 
     // first run: it has never been mirrored
     h.fake.injectFault({ kind: 'status', status: 503, match: { path: msgPath(bad.id) }, times: Infinity });
-    const s1 = await h.sync();
+    const s1 = await h.sync({ full: true });
     expect(s1.status).toBe('partial');
     expect(s1.failures.map((f) => f.id)).toEqual([bad.id]);
     expect(s1.failures[0]!.code).toBe('HTTP_ERROR');
@@ -348,14 +348,14 @@ describe('failures', () => {
 
     // second run: healthy, everything mirrored
     h.fake.clearFaults();
-    const s2 = await h.sync();
+    const s2 = await h.sync({ full: true });
     expect(s2.status).toBe('succeeded');
     expectExact(h);
 
     // third run: it fails again after having been mirrored: nothing of it is tombstoned
     h.fake.injectFault({ kind: 'status', status: 503, match: { path: msgPath(bad.id) }, times: Infinity });
     const changes = changeCount(h);
-    const s3 = await h.sync();
+    const s3 = await h.sync({ full: true });
     expect(s3.status).toBe('partial');
     expect(s3.failures.map((f) => f.id)).toEqual([bad.id]);
     expect(s3.messages.deleted).toBe(0);

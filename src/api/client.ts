@@ -8,7 +8,9 @@
  * - Retries with p-retry: network errors, timeouts, 408, 429 and 5xx, with exponential backoff and
  *   full jitter; `Retry-After` (seconds or HTTP-date) is honoured, capped, and pauses every request of
  *   the process. 400, 401, 403, 404, 422 and other 4xx are never retried.
- * - A process-wide request-rate cap ({@link RateLimiter}).
+ * - A process-wide request-rate cap ({@link RateLimiter}): `maxRps` is an upper bound; below it the
+ *   cap adapts to the server (lowered after a 429 to 90 % of the rate achieved in the last second;
+ *   paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
  * - Responses are validated with zod ({@link parsePage}); pages flow out as async generators.
  */
 import { Pool } from 'undici';
@@ -16,7 +18,7 @@ import pRetry, { AbortError } from 'p-retry';
 import type { Logger } from 'pino';
 import { AuthError, HttpError, SchemaError } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
-import { RateLimiter } from './rate-limit.js';
+import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate-limit.js';
 import { fullJitterDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
 import {
   ConversationsPageSchema,
@@ -38,8 +40,13 @@ export interface ApiClientOptions {
   apiKey: string;
   /** Sent as `X-Account-Id` when set (a UUID, spec 5). */
   accountId?: string | undefined;
-  /** Requests per second across this client; 0 = no cap. @defaultValue 10 */
+  /**
+   * Requests per second across this client, an upper bound; 0 = no configured cap (a cap learned
+   * from 429s and `RateLimit-*` headers still applies). @defaultValue 10
+   */
   maxRps?: number;
+  /** How the cap adapts to the server (see {@link RateLimiter}). @defaultValue adaptive */
+  rateLimit?: AdaptiveOptions;
   /** Keep-alive connections to the API. @defaultValue 8 */
   connections?: number;
   /** Per-attempt timeout in ms, from sending to the last body byte. @defaultValue 30000 */
@@ -121,7 +128,7 @@ export class ApiClient {
     this.timeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxRetries = opts.maxRetries ?? 6;
     this.maxRetryAfterMs = opts.maxRetryAfterMs ?? 120_000;
-    this.limiter = new RateLimiter(opts.maxRps ?? 10, this.clock);
+    this.limiter = new RateLimiter(opts.maxRps ?? 10, this.clock, opts.rateLimit);
     this.pool = new Pool(url.origin, {
       connections: opts.connections ?? 8,
       keepAliveTimeout: 30_000,
@@ -131,6 +138,11 @@ export class ApiClient {
     });
     this.headers = { accept: 'application/json', 'x-api-key': opts.apiKey };
     if (opts.accountId) this.headers['x-account-id'] = opts.accountId;
+  }
+
+  /** The request-rate cap in force (configured or learned), requests/s; 0 = none. */
+  get rateCap(): number {
+    return this.limiter.currentRps;
   }
 
   /**
@@ -235,6 +247,7 @@ export class ApiClient {
   /** One attempt: rate cap, request, status mapping, JSON parse. */
   private async attempt(path: string, attempt: number, context: Record<string, unknown>, tally?: RequestTally): Promise<JsonResponse> {
     await this.limiter.acquire(this.opts.signal);
+    const sentSeq = this.limiter.sentCount;
     this.stats.requests++;
     if (tally) tally.requests++;
     const details = { method: 'GET', path, attempts: attempt };
@@ -258,6 +271,8 @@ export class ApiClient {
       throw new HttpError(`GET ${path}: ${what}`, details, { cause: err });
     }
     this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
+    this.limiter.observe(statusCode, parseRateLimitHeaders(headers, this.clock.now()), sentSeq);
+    if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
     if (statusCode >= 200 && statusCode < 300) {
       try {
         return { status: statusCode, body: JSON.parse(text) };

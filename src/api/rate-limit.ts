@@ -1,40 +1,243 @@
 import type { Clock } from '../clock.js';
 
 /**
- * A process-wide request-rate cap shared by every request of one {@link ApiClient} (spec 8 leaves
- * rate limits unspecified, so we cap ourselves: `--max-rps`).
+ * Rate-limit information served with a response (IETF draft `RateLimit-*` headers), parsed by
+ * {@link parseRateLimitHeaders}. Every field is optional: servers serve any subset.
+ */
+export interface RateLimitInfo {
+  /** `RateLimit-Limit`: requests allowed per window. */
+  limit?: number;
+  /** `RateLimit-Remaining`: requests left in the current window, after this one. */
+  remaining?: number;
+  /** `RateLimit-Reset`: ms until the quota frees (served in seconds; fractions accepted). */
+  resetMs?: number;
+  /** The window, ms: `w=` of `RateLimit-Policy` (or of a `RateLimit-Limit` such as `20, 20;w=1`). */
+  windowMs?: number;
+}
+
+/** Options of {@link RateLimiter}. */
+export interface AdaptiveOptions {
+  /** Learn a cap from 429s and `RateLimit-*` headers. @defaultValue true */
+  adaptive?: boolean;
+  /** The learned cap never goes below this, requests/s. @defaultValue 1 */
+  minRps?: number;
+  /** After a 429, the cap becomes this share of the rate achieved in the last second. @defaultValue 0.9 */
+  backoffFactor?: number;
+  /** Share of the server's advertised rate (`Limit / window`) we aim for. @defaultValue 0.92 */
+  headroom?: number;
+  /**
+   * Without a 429 for this long, a cap learned from 429s (not from headers) grows by 5 %, so a
+   * cap lowered by a spurious or transient 429 recovers. ms. @defaultValue 10000
+   */
+  recoverAfterMs?: number;
+}
+
+/**
+ * A process-wide request-rate limiter shared by every request of one {@link ApiClient}.
  *
- * Requests are spaced evenly, `1000 / rps` ms apart, in the order they ask; there is no burst. A
- * server-imposed wait (a 429 with `Retry-After`) pauses every request, not just the one that got it.
+ * - **Configured cap** (`--max-rps`, 0 = none): requests are spaced evenly, `1000 / rps` ms apart,
+ *   in the order they ask; there is no burst. It is an upper bound: nothing learned raises it.
+ * - **Pauses**: a server-imposed wait (a 429 with `Retry-After`) holds every request, not just the one
+ *   that got it ({@link pauseUntil}).
+ * - **Learned cap** (adaptive, on by default): on a 429 ({@link onRateLimited}) the cap drops to 90 %
+ *   of the rate actually achieved (non-429 responses) in the last second, never below 1 request/s;
+ *   when the server serves `RateLimit-Limit` with a window (`RateLimit-Policy: 20;w=1`), the cap is
+ *   92 % of `Limit / window`. The spacing used is that of the lower of the two caps.
+ * - **Header pacing**: a response's `RateLimit-Remaining` (minus the requests sent since it was sent)
+ *   is spread over its `RateLimit-Reset`; none remaining holds every request until the reset.
+ *
+ * Time comes from the injected {@link Clock} (design habit 8).
  */
 export class RateLimiter {
   private nextSlot = 0;
   private pausedUntil = 0;
-  private readonly intervalMs: number;
+  private readonly configuredRps: number;
+  private readonly opts: Required<AdaptiveOptions>;
+  /** Cap learned from 429s, requests/s; undefined until the first 429. */
+  private learned429?: number;
+  /** When the 429-learned cap was last lowered or raised (epoch ms). */
+  private learned429At = 0;
+  /** The rate achieved when the last 429 came (requests in the second before it): what the server bore. */
+  private ceiling429 = 0;
+  /** Requests sent before the last lowering are answered at the old rate: their 429s don't lower again. */
+  private lowerSeq = -1;
+  /** Cap learned from `RateLimit-Limit` and the window, requests/s. */
+  private learnedHeader?: number;
+  /** Largest `RateLimit-Reset` seen, ms: the window when no policy names it. */
+  private maxResetMs = 0;
+  /** Spacing from `Remaining` spread over `Reset`, and until when it applies. */
+  private headerIntervalMs = 0;
+  private headerIntervalUntil = 0;
+  /** Requests let through so far (sequence numbers for {@link sentSince}). */
+  private sent = 0;
+  /** Arrival times (epoch ms) of non-429 responses in about the last second. */
+  private readonly successes: number[] = [];
 
   /**
-   * @param rps - requests per second; 0 means no cap (only pauses apply)
+   * @param rps - configured cap, requests per second; 0 means no configured cap (learned caps and
+   *   pauses still apply)
    * @param clock - time source (injected for tests)
    */
   constructor(
     rps: number,
     private readonly clock: Clock,
+    opts: AdaptiveOptions = {},
   ) {
-    this.intervalMs = rps > 0 ? 1000 / rps : 0;
+    this.configuredRps = rps > 0 ? rps : 0;
+    this.opts = {
+      adaptive: opts.adaptive ?? true,
+      minRps: opts.minRps ?? 1,
+      backoffFactor: opts.backoffFactor ?? 0.9,
+      headroom: opts.headroom ?? 0.92,
+      recoverAfterMs: opts.recoverAfterMs ?? 10_000,
+    };
+  }
+
+  /** The cap in force, requests/s: the lowest of the configured and learned caps; 0 = none. */
+  get currentRps(): number {
+    this.recover();
+    const caps = [this.configuredRps, this.learned429 ?? 0, this.learnedHeader ?? 0].filter((c) => c > 0);
+    return caps.length === 0 ? 0 : Math.min(...caps);
+  }
+
+  /** Requests let through by {@link acquire} so far; pass the value read right after acquiring to {@link observe}. */
+  get sentCount(): number {
+    return this.sent;
   }
 
   /** Waits until this request may be sent; resolves with the ms waited; rejects if `signal` aborts. */
   async acquire(signal?: AbortSignal): Promise<number> {
-    const now = this.clock.now();
-    const slot = Math.max(now, this.nextSlot, this.pausedUntil);
-    this.nextSlot = slot + this.intervalMs;
-    const wait = slot - now;
-    if (wait > 0) await this.clock.sleep(wait, signal);
-    return wait;
+    let waited = 0;
+    // A pause may arrive while we wait (another request's 429): then queue again behind it.
+    for (;;) {
+      const now = this.clock.now();
+      const rps = this.currentRps;
+      let interval = rps > 0 ? 1000 / rps : 0;
+      if (now < this.headerIntervalUntil) interval = Math.max(interval, this.headerIntervalMs);
+      const slot = Math.max(now, this.nextSlot, this.pausedUntil);
+      this.nextSlot = slot + interval;
+      const wait = slot - now;
+      if (wait <= 0) break;
+      waited += wait;
+      await this.clock.sleep(wait, signal);
+      if (this.pausedUntil <= slot) break;
+    }
+    this.sent++;
+    return waited;
   }
 
   /** Holds every request until `untilMs` (epoch ms), e.g. after a 429 with `Retry-After`. */
   pauseUntil(untilMs: number): void {
     this.pausedUntil = Math.max(this.pausedUntil, untilMs);
   }
+
+  /**
+   * A response answered 429: lowers the learned cap to {@link AdaptiveOptions.backoffFactor} of the
+   * rate achieved (non-429 responses) in the last second, never below `minRps`, unless the request
+   * was sent before the previous lowering (a burst already in flight says nothing new). Fewer than 2
+   * successes in the last second is no evidence of a rate: only the pause applies then.
+   *
+   * @param sentSeq - {@link sentCount} read right after the request was let through
+   */
+  onRateLimited(sentSeq: number = this.sent): void {
+    if (!this.opts.adaptive) return;
+    const now = this.clock.now();
+    this.prune(now);
+    const achieved = this.successes.length;
+    if (sentSeq <= this.lowerSeq || achieved < 2) return;
+    const target = Math.max(this.opts.minRps, achieved * this.opts.backoffFactor);
+    if (this.learned429 === undefined || target < this.learned429) this.learned429 = target;
+    this.learned429At = now;
+    this.ceiling429 = achieved;
+    this.lowerSeq = this.sent;
+  }
+
+  /**
+   * Records a response: a non-429 counts towards the achieved rate; served `RateLimit-*` headers set
+   * the header cap and the pacing of `Remaining` over `Reset`.
+   *
+   * @param status - HTTP status of the response
+   * @param info - parsed `RateLimit-*` headers ({@link parseRateLimitHeaders})
+   * @param sentSeq - {@link sentCount} read right after the request was let through
+   */
+  observe(status: number, info: RateLimitInfo = {}, sentSeq: number = this.sent): void {
+    const now = this.clock.now();
+    if (status !== 429) {
+      this.successes.push(now);
+      this.prune(now);
+    }
+    if (!this.opts.adaptive) return;
+    if (info.resetMs !== undefined) this.maxResetMs = Math.max(this.maxResetMs, info.resetMs);
+    if (info.limit !== undefined && info.limit > 0) {
+      const windowMs = info.windowMs ?? Math.max(1000, this.maxResetMs);
+      this.learnedHeader = Math.max(this.opts.minRps, ((info.limit * 1000) / windowMs) * this.opts.headroom);
+    }
+    if (info.remaining !== undefined && info.resetMs !== undefined) {
+      // Requests sent after this one may not have been counted in its Remaining yet.
+      const left = info.remaining - (this.sent - sentSeq);
+      if (left <= 0) {
+        this.pauseUntil(now + info.resetMs);
+      } else {
+        this.headerIntervalMs = info.resetMs / left;
+        this.headerIntervalUntil = now + info.resetMs;
+      }
+    }
+  }
+
+  private prune(now: number): void {
+    while (this.successes.length > 0 && this.successes[0]! <= now - 1000) this.successes.shift();
+  }
+
+  /**
+   * A cap learned from 429s grows by 5 % per quiet `recoverAfterMs`, up to 95 % of the rate that
+   * drew the 429; beyond that (probing whether the server's limit rose) only per quiet 6 ×
+   * `recoverAfterMs`.
+   */
+  private recover(): void {
+    if (this.learned429 === undefined) return;
+    const now = this.clock.now();
+    const quiet = now - this.learned429At;
+    if (quiet < this.opts.recoverAfterMs) return;
+    const next = this.learned429 * 1.05;
+    if (next > 0.95 * this.ceiling429 && quiet < 6 * this.opts.recoverAfterMs) return;
+    this.learned429 = next;
+    this.learned429At = now;
+    if (this.configuredRps > 0 && this.learned429 >= this.configuredRps) this.learned429 = undefined;
+  }
+}
+
+const num = (v: string | undefined): number | undefined => {
+  if (v === undefined) return undefined;
+  const t = v.trim();
+  if (!/^\d+(\.\d+)?$/.test(t)) return undefined;
+  return Number(t);
+};
+
+/**
+ * Parses the IETF draft rate-limit headers (`RateLimit-Limit`, `RateLimit-Remaining`,
+ * `RateLimit-Reset` in seconds, `RateLimit-Policy: 20;w=1`); the older `X-RateLimit-*` names are
+ * read too when the standard ones are absent. Malformed values are ignored.
+ *
+ * A reset above 10^9 is read as epoch seconds (as some `X-RateLimit-Reset` headers serve it).
+ *
+ * @param headers - response headers, names lower-case (as undici gives them)
+ * @param nowMs - current epoch ms, for an epoch-seconds reset
+ */
+export function parseRateLimitHeaders(headers: Record<string, string | string[] | undefined>, nowMs: number = Date.now()): RateLimitInfo {
+  const get = (name: string): string | undefined => {
+    const v = headers[name] ?? headers[`x-${name}`];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  const info: RateLimitInfo = {};
+  const limitRaw = get('ratelimit-limit');
+  // `RateLimit-Limit: 20, 20;w=1` (draft 03+): the first number is the quota.
+  const limit = num(limitRaw?.split(/[,;]/)[0]);
+  if (limit !== undefined) info.limit = limit;
+  const remaining = num(get('ratelimit-remaining'));
+  if (remaining !== undefined) info.remaining = remaining;
+  const reset = num(get('ratelimit-reset'));
+  if (reset !== undefined) info.resetMs = reset > 1e9 ? Math.max(0, reset * 1000 - nowMs) : reset * 1000;
+  const w = /(?:^|;)\s*w\s*=\s*(\d+(?:\.\d+)?)/.exec(get('ratelimit-policy') ?? limitRaw ?? '');
+  if (w && Number(w[1]) > 0) info.windowMs = Number(w[1]) * 1000;
+  return info;
 }

@@ -11,6 +11,7 @@
  * 1. record it in {@link FakeApi.requests};
  * 2. route it (unknown method/path → 404, no auth needed);
  * 3. authenticate it for its route (401/403; see {@link startFakeApi});
+ * 3b. when {@link FakeApiOptions.rateLimit} is set, count it in the 1 s window (429 above the limit);
  * 4. run the {@link FakeApi.beforeServe} hooks;
  * 5. apply the first matching injected {@link Fault}, if any;
  * 6. handle it normally (400 for bad paging, 404 for an unknown conversation, else 200/201).
@@ -88,6 +89,20 @@ export interface FakeApiOptions {
   host?: string;
   /** TCP port. @defaultValue 0 (a free port chosen by the OS) */
   port?: number;
+  /**
+   * Server-side rate limit over the authenticated API requests (`GET /v1/conversations`, messages,
+   * `GET /v1/me`; not the `/_fake/` admin routes): a sliding 1 s window (a log of the accepted
+   * requests' arrival times). A request arriving when `rps` requests were accepted in the last
+   * 1000 ms is answered `429 rate_limited` with `Retry-After` = the seconds until the oldest of them
+   * leaves the window, rounded up (an integer >= 1, RFC 9110). Unless `headers` is false, every
+   * response to a counted request (429s included) carries `RateLimit-Limit: <rps>`,
+   * `RateLimit-Remaining` (left in the window after this request), `RateLimit-Reset` (seconds until
+   * the oldest accepted request leaves the window, i.e. until a slot frees; **fractional, ms
+   * precision**: with a 1 s sliding window an integer would always read 1) and
+   * `RateLimit-Policy: <rps>;w=1` (IETF draft-ietf-httpapi-ratelimit-headers style).
+   * @defaultValue undefined (no limit, no headers)
+   */
+  rateLimit?: { rps: number; headers?: boolean };
 }
 
 /** A running fake, as returned by {@link startFakeApi}. */
@@ -314,6 +329,12 @@ function readBody(req: IncomingMessage): Promise<string | undefined> {
  */
 export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
   if (!opts.apiKey) throw new RangeError('startFakeApi: apiKey must not be empty');
+  if (opts.rateLimit && !(Number.isFinite(opts.rateLimit.rps) && opts.rateLimit.rps >= 1)) {
+    throw new RangeError(`startFakeApi: rateLimit.rps must be a number >= 1, got ${opts.rateLimit.rps}`);
+  }
+  const rateLimit = opts.rateLimit;
+  /** Arrival times (ms) of the requests accepted in the last second, oldest first. */
+  const rlWindow: number[] = [];
   const host = opts.host ?? '127.0.0.1';
   const workspace = opts.workspace;
   const requests: RequestRecord[] = [];
@@ -445,6 +466,24 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
       }
     } else if (r.kind === 'me' && bearerEmail(req) === undefined) {
       return sendError(res, rec, 401, 'missing or invalid bearer token');
+    }
+
+    if (rateLimit && (r.kind === 'conversations' || r.kind === 'messages' || r.kind === 'me')) {
+      const now = performance.timeOrigin + performance.now();
+      while (rlWindow.length > 0 && rlWindow[0]! <= now - 1000) rlWindow.shift();
+      const limited = rlWindow.length >= rateLimit.rps;
+      if (!limited) rlWindow.push(now);
+      const freeInMs = rlWindow.length > 0 ? Math.max(0, rlWindow[0]! + 1000 - now) : 0;
+      if (rateLimit.headers !== false) {
+        res.setHeader('ratelimit-limit', String(rateLimit.rps));
+        res.setHeader('ratelimit-remaining', String(Math.max(0, Math.floor(rateLimit.rps) - rlWindow.length)));
+        res.setHeader('ratelimit-reset', String(Math.ceil(freeInMs) / 1000));
+        res.setHeader('ratelimit-policy', `${rateLimit.rps};w=1`);
+      }
+      if (limited) {
+        const retryAfter = String(Math.max(1, Math.ceil(freeInMs / 1000)));
+        return send(res, rec, 429, errorBody('rate_limited', `rate limit of ${rateLimit.rps} requests/s exceeded`), { 'retry-after': retryAfter });
+      }
     }
 
     try {

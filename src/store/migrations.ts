@@ -153,4 +153,7 @@ export const MIGRATIONS: readonly string[] = [
   );
   INSERT INTO mirror_meta (key, value) VALUES ('mirror_id', lower(hex(randomblob(16))));
   `,
+  /* 3: the change signal (e.g. last_activity_at) a conversation showed at its last complete crawl */ `
+  ALTER TABLE conversations ADD COLUMN crawled_signal TEXT;
+  `,
 ];

@@ -464,6 +464,53 @@ export class Mirror {
     }).immediate();
   }
 
+  // ---------------------------------------------------------------- incremental sync
+
+  /**
+   * What the last complete crawl of a conversation left: its message count and the change signal
+   * it was crawled at. `messageCount` is null when no crawl ever completed.
+   */
+  crawlState(accountId: string, conversationId: string): { messageCount: number | null; crawledSignal: string | null; raw: string | null } {
+    const r = this.db
+      .prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`)
+      .get(accountId, conversationId) as { message_count: number | null; crawled_signal: string | null; raw: string | null } | undefined;
+    return { messageCount: r?.message_count ?? null, crawledSignal: r?.crawled_signal ?? null, raw: r?.raw ?? null };
+  }
+
+  /** Id of the live message at `position` (0-based, chronological), if any. */
+  messageIdAt(accountId: string, conversationId: string, position: number): string | undefined {
+    const r = this.db
+      .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position = ? AND deleted_at IS NULL LIMIT 1`)
+      .get(accountId, conversationId, position) as { id: string } | undefined;
+    return r?.id;
+  }
+
+  /**
+   * Starts an incremental crawl: the live messages before `beforePosition` count as seen (as a
+   * pseudo page 0 of the crawl), so completing the crawl tombstones only what the fetched pages no
+   * longer serve. Clears any previous crawl state first.
+   *
+   * @returns the seeded ids
+   */
+  seedIncrementalCrawl(accountId: string, conversationId: string, beforePosition: number): string[] {
+    return this.db.transaction(() => {
+      this.st.clearCheckpoint!.run(accountId, conversationId);
+      this.st.clearCrawlPages!.run(accountId, conversationId);
+      const ids = (
+        this.db
+          .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position < ? AND deleted_at IS NULL ORDER BY position`)
+          .all(accountId, conversationId, beforePosition) as { id: string }[]
+      ).map((r) => r.id);
+      this.st.saveCrawlPage!.run(accountId, conversationId, 0, JSON.stringify(ids));
+      return ids;
+    }).immediate();
+  }
+
+  /** Records the change signal a conversation was crawled at (call after a complete crawl). */
+  setCrawledSignal(accountId: string, conversationId: string, signal: string | null): void {
+    this.db.prepare(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`).run(signal, accountId, conversationId);
+  }
+
   // ---------------------------------------------------------------- reading
 
   /** This mirror's random id (32 hex digits), fixed at creation. */

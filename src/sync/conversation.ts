@@ -15,7 +15,7 @@
  */
 import { AuthError, DriftError, HttpError, NotFoundError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
-import { newTally, type RequestTally } from '../api/client.js';
+import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
 
 /** Outcome of one conversation. */
 export interface ConversationResult {
@@ -35,10 +35,31 @@ export interface ConversationResult {
   resumed: boolean;
   /** Requests this conversation cost (retries included), retries, and 429 answers. */
   tally: RequestTally;
+  /** How the conversation was synced: every page, from its last known page, or skipped (change signal unmoved). */
+  crawl: 'full' | 'incremental' | 'skipped';
 }
 
 /** Signals that the pages shifted under the crawl; caught here, never escapes. */
-class Drift extends Error {}
+class Drift extends Error {
+  constructor(
+    message: string,
+    /** The incremental boundary check failed: pages before the one we started at changed. */
+    readonly earlierPagesChanged = false,
+  ) {
+    super(message);
+  }
+}
+
+/** The change signal `field` of a conversation's served object, as a string (null when absent). */
+export function signalOf(raw: string | null, field: string): string | null {
+  if (raw === null) return null;
+  try {
+    const v = (JSON.parse(raw) as Record<string, unknown>)[field];
+    return v === undefined || v === null ? null : typeof v === 'string' ? v : JSON.stringify(v);
+  } catch {
+    return null;
+  }
+}
 
 /**
  * Mirrors one conversation's complete message history.
@@ -67,7 +88,21 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     restarts: 0,
     resumed: false,
     tally: newTally(),
+    crawl: 'full',
   };
+  let incremental = opts.incremental === true;
+
+  // Change signal: skip a conversation whose signal has not moved since its last complete crawl.
+  if (incremental && opts.changeField && !mirror.loadCheckpoint(accountId, conversationId)) {
+    const state = mirror.crawlState(accountId, conversationId);
+    const signal = signalOf(state.raw, opts.changeField);
+    if (state.messageCount !== null && signal !== null && signal === state.crawledSignal) {
+      result.crawl = 'skipped';
+      result.messageCount = state.messageCount;
+      log.debug({ field: opts.changeField, signal }, 'change signal unmoved: skipped');
+      return result;
+    }
+  }
 
   for (;;) {
     let checkpoint = mirror.loadCheckpoint(accountId, conversationId);
@@ -90,10 +125,31 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     // Resuming: re-read the last committed page first; if its ids changed, earlier pages shifted
     // while we were away and the crawl starts over.
     const verifyPage = checkpoint && checkpoint.nextPage > 1 ? checkpoint.nextPage - 1 : undefined;
+    // Incremental: start at the page holding the last known message (position n-1); its first
+    // message must be the one the mirror has at that position (the boundary check).
+    let boundary: { page: number; firstId: string; known: number } | undefined;
+    if (!checkpoint && incremental) {
+      const known = mirror.crawlState(accountId, conversationId).messageCount;
+      if (known !== null && known > 0) {
+        const page = Math.floor((known - 1) / PER_PAGE) + 1;
+        const firstId = mirror.messageIdAt(accountId, conversationId, (page - 1) * PER_PAGE);
+        if (firstId !== undefined) {
+          for (const id of mirror.seedIncrementalCrawl(accountId, conversationId, (page - 1) * PER_PAGE)) seen.add(id);
+          boundary = { page, firstId, known };
+          result.crawl = 'incremental';
+        }
+      }
+    }
     try {
-      for await (const page of api.messages(conversationId, verifyPage ?? checkpoint?.nextPage ?? 1, result.tally)) {
+      for await (const page of api.messages(conversationId, verifyPage ?? checkpoint?.nextPage ?? boundary?.page ?? 1, result.tally)) {
         result.pages++;
         const total = page.meta.total_count;
+        if (boundary && page.page === boundary.page) {
+          if (total < boundary.known) throw new Drift(`meta.total_count ${total} is below the ${boundary.known} messages mirrored`, true);
+          if (page.data[0]?.id !== boundary.firstId) {
+            throw new Drift(`boundary check failed at page ${page.page}: the first message is ${page.data[0]?.id ?? 'missing'}, the mirror has ${boundary.firstId}`, true);
+          }
+        }
         if (lastTotal !== undefined && total < lastTotal) {
           throw new Drift(`meta.total_count shrank from ${lastTotal} to ${total} at page ${page.page}`);
         }
@@ -123,11 +179,21 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
         throw new Drift(`crawl ended with ${seen.size} distinct messages but meta.total_count is ${lastTotal}`);
       }
       const done = mirror.completeCrawl(accountId, conversationId, runId);
+      if (opts.changeField) mirror.setCrawledSignal(accountId, conversationId, signalOf(mirror.crawlState(accountId, conversationId).raw, opts.changeField));
       result.deleted += done.deleted;
       result.messageCount = done.messageCount;
       if (progress) progress.messagesDeleted += done.deleted;
       return result;
     } catch (err) {
+      if (err instanceof Drift && err.earlierPagesChanged) {
+        // Earlier pages changed (a deletion or an edit of history): crawl the whole conversation.
+        incremental = false;
+        result.crawl = 'full';
+        result.restarts++;
+        mirror.resetCrawl(accountId, conversationId);
+        log.info({ reason: err.message }, 'incremental crawl not possible: falling back to a full crawl');
+        continue;
+      }
       if (err instanceof Drift) {
         result.restarts++;
         mirror.resetCrawl(accountId, conversationId);

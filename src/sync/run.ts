@@ -71,7 +71,16 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
   let fatal: unknown;
   try {
     // A full refresh re-reads every page: no crawl continues from a checkpoint.
-    const wsOpts = { ...opts, runId, progress, logger: log, resume: opts.resume ?? !opts.full };
+    // The default sync is incremental; --full re-reads every page and uses no change signal.
+    const wsOpts = {
+      ...opts,
+      runId,
+      progress,
+      logger: log,
+      resume: opts.resume ?? !opts.full,
+      incremental: opts.incremental ?? !opts.full,
+      changeFieldSetting: opts.full ? 'none' : (opts.changeFieldSetting ?? 'auto'),
+    };
     const d = { ...deps, logger: log };
     result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);
   } catch (err) {

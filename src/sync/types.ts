@@ -54,6 +54,18 @@ export interface SyncOptions {
    * page 1). @defaultValue true
    */
   resume?: boolean | 'same-run';
+  /**
+   * Incremental crawl: a conversation whose last crawl completed with n messages is fetched from the
+   * page holding its last known message (one request when nothing changed), after a boundary check;
+   * `false` crawls every page from page 1. @defaultValue false
+   */
+  incremental?: boolean;
+  /**
+   * Field of the conversation object used as a change signal (e.g. `last_activity_at`): with
+   * `incremental`, a conversation whose signal has not moved since its last complete crawl is
+   * skipped without a request. Undefined: never skip.
+   */
+  changeField?: string | undefined;
   /** Checkpoints older than this (ms) are discarded and the crawl starts over. @defaultValue 86400000 (24 h) */
   checkpointMaxAgeMs?: number;
   /** Stops taking new conversations when aborted. */

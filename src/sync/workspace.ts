@@ -15,7 +15,7 @@ import pLimit from 'p-limit';
 import { newTally, type RequestTally } from '../api/client.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
-import { newProgress, type SyncDeps, type SyncOptions } from './types.js';
+import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
 
 /** A conversation that failed after retries. */
 export interface ConversationFailure {
@@ -46,6 +46,25 @@ export interface WorkspaceOptions extends SyncOptions {
   concurrency?: number;
   /** Most listing passes before giving up on confirmation. @defaultValue 5 */
   maxListPasses?: number;
+  /**
+   * Change signal setting: `auto` (detect a field on the first list page), `none`, or a field
+   * name. Used only with `incremental`. @defaultValue `none`
+   */
+  changeFieldSetting?: string;
+}
+
+/** Fields tried, in order, when the change field is `auto`. */
+export const CHANGE_FIELD_CANDIDATES = ['updated_at', 'last_activity_at', 'last_message_at', 'messages_count', 'message_count'] as const;
+
+/**
+ * Resolves the change field: `none` → undefined; a name → that name; `auto` → the first candidate
+ * present (not null) in every object of the first list page, else undefined.
+ */
+export function resolveChangeField(setting: string | undefined, firstPage: Record<string, unknown>[]): string | undefined {
+  if (!setting || setting === 'none') return undefined;
+  if (setting !== 'auto') return setting;
+  if (firstPage.length === 0) return undefined;
+  return CHANGE_FIELD_CANDIDATES.find((f) => firstPage.every((o) => o[f] !== undefined && o[f] !== null));
 }
 
 /** Label used for a failure of the conversation listing itself. */
@@ -61,7 +80,8 @@ export const LIST_FAILURE_ID = '(conversation list)';
  */
 export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Promise<WorkspaceResult> {
   const progress = opts.progress ?? newProgress();
-  const crawl = new Crawler(deps, { ...opts, progress });
+  const crawlOpts: WorkspaceOptions & { progress: SyncProgress } = { ...opts, progress, changeField: undefined };
+  const crawl = new Crawler(deps, crawlOpts);
   const out: WorkspaceResult = {
     listPasses: 0,
     listConfirmed: false,
@@ -78,6 +98,9 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       // they store are at least as fresh as the messages just crawled.
       beforeNextPass: () => crawl.idle(),
       stopped: () => crawl.stopped,
+      onChangeField: (field) => {
+        crawlOpts.changeField = field;
+      },
     });
     Object.assign(out, {
       listPasses: listing.passes,
@@ -88,7 +111,8 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       listingTally: listing.tally,
     });
     if (listing.failure) crawl.failures.push({ id: LIST_FAILURE_ID, error: listing.failure });
-    if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true });
+    // Re-checks always ask the API (no change-signal skip): the listing no longer shows them.
+    if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true, noSkip: true });
   } catch (err) {
     if (err instanceof AuthError || err instanceof ConfigError) crawl.stop(err);
     else throw err;
@@ -106,6 +130,8 @@ export interface ListHooks {
   beforeNextPass?: () => Promise<void>;
   /** Polled between pages; true stops the listing. */
   stopped?: () => boolean;
+  /** Called once, before the first id is reported, with the resolved change field (if any). */
+  onChangeField?: (field: string | undefined) => void;
 }
 
 /** Outcome of {@link listWorkspace}. */
@@ -122,6 +148,8 @@ export interface ListingResult {
   updated: number;
   /** Requests the listing cost. */
   tally: RequestTally;
+  /** The change field in use (resolved from `changeFieldSetting`). */
+  changeField?: string | undefined;
   /** Why the listing is incomplete (a transient failure or unsettled list), if it is. */
   failure?: Error;
 }
@@ -153,6 +181,13 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       let fresh = 0;
       let lastTotal = 0;
       for await (const page of deps.api.conversations(1, out.tally)) {
+        if (out.passes === 1 && page.page === 1) {
+          out.changeField = resolveChangeField(opts.changeFieldSetting, page.raw);
+          if (opts.changeFieldSetting && opts.changeFieldSetting !== 'none') {
+            log.info({ setting: opts.changeFieldSetting, field: out.changeField ?? null }, out.changeField ? 'change signal in use' : 'no change signal found: every conversation costs at least one request');
+          }
+          hooks.onChangeField?.(out.changeField);
+        }
         const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
         out.inserted += counts.inserted;
         out.updated += counts.updated;
@@ -256,20 +291,20 @@ class Crawler {
    * Schedules a crawl of `id`. A conversation already scheduled is not crawled twice, unless
    * `again` is set: then it is crawled once more after the earlier crawl has finished.
    */
-  enqueue(id: string, opts: { again?: boolean } = {}): void {
+  enqueue(id: string, opts: { again?: boolean; noSkip?: boolean } = {}): void {
     const earlier = this.byId.get(id);
     if (earlier && !opts.again) return;
     this.opts.progress.conversationsTotal++;
-    const task = (earlier ?? Promise.resolve()).then(() => this.limit(() => this.run(id)));
+    const task = (earlier ?? Promise.resolve()).then(() => this.limit(() => this.run(id, opts.noSkip === true)));
     this.byId.set(id, task);
     this.tasks.push(task);
   }
 
-  private async run(id: string): Promise<void> {
+  private async run(id: string, noSkip = false): Promise<void> {
     if (this.stopped) return;
     const progress = this.opts.progress;
     try {
-      const r = await syncConversation(this.deps, id, this.opts);
+      const r = await syncConversation(this.deps, id, noSkip ? { ...this.opts, changeField: undefined } : this.opts);
       this.resultsById.set(r.id, r); // a conversation crawled again: its last result counts
     } catch (err) {
       if (err instanceof AuthError) {

@@ -1,0 +1,143 @@
+/**
+ * Incremental sync (the default): one request per unchanged conversation, the boundary check and
+ * its fallback to a full crawl, change-signal skipping, and what only --full sees. Real HTTP to
+ * the fake, real SQLite.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { ACCOUNT_ID, harness, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+
+const open: Harness[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((h) => h.close()));
+});
+async function start(opts: HarnessOptions): Promise<Harness> {
+  const h = await harness(opts);
+  open.push(h);
+  return h;
+}
+const msgPath = (id: string) => `/v1/conversations/${id}/messages`;
+const pagesAsked = (h: Harness, id: string, from: number) => h.fake.requests.slice(from).filter((r) => r.path === msgPath(id)).map((r) => Number(r.query['page']));
+function expectExact(h: Harness): void {
+  const eq = mirrorEqualsFake(h.mirror, h.fake.workspace);
+  expect(eq.ok, eq.detail).toBe(true);
+}
+
+describe('incremental sync', () => {
+  it('costs exactly one message request per unchanged conversation (no change signal), at the page of the last known message', async () => {
+    const counts = [0, 1, 99, 100, 101, 250];
+    const ws = FakeWorkspace.fromCounts(counts);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const before = h.fake.requests.length;
+    const s = await h.sync({ changeFieldSetting: 'none' });
+    expect(s.export.lines).toBe(0);
+    ws.list().forEach((c, i) => {
+      const n = counts[i]!;
+      expect(pagesAsked(h, c.id, before), `conversation of ${n}`).toEqual([n === 0 ? 1 : Math.floor((n - 1) / 100) + 1]);
+    });
+    const listRequests = h.fake.requests.slice(before).filter((r) => r.path === '/v1/conversations').length;
+    expect(s.requests).toBe(listRequests + counts.length);
+    expectExact(h);
+  });
+
+  it('new messages are fetched from the last known page on, and exported once', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 3]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    const added = ws.appendMessages(c.id, 60);
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    expect(pagesAsked(h, c.id, before)).toEqual([3, 4]);
+    expect(s.messages.inserted).toBe(60);
+    expectExact(h);
+    const inserts = readExportLines(h.exportDir, 'messages').filter((l) => l.op === 'insert' && l.conversation_id === c.id);
+    expect(inserts).toHaveLength(310);
+    expect(new Set(inserts.map((l) => l.id)).size).toBe(310);
+    expect(inserts.slice(-60).map((l) => l.id)).toEqual(added.map((m) => m.id));
+  });
+
+  it('a deletion in an early page fails the boundary check: full crawl of that conversation, exact mirror, a delete line', async () => {
+    const ws = FakeWorkspace.fromCounts([250]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    const gone = c.messages[5]!.id;
+    ws.deleteMessage(c.id, gone);
+    ws.appendMessages(c.id, 1); // same total_count: only the boundary check can tell
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    expect(pagesAsked(h, c.id, before)).toEqual([3, 1, 2, 3]);
+    expect(s.messages.restarts).toBe(1);
+    expectExact(h);
+    const ops = h.mirror.db.prepare(`SELECT op FROM change_log WHERE record_id = ? ORDER BY seq`).all(gone) as { op: string }[];
+    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete']);
+  });
+
+  it('an insertion in an early page fails the boundary check too: full crawl, exact mirror, positions renumbered', async () => {
+    const ws = FakeWorkspace.fromCounts([250]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    // Move the last message to the front: every later position shifts by one, total unchanged.
+    // (Done behind the fake's bookkeeping, so its activity signal does not move: sync without one.)
+    const last = c.messages.pop()!;
+    c.messages.unshift(last);
+    const before = h.fake.requests.length;
+    await h.sync({ changeFieldSetting: 'none' });
+    expect(pagesAsked(h, c.id, before)).toEqual([3, 1, 2, 3]);
+    expectExact(h);
+    const positions = h.mirror.db
+      .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL ORDER BY position`)
+      .all(ACCOUNT_ID, c.id) as { id: string }[];
+    expect(positions.map((r) => r.id)).toEqual(c.messages.map((m) => m.id));
+  });
+
+  it('an edit in an early page moves nothing: the incremental sync does not see it, --full does (one update line, one history row)', async () => {
+    const ws = FakeWorkspace.fromCounts([250]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    const edited = c.messages[7]!.id;
+    ws.editMessage(c.id, edited, 'edited on page 1');
+    const inc = await h.sync({ changeFieldSetting: 'none' });
+    expect(inc.messages.updated).toBe(0);
+    expect(mirrorEqualsFake(h.mirror, ws).ok).toBe(false);
+    const full = await h.sync({ full: true });
+    expect(full.messages.updated).toBe(1);
+    expectExact(h);
+    const lines = readExportLines(h.exportDir, 'messages').filter((l) => l.id === edited);
+    expect(lines.map((l) => [l.op, l['content']])).toEqual([
+      ['insert', lines[0]!['content'] as string],
+      ['update', 'edited on page 1'],
+    ]);
+    const history = h.mirror.db.prepare(`SELECT raw FROM message_history WHERE id = ?`).all(edited) as { raw: string }[];
+    expect(history).toHaveLength(1);
+    expect((JSON.parse(history[0]!.raw) as { content: string }).content).not.toBe('edited on page 1');
+  });
+
+  it('change signal on: unchanged conversations cost no message request; a moved signal is crawled', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 40, 50]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const [a, b] = ws.list();
+    ws.appendMessages(b!.id, 2); // moves b's last_activity_at / messages_count
+    const before = h.fake.requests.length;
+    const s = await h.sync({ changeFieldSetting: 'auto' });
+    const asked = h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => r.path);
+    expect(asked).toEqual([msgPath(b!.id)]);
+    expect(pagesAsked(h, a!.id, before)).toEqual([]);
+    expect(s.messages.inserted).toBe(2);
+    expectExact(h);
+  });
+
+  it('change signal off (none): every conversation costs one request even when nothing moved', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 40, 50]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const before = h.fake.requests.length;
+    await h.sync({ changeFieldSetting: 'none' });
+    expect(h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages'))).toHaveLength(3);
+  });
+});

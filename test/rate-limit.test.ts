@@ -1,0 +1,249 @@
+/**
+ * Server-side rate limit of the fake (sliding 1 s window, 429 + Retry-After, RateLimit-* headers)
+ * and the ApiClient's adaptive limiter: a cap learned from 429s and from the headers, pacing of
+ * Remaining over Reset, the configured --max-rps as an upper bound. Real HTTP to the fake; the
+ * limiter's arithmetic with an injected clock.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
+import { RateLimiter, parseRateLimitHeaders } from '../src/api/rate-limit.js';
+import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
+import type { Clock } from '../src/clock.js';
+
+const API_KEY = 'rate-limit-test-key';
+const LIST = '/v1/conversations?page=1&per_page=100';
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function fakeApi(extra: Partial<FakeApiOptions> = {}): Promise<FakeApi> {
+  const fake = await startFakeApi({ workspace: FakeWorkspace.fromCounts([1, 2]), apiKey: API_KEY, ...extra });
+  cleanups.push(() => fake.close());
+  return fake;
+}
+
+function client(baseUrl: string, extra: Partial<ApiClientOptions> = {}): ApiClient {
+  const api = new ApiClient({ baseUrl, apiKey: API_KEY, maxRps: 0, maxRetries: 10, backoff: { baseMs: 5, maxMs: 20 }, ...extra });
+  cleanups.push(() => api.close());
+  return api;
+}
+
+/** Sends `n` list requests through `api`, `concurrency` at a time; resolves with the wall time in ms. */
+async function hammer(api: ApiClient, n: number, concurrency = 8): Promise<number> {
+  const t0 = Date.now();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) {
+        next++;
+        await api.getJson(LIST);
+      }
+    }),
+  );
+  return Date.now() - t0;
+}
+
+/** Virtual time: `sleep` records the wait and advances nothing, so concurrent waits are observable. */
+function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: number } {
+  const c = {
+    t: start,
+    sleeps: [] as number[],
+    now: () => c.t,
+    sleep: (ms: number) => {
+      c.sleeps.push(ms);
+      return Promise.resolve();
+    },
+  };
+  return c;
+}
+
+describe('fake API rateLimit option', () => {
+  it('answers 429 with Retry-After above rps in a sliding second, and RateLimit-* headers on every response', async () => {
+    const fake = await fakeApi({ rateLimit: { rps: 5 } });
+    const res = await Promise.all(
+      Array.from({ length: 8 }, () => fetch(`${fake.url}${LIST}`, { headers: { 'x-api-key': API_KEY } })),
+    );
+    await Promise.all(res.map((r) => r.arrayBuffer()));
+    const statuses = res.map((r) => r.status).sort();
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429, 429]);
+    for (const r of res) {
+      expect(r.headers.get('ratelimit-limit')).toBe('5');
+      expect(r.headers.get('ratelimit-policy')).toBe('5;w=1');
+      const reset = Number(r.headers.get('ratelimit-reset'));
+      expect(reset).toBeGreaterThan(0);
+      expect(reset).toBeLessThanOrEqual(1);
+    }
+    const remaining = res.filter((r) => r.status === 200).map((r) => Number(r.headers.get('ratelimit-remaining'))).sort();
+    expect(remaining).toEqual([0, 1, 2, 3, 4]);
+    for (const r of res.filter((x) => x.status === 429)) {
+      expect(r.headers.get('retry-after')).toBe('1');
+      expect(r.headers.get('ratelimit-remaining')).toBe('0');
+    }
+    // Unauthenticated requests are not counted and carry no headers.
+    const anon = await fetch(`${fake.url}${LIST}`);
+    expect(anon.status).toBe(401);
+    expect(anon.headers.get('ratelimit-limit')).toBeNull();
+    // Once the window has moved on, requests are accepted again.
+    await new Promise((r) => setTimeout(r, 1050));
+    const again = await fetch(`${fake.url}${LIST}`, { headers: { 'x-api-key': API_KEY } });
+    expect(again.status).toBe(200);
+    expect(again.headers.get('ratelimit-remaining')).toBe('4');
+  });
+
+  it('can serve the limit without headers', async () => {
+    const fake = await fakeApi({ rateLimit: { rps: 2, headers: false } });
+    const r = await fetch(`${fake.url}${LIST}`, { headers: { 'x-api-key': API_KEY } });
+    expect(r.status).toBe(200);
+    expect(r.headers.get('ratelimit-limit')).toBeNull();
+  });
+});
+
+describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', () => {
+  it('with RateLimit-* headers: paces below the limit from the first response, no 429, about requests/20 s', async () => {
+    const fake = await fakeApi({ rateLimit: { rps: 20 } });
+    const api = client(fake.url);
+    const ms = await hammer(api, 60);
+    expect(api.stats.requests).toBe(60);
+    expect(api.stats.rateLimited).toBeLessThanOrEqual(1); // < 2 % of 60
+    expect(ms).toBeGreaterThan(2_500); // 60 / 20 = 3 s ideal
+    expect(ms).toBeLessThan(4_500);
+    expect(api.rateCap).toBeGreaterThan(15);
+    expect(api.rateCap).toBeLessThan(20);
+  });
+
+  it('without headers: learns the rate from the first 429s, then they stop', async () => {
+    const fake = await fakeApi({ rateLimit: { rps: 20, headers: false } });
+    const api = client(fake.url);
+    const ms = await hammer(api, 60);
+    const statuses = fake.requests.map((r) => r.status);
+    const limited = statuses.filter((s) => s === 429).length;
+    expect(statuses.filter((s) => s === 200)).toHaveLength(60);
+    // Only the opening burst (8 in flight) runs into the limit; after the pause, none.
+    expect(limited).toBeGreaterThan(0);
+    expect(limited).toBeLessThanOrEqual(8);
+    const last429 = statuses.lastIndexOf(429);
+    expect(statuses.slice(last429 + 1).length).toBeGreaterThanOrEqual(35);
+    expect(api.rateCap).toBeGreaterThanOrEqual(15);
+    expect(api.rateCap).toBeLessThanOrEqual(20);
+    // 60 / 20 = 3 s ideal, plus one Retry-After pause of 1 s.
+    expect(ms).toBeLessThan(5_500);
+  });
+
+  it('--max-rps stays an upper bound under the learned cap', async () => {
+    const fake = await fakeApi({ rateLimit: { rps: 20 } });
+    const api = client(fake.url, { maxRps: 10 });
+    const ms = await hammer(api, 15);
+    expect(api.stats.rateLimited).toBe(0);
+    expect(ms).toBeGreaterThan(1_300); // 15 at 10/s: the 15th leaves 1.4 s after the first
+    expect(api.rateCap).toBe(10);
+  });
+});
+
+describe('RateLimiter adaptation (injected clock)', () => {
+  it('a 429 lowers the cap to 90 % of the rate achieved in the last second', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    for (let i = 0; i < 30; i++) {
+      clock.t += 10;
+      l.observe(200);
+    }
+    expect(l.currentRps).toBe(0);
+    l.onRateLimited();
+    expect(l.currentRps).toBe(27);
+    // Requests sent before the lowering that come back 429 say nothing new.
+    const seqBefore = l.sentCount;
+    await l.acquire();
+    l.onRateLimited(seqBefore);
+    expect(l.currentRps).toBe(27);
+  });
+
+  it('never goes below minRps, and a 429 with under 2 recent successes only pauses', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    l.observe(200);
+    l.onRateLimited();
+    expect(l.currentRps).toBe(0);
+    l.observe(200);
+    await l.acquire();
+    l.onRateLimited();
+    expect(l.currentRps).toBe(1.8);
+    const floor = new RateLimiter(0, clock, { minRps: 5 });
+    floor.observe(200);
+    floor.observe(200);
+    floor.onRateLimited();
+    expect(floor.currentRps).toBe(5);
+    // Successes older than a second do not count.
+    clock.t += 1500;
+    const stale = new RateLimiter(0, clock);
+    stale.observe(200);
+    stale.observe(200);
+    clock.t += 1000;
+    stale.onRateLimited();
+    expect(stale.currentRps).toBe(0);
+  });
+
+  it('a cap learned from 429s recovers by 5 % per quiet 10 s to 95 % of the rate that drew the 429, then probes per quiet minute', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(20, clock);
+    for (let i = 0; i < 10; i++) l.observe(200);
+    await l.acquire();
+    l.onRateLimited();
+    expect(l.currentRps).toBe(9);
+    clock.t += 10_000;
+    expect(l.currentRps).toBeCloseTo(9.45, 5);
+    clock.t += 10_000;
+    expect(l.currentRps).toBeCloseTo(9.45, 5); // 9.92 would pass 95 % of 10
+    clock.t += 50_000;
+    expect(l.currentRps).toBeCloseTo(9.9225, 5);
+    for (let i = 0; i < 30; i++) {
+      clock.t += 60_000;
+      void l.currentRps;
+    }
+    expect(l.currentRps).toBe(20);
+  });
+
+  it('RateLimit-Limit over the policy window sets the cap; the configured cap still bounds it', () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    l.observe(200, { limit: 20, windowMs: 1000 });
+    expect(l.currentRps).toBeCloseTo(18.4, 5);
+    l.observe(200, { limit: 600, windowMs: 60_000 });
+    expect(l.currentRps).toBeCloseTo(9.2, 5);
+    const capped = new RateLimiter(5, clock);
+    capped.observe(200, { limit: 20, windowMs: 1000 });
+    expect(capped.currentRps).toBe(5);
+  });
+
+  it('spreads Remaining over Reset, and holds everyone until Reset when nothing remains', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    await l.acquire();
+    l.observe(200, { remaining: 4, resetMs: 2000 }, l.sentCount);
+    expect(await Promise.all([l.acquire(), l.acquire(), l.acquire()])).toEqual([0, 500, 1000]);
+    // Three were sent since: with Remaining 2, none is left for them.
+    const l2 = new RateLimiter(0, clock);
+    await l2.acquire();
+    const seq = l2.sentCount;
+    await l2.acquire();
+    await l2.acquire();
+    l2.observe(200, { remaining: 2, resetMs: 700 }, seq);
+    expect(await l2.acquire()).toBe(700);
+  });
+
+  it('parses the draft headers (and X- names), ignoring malformed values', () => {
+    expect(
+      parseRateLimitHeaders({ 'ratelimit-limit': '20', 'ratelimit-remaining': '3', 'ratelimit-reset': '0.25', 'ratelimit-policy': '20;w=1' }),
+    ).toEqual({ limit: 20, remaining: 3, resetMs: 250, windowMs: 1000 });
+    expect(parseRateLimitHeaders({ 'ratelimit-limit': '100, 100;w=60' })).toEqual({ limit: 100, windowMs: 60_000 });
+    expect(parseRateLimitHeaders({ 'x-ratelimit-limit': '50', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '7' })).toEqual({
+      limit: 50,
+      remaining: 0,
+      resetMs: 7000,
+    });
+    expect(parseRateLimitHeaders({ 'ratelimit-limit': 'lots', 'ratelimit-remaining': '-1' })).toEqual({});
+    // An epoch-seconds reset (as some X-RateLimit-Reset headers serve) is turned into a delay.
+    expect(parseRateLimitHeaders({ 'x-ratelimit-reset': '1700000030' }, 1_700_000_000_000)).toEqual({ resetMs: 30_000 });
+  });
+});
