@@ -141,6 +141,7 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
         result: ws,
         fatal,
         interrupted: d.signal?.aborted === true,
+        full: full === true,
       });
     } catch (err) {
       throw toJobError(err);
@@ -263,7 +264,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
         };
         d.mirror.db.prepare(`DELETE FROM run_failures WHERE run_id = ?`).run(runId); // a retried finish records them once
         try {
-          return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, result: ws });
+          return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, result: ws, full: data.mode === 'full' });
         } catch (err) {
           throw toJobError(err);
         }

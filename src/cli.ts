@@ -210,11 +210,11 @@ function printSummary(s: RunSummary, json: boolean): void {
   const c = s.conversations;
   const m = s.messages;
   const lines = [
-    `run ${s.runId} (${s.mode}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
+    `run ${s.runId} (${s.mode === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
     `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
       (s.mode === 'full' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
     `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
-    `  requests: ${s.requests} (minimum possible ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
+    `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
     s.export.lines === 0
       ? `  exports: no new lines: nothing changed since the last publication (watermark ${s.export.watermark})`
       : `  exports: ${s.export.lines} new lines in ${s.export.files} files (watermark ${s.export.watermark})`,

@@ -188,7 +188,7 @@ describe('SIGINT during a long Retry-After', () => {
       expect(Date.now() - t0).toBeLessThan(5000);
       expect(r.signal, r.stderr).toBeNull();
       expect(r.code, r.stderr).toBe(130);
-      expect(r.stdout).toMatch(/run 1 \(full\) interrupted/);
+      expect(r.stdout).toMatch(/run 1 \(workspace, incremental\) interrupted/);
       // A conversation stopped by the shutdown is not a failure.
       expect(r.stderr).not.toMatch(/^failed: /m);
       withMirror(db, (m) => {

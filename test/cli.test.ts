@@ -55,7 +55,7 @@ describe('convo-mirror sync (CLI)', () => {
     expect(r.code, r.stderr).toBe(0);
     const logLines = r.stderr.trim().split('\n').map((l) => JSON.parse(l) as { msg: string });
     expect(logLines.map((l) => l.msg)).toContain('run finished');
-    expect(r.stdout).toMatch(/run 1 \(full\) succeeded/);
+    expect(r.stdout).toMatch(/run 1 \(workspace, incremental\) succeeded/);
     const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
     try {
       const eq = mirrorEqualsFake(mirror, ws);

@@ -29,6 +29,8 @@ export interface RunSummary {
   runId: number;
   /** `full`: the whole workspace; `conversations`: named ones; `scheduled`: a daemon's workspace job. */
   mode: 'full' | 'conversations' | 'scheduled';
+  /** `incremental` (new messages only, change signal) or `full` (every page re-read). */
+  refresh: 'incremental' | 'full';
   /** `interrupted` when `signal` aborted the run (SIGINT/SIGTERM); checkpoints let the next run resume. */
   status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
   durationMs: number;
@@ -97,6 +99,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     result,
     fatal,
     interrupted: opts.signal?.aborted === true,
+    full: opts.full === true,
     progress,
     tally: { requests: stats.requests - reqBefore.requests, retries: stats.retries - reqBefore.retries, rateLimited: stats.rateLimited - reqBefore.rateLimited },
   });
@@ -116,6 +119,8 @@ export interface RunOutcome {
   fatal?: unknown;
   /** The run was stopped by a shutdown signal. */
   interrupted?: boolean;
+  /** Every page re-read (no incremental crawl, no change signal). @defaultValue false */
+  full?: boolean;
   /** Live counters of the run; derived from `result` when absent. */
   progress?: SyncProgress;
   /** Requests of the run; derived from the listing's and the conversations' tallies when absent. */
@@ -165,6 +170,7 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   const summary: RunSummary = {
     runId,
     mode,
+    refresh: o.full ? 'full' : 'incremental',
     status,
     durationMs: deps.clock.now() - o.startedMs,
     listPasses: result?.listPasses ?? 0,
