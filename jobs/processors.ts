@@ -92,7 +92,8 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
           runId,
           resume: full ? 'same-run' : true,
           incremental: !full,
-          changeField: full ? undefined : job.data.changeField,
+          // A full child never skips (incremental is off) but records the signal as the next baseline.
+          changeField: job.data.changeField,
           signal: d.signal,
         });
         return { result };
@@ -179,7 +180,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
             accountId: d.accountId,
             runId,
             signal: d.signal,
-            changeFieldSetting: data.mode === 'full' ? 'none' : d.changeFieldSetting,
+            changeFieldSetting: d.changeFieldSetting,
           });
         } catch (err) {
           // Auth or config: record the run as failed, never retry.

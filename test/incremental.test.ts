@@ -141,3 +141,20 @@ describe('incremental sync', () => {
     expect(h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages'))).toHaveLength(3);
   });
 });
+
+describe('change-signal baseline', () => {
+  it('a full sync records the signal, so the first incremental sync after it skips every unchanged conversation', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 140, 5]);
+    const h = await start({ workspace: ws });
+    const full = await h.sync({ full: true });
+    expect(full.refresh).toBe('full');
+    const before = h.fake.requests.length;
+    const inc = await h.sync();
+    expect(inc.refresh).toBe('incremental');
+    expect(h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages'))).toEqual([]);
+    // A full sync never skips, even with the signal unmoved.
+    const again = h.fake.requests.length;
+    await h.sync({ full: true });
+    expect(h.fake.requests.slice(again).filter((r) => r.path.endsWith('/messages'))).toHaveLength(1 + 2 + 1);
+  });
+});

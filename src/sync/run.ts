@@ -81,7 +81,9 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
       logger: log,
       resume: opts.resume ?? !opts.full,
       incremental: opts.incremental ?? !opts.full,
-      changeFieldSetting: opts.full ? 'none' : (opts.changeFieldSetting ?? 'auto'),
+      // A full refresh never skips, but still records each conversation's signal as the baseline
+      // the next incremental sync compares with.
+      changeFieldSetting: opts.changeFieldSetting ?? 'auto',
     };
     const d = { ...deps, logger: log };
     result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);

@@ -1,0 +1,431 @@
+/**
+ * `npm run bench`: convo-mirror's speed, memory and request economy (issue 4).
+ *
+ * Starts the fake API in a separate process (`node dist/src/cli.js fake-api ...`), then measures,
+ * for a workspace of 2,000 conversations (seed 7; `--large`: 10,000):
+ * - full sync (`runSync` with `full: true`, no configured rate cap, concurrency 8): wall time,
+ *   messages/s, requests vs the minimum, peak RSS (sampled every 50 ms);
+ * - the HTTP ceiling: the same fetches with no store and no export;
+ * - the storage ceiling: the same rows written straight into a fresh SQLite mirror, no HTTP;
+ * - incremental with nothing changed, and with 1 % of conversations given 3 new messages;
+ * - under a server-side limit of 20 requests/s (a smaller workspace, see `--limited-conversations`).
+ *
+ * Prints one table and writes the same as JSON to bench/results/latest.json.
+ *
+ * Flags: `--large`, `--conversations N`, `--limited-conversations N` (default 200), `--seed N`,
+ * `--concurrency N`, `--skip-limited`, `--out FILE`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pLimit from 'p-limit';
+import { pino } from 'pino';
+import { ApiClient, PER_PAGE } from '../src/api/client.js';
+import type { Conversation, Message, Page } from '../src/api/schemas.js';
+import { systemClock } from '../src/clock.js';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { Mirror } from '../src/store/mirror.js';
+import { runSync, type RunSummary } from '../src/sync/run.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** Repository root (this file runs from dist/bench/). */
+const root = path.resolve(here, '..', '..');
+const cliJs = path.join(root, 'dist', 'src', 'cli.js');
+const API_KEY = 'bench-key-0123456789abcdef';
+const ACCOUNT = 'default';
+
+// ------------------------------------------------------------------ arguments
+
+function argValue(name: string): string | undefined {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+const large = process.argv.includes('--large');
+const conversations = Number(argValue('--conversations') ?? (large ? 10_000 : 2_000));
+const limitedConversations = Number(argValue('--limited-conversations') ?? 200);
+const seed = Number(argValue('--seed') ?? 7);
+const concurrency = Number(argValue('--concurrency') ?? 8);
+const skipLimited = process.argv.includes('--skip-limited');
+const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', 'latest.json'));
+const LIMIT_RPS = 20;
+
+// ------------------------------------------------------------------ helpers
+
+const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
+const log = (msg: string): void => void process.stderr.write(`[bench] ${msg}\n`);
+
+/** Peak RSS sampler: `process.memoryUsage().rss` every 50 ms. */
+class RssSampler {
+  peak = 0;
+  private timer: NodeJS.Timeout | undefined;
+  start(): void {
+    this.peak = process.memoryUsage().rss;
+    this.timer = setInterval(() => {
+      this.peak = Math.max(this.peak, process.memoryUsage().rss);
+    }, 50);
+  }
+  stop(): number {
+    clearInterval(this.timer);
+    this.peak = Math.max(this.peak, process.memoryUsage().rss);
+    return this.peak;
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+interface FakeProcess {
+  url: string;
+  child: ChildProcess;
+  messages: number;
+  stop(): Promise<void>;
+}
+
+/** Starts `convo-mirror fake-api` in a child process and waits for its "listening" line. */
+async function startFakeProcess(n: number, rateLimit?: number, rateLimitHeaders = true): Promise<FakeProcess> {
+  const port = await freePort();
+  const args = [cliJs, 'fake-api', '--port', String(port), '--seed', String(seed), '--conversations', String(n), '--api-key', API_KEY];
+  if (rateLimit) args.push('--rate-limit', String(rateLimit));
+  if (rateLimit && !rateLimitHeaders) args.push('--no-rate-limit-headers');
+  const env = { ...process.env };
+  delete env.CONVO_MIRROR_ACCOUNT_ID;
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'], env });
+  const line = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    const onData = (b: Buffer) => {
+      out += b.toString();
+      const m = /fake API listening on \S+ \(.*\)\n/.exec(out);
+      if (m) {
+        child.stdout!.off('data', onData);
+        child.stdout!.resume();
+        resolve(m[0]);
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`fake-api exited with ${code} before listening: ${out}`)));
+  });
+  const url = /listening on (\S+)/.exec(line)![1]!;
+  const messages = Number(/, (\d+) messages/.exec(line)?.[1] ?? NaN);
+  return {
+    url,
+    child,
+    messages,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+function newClient(url: string, maxRps = 0): ApiClient {
+  return new ApiClient({ baseUrl: url, apiKey: API_KEY, maxRps, connections: Math.max(2, concurrency * 2), logger });
+}
+
+function tempDir(): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'convo-mirror-bench-'));
+}
+
+const round = (x: number, d = 1): number => Math.round(x * 10 ** d) / 10 ** d;
+const mb = (bytes: number): number => round(bytes / 1024 / 1024, 1);
+
+interface SyncFigures {
+  wallMs: number;
+  messagesServed: number;
+  messagesPerSec: number;
+  requests: number;
+  minimumRequests: number;
+  rateLimited: number;
+  retries: number;
+  status: string;
+  peakRssMb: number;
+  summary: RunSummary;
+}
+
+/** One recorded `runSync` against `url`, into the mirror at `dbPath`. */
+async function timedSync(url: string, dbPath: string, exportDir: string, full: boolean): Promise<SyncFigures> {
+  const mirror = Mirror.open(dbPath);
+  const api = newClient(url);
+  const rss = new RssSampler();
+  rss.start();
+  const t0 = performance.now();
+  let summary: RunSummary;
+  try {
+    summary = await runSync({ api, mirror, logger, clock: systemClock }, { accountId: ACCOUNT, exportDir, concurrency, ...(full ? { full: true } : {}) });
+  } finally {
+    await api.close();
+    mirror.close();
+  }
+  const wallMs = performance.now() - t0;
+  const peak = rss.stop();
+  return {
+    wallMs: round(wallMs, 0),
+    messagesServed: summary.messages.served,
+    messagesPerSec: round(summary.messages.served / (wallMs / 1000), 0),
+    requests: summary.requests,
+    minimumRequests: summary.minimumRequests,
+    rateLimited: summary.rateLimited,
+    retries: summary.retries,
+    status: summary.status,
+    peakRssMb: mb(peak),
+    summary,
+  };
+}
+
+/** The HTTP + JSON + validation ceiling: the same fetches as a full sync, nothing stored. */
+async function httpCeiling(url: string): Promise<{ wallMs: number; messages: number; requests: number; messagesPerSec: number; peakRssMb: number }> {
+  const api = newClient(url);
+  const rss = new RssSampler();
+  rss.start();
+  const t0 = performance.now();
+  const limit = pLimit(concurrency);
+  const crawls: Promise<number>[] = [];
+  for await (const page of api.conversations()) {
+    for (const c of page.data) {
+      crawls.push(
+        limit(async () => {
+          let n = 0;
+          for await (const p of api.messages(c.id)) n += p.data.length;
+          return n;
+        }),
+      );
+    }
+  }
+  const messages = (await Promise.all(crawls)).reduce((a, b) => a + b, 0);
+  const wallMs = performance.now() - t0;
+  const peak = rss.stop();
+  const requests = api.stats.requests;
+  await api.close();
+  return { wallMs: round(wallMs, 0), messages, requests, messagesPerSec: round(messages / (wallMs / 1000), 0), peakRssMb: mb(peak) };
+}
+
+/**
+ * The storage ceiling: the same workspace generated in-process and written straight into a fresh
+ * mirror, list pages then each conversation's pages of 100 and its crawl completion, no HTTP.
+ */
+function storageCeiling(n: number): { wallMs: number; messages: number; pages: number; messagesPerSec: number; generateMs: number } {
+  const g0 = performance.now();
+  const ws = FakeWorkspace.generate({ seed, conversations: n });
+  const list = ws.list();
+  const generateMs = performance.now() - g0;
+  const dir = tempDir();
+  const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+  const mkPage = <T>(items: Record<string, unknown>[], page: number, total: number): Page<T> => ({
+    page,
+    data: items as unknown as T[],
+    raw: items,
+    meta: { current_page: page, total_pages: Math.ceil(total / PER_PAGE), total_count: total },
+  });
+  let messages = 0;
+  let pages = 0;
+  const t0 = performance.now();
+  try {
+    const convs = list.map((c) => c.data);
+    for (let p = 1; (p - 1) * PER_PAGE < convs.length; p++) {
+      mirror.upsertConversations(ACCOUNT, mkPage<Conversation>(convs.slice((p - 1) * PER_PAGE, p * PER_PAGE), p, convs.length), null);
+      pages++;
+    }
+    for (const c of list) {
+      const msgs = c.messages as unknown as Record<string, unknown>[];
+      const total = msgs.length;
+      for (let p = 1; p === 1 || (p - 1) * PER_PAGE < total; p++) {
+        mirror.commitMessagesPage(ACCOUNT, c.id, mkPage<Message>(msgs.slice((p - 1) * PER_PAGE, p * PER_PAGE), p, total), null);
+        pages++;
+      }
+      mirror.completeCrawl(ACCOUNT, c.id, null);
+      messages += total;
+    }
+  } finally {
+    mirror.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  const wallMs = performance.now() - t0;
+  return { wallMs: round(wallMs, 0), messages, pages, messagesPerSec: round(messages / (wallMs / 1000), 0), generateMs: round(generateMs, 0) };
+}
+
+/** Appends `count` messages to a conversation through the fake's admin route. */
+async function appendMessages(url: string, id: string, count: number): Promise<void> {
+  const res = await fetch(`${url}/_fake/conversations/${encodeURIComponent(id)}/messages?count=${count}`, {
+    method: 'POST',
+    headers: { 'x-api-key': API_KEY },
+  });
+  await res.arrayBuffer();
+  if (res.status !== 201) throw new Error(`append to ${id}: HTTP ${res.status}`);
+}
+
+// ------------------------------------------------------------------ main
+
+async function main(): Promise<void> {
+  if (!fs.existsSync(cliJs)) throw new Error(`${cliJs} not found: run npm run build first`);
+  const startedAt = new Date();
+  const dir = tempDir();
+  const results: Record<string, unknown> = {};
+  const rows: [string, string, string][] = [];
+  const cpus = os.cpus();
+  const machine = {
+    cpus: cpus.length,
+    model: cpus[0]?.model ?? 'unknown',
+    memoryGb: round(os.totalmem() / 1024 ** 3, 1),
+    platform: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    date: startedAt.toISOString(),
+  };
+
+  log(`starting the fake API (${conversations} conversations, seed ${seed}) in a child process`);
+  let fake = await startFakeProcess(conversations);
+  try {
+    log(`fake at ${fake.url} serving ${fake.messages} messages`);
+
+    // 1. Full sync.
+    const dbPath = path.join(dir, 'mirror.sqlite');
+    const exportDir = path.join(dir, 'exports');
+    log('full sync…');
+    const full = await timedSync(fake.url, dbPath, exportDir, true);
+    results.fullSync = { ...full, summary: undefined, requestsOverMinimum: full.requests - full.minimumRequests };
+    rows.push(['full sync: wall time', `${round(full.wallMs / 1000, 2)} s`, `${full.messagesServed} messages, status ${full.status}`]);
+    rows.push(['full sync: throughput', `${full.messagesPerSec} msg/s`, '']);
+    rows.push(['full sync: requests vs minimum', `${full.requests} / ${full.minimumRequests}`, full.requests === full.minimumRequests ? 'target met (= minimum)' : `+${full.requests - full.minimumRequests} over the minimum`]);
+    rows.push(['full sync: peak RSS', `${full.peakRssMb} MB`, 'whole bench process, sampled every 50 ms']);
+
+    // 2. HTTP ceiling.
+    log('HTTP ceiling…');
+    const http = await httpCeiling(fake.url);
+    const httpRatio = round(full.messagesPerSec / http.messagesPerSec, 2);
+    results.httpCeiling = { ...http, syncRatio: httpRatio };
+    rows.push(['HTTP ceiling (no store/export)', `${http.messagesPerSec} msg/s`, `${round(http.wallMs / 1000, 2)} s, ${http.requests} requests`]);
+    rows.push(['sync / HTTP ceiling', `${round(httpRatio * 100, 0)} %`, httpRatio >= 0.5 ? 'target ≥ 50 % met' : 'target ≥ 50 % MISSED']);
+
+    // 3. Incremental, nothing changed.
+    log('incremental sync, nothing changed…');
+    const inc0 = await timedSync(fake.url, dbPath, exportDir, false);
+    const listPages = Math.max(1, Math.ceil(conversations / PER_PAGE));
+    results.incrementalUnchanged = { ...inc0, summary: undefined, bound: listPages + conversations, boundWithSignal: listPages };
+    rows.push([
+      'incremental, nothing changed',
+      `${inc0.requests} requests, ${round(inc0.wallMs / 1000, 2)} s`,
+      `≤ ${listPages + conversations} (no signal), ≤ ${listPages} (change signal); export lines ${inc0.summary.export.lines}`,
+    ]);
+
+    // 4. Incremental, 1 % of conversations with 3 new messages.
+    const changed = Math.max(1, Math.round(conversations / 100));
+    const ids = (() => {
+      const m = Mirror.open(dbPath, { lock: false });
+      try {
+        return m.liveConversationIds(ACCOUNT);
+      } finally {
+        m.close();
+      }
+    })();
+    const step = Math.max(1, Math.floor(ids.length / changed));
+    const picked = ids.filter((_, i) => i % step === 0).slice(0, changed);
+    for (const id of picked) await appendMessages(fake.url, id, 3);
+    log(`incremental sync, ${picked.length} conversations changed…`);
+    const inc1 = await timedSync(fake.url, dbPath, exportDir, false);
+    results.incrementalOnePercent = {
+      ...inc1,
+      summary: undefined,
+      changedConversations: picked.length,
+      newMessages: picked.length * 3,
+      messagesInserted: inc1.summary.messages.inserted,
+      bound: listPages + conversations,
+      boundWithSignal: listPages + picked.length,
+    };
+    rows.push([
+      `incremental, ${picked.length} conversations changed (1 %)`,
+      `${inc1.requests} requests, ${round(inc1.wallMs / 1000, 2)} s`,
+      `${inc1.summary.messages.inserted}/${picked.length * 3} new messages mirrored; ≤ ${listPages + picked.length} with a change signal`,
+    ]);
+  } finally {
+    await fake.stop();
+  }
+
+  // 5. Under a server-side limit: with RateLimit-* headers, then with 429 + Retry-After alone.
+  if (!skipLimited) {
+    for (const headers of [true, false]) {
+      const label = headers ? 'RateLimit headers' : '429s only, no headers';
+      log(`restarting the fake with --rate-limit ${LIMIT_RPS}${headers ? '' : ' --no-rate-limit-headers'} (${limitedConversations} conversations)…`);
+      fake = await startFakeProcess(limitedConversations, LIMIT_RPS, headers);
+      try {
+        const ldir = tempDir();
+        const lim = await timedSync(fake.url, path.join(ldir, 'mirror.sqlite'), path.join(ldir, 'exports'), true);
+        fs.rmSync(ldir, { recursive: true, force: true });
+        const idealMs = (lim.minimumRequests / LIMIT_RPS) * 1000;
+        const ratio = round(lim.wallMs / idealMs, 3);
+        const share = lim.requests > 0 ? lim.rateLimited / lim.requests : 0;
+        results[headers ? 'rateLimited' : 'rateLimitedNoHeaders'] = {
+          ...lim,
+          summary: undefined,
+          conversations: limitedConversations,
+          limitRps: LIMIT_RPS,
+          rateLimitHeaders: headers,
+          idealMs: round(idealMs, 0),
+          wallOverIdeal: ratio,
+          rateLimitedShare: round(share, 4),
+        };
+        rows.push([
+          `${LIMIT_RPS} req/s limit, ${label} (${limitedConversations} conv.)`,
+          `${round(lim.wallMs / 1000, 1)} s vs ideal ${round(idealMs / 1000, 1)} s = ${ratio}×`,
+          ratio <= 1.15 ? 'target ≤ 1.15× met' : 'target ≤ 1.15× MISSED',
+        ]);
+        rows.push([
+          `${LIMIT_RPS} req/s limit, ${label}: answered 429`,
+          `${lim.rateLimited} / ${lim.requests} = ${round(share * 100, 2)} %`,
+          share < 0.02 ? 'target < 2 % met' : 'target < 2 % MISSED',
+        ]);
+      } finally {
+        await fake.stop();
+      }
+    }
+  }
+
+  // 6. Storage ceiling (last: it holds the generated workspace in this process).
+  log('storage ceiling…');
+  const store = storageCeiling(conversations);
+  const full = results.fullSync as SyncFigures;
+  const storeRatio = round(full.messagesPerSec / store.messagesPerSec, 2);
+  results.storageCeiling = { ...store, syncRatio: storeRatio };
+  rows.push(['storage ceiling (SQLite, no HTTP)', `${store.messagesPerSec} msg/s`, `${round(store.wallMs / 1000, 2)} s, ${store.pages} pages`]);
+  rows.push(['sync / storage ceiling', `${round(storeRatio * 100, 0)} %`, '']);
+
+  fs.rmSync(dir, { recursive: true, force: true });
+
+  const report = {
+    machine,
+    workspace: { conversations, seed, messages: full.messagesServed, large },
+    concurrency,
+    results,
+    table: rows.map(([metric, value, note]) => ({ metric, value, note })),
+  };
+  fs.mkdirSync(path.dirname(outFile), { recursive: true });
+  fs.writeFileSync(outFile, JSON.stringify(report, null, 2) + '\n');
+
+  const w0 = Math.max(...rows.map((r) => r[0].length), 6);
+  const w1 = Math.max(...rows.map((r) => r[1].length), 5);
+  const out: string[] = [];
+  out.push(`convo-mirror benchmark — ${conversations} conversations (seed ${seed}), ${full.messagesServed} messages, concurrency ${concurrency}`);
+  out.push(`machine: ${machine.cpus} × ${machine.model}, ${machine.memoryGb} GB, ${machine.platform}, node ${machine.node}, ${machine.date}`);
+  out.push('');
+  out.push(`${'metric'.padEnd(w0)}  ${'value'.padEnd(w1)}  note`);
+  out.push(`${'-'.repeat(w0)}  ${'-'.repeat(w1)}  ${'-'.repeat(20)}`);
+  for (const [a, b, c] of rows) out.push(`${a.padEnd(w0)}  ${b.padEnd(w1)}  ${c}`);
+  out.push('');
+  out.push(`written to ${path.relative(process.cwd(), outFile) || outFile}`);
+  process.stdout.write(out.join('\n') + '\n');
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});
