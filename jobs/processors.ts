@@ -181,6 +181,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
             runId,
             signal: d.signal,
             changeFieldSetting: d.changeFieldSetting,
+            confirmListing: data.mode === 'full',
           });
         } catch (err) {
           // Auth or config: record the run as failed, never retry.

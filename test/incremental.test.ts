@@ -158,3 +158,30 @@ describe('change-signal baseline', () => {
     expect(h.fake.requests.slice(again).filter((r) => r.path.endsWith('/messages'))).toHaveLength(1 + 2 + 1);
   });
 });
+
+describe('listing in incremental syncs', () => {
+  it('one consistent pass suffices; a pass that saw an id twice (reordering) is confirmed by another', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(250).fill(1));
+    const h = await start({ workspace: ws });
+    await h.sync({ full: true });
+    const quiet = await h.sync();
+    expect(quiet.listPasses).toBe(1);
+    expect(quiet.listConfirmed).toBe(true);
+    // A conversation jumps to the front while page 2 is read: page 2 repeats an id of page 1.
+    const mover = ws.list()[150]!.id;
+    let fired = false;
+    h.fake.beforeServe((req) => {
+      if (!fired && req.path === '/v1/conversations' && req.query['page'] === '2') {
+        fired = true;
+        ws.moveToFront(mover);
+      }
+    });
+    const busy = await h.sync();
+    expect(fired).toBe(true);
+    // Pass 1 saw a duplicate and missed the mover (it jumped behind the read); pass 2 finds it (a new
+    // id), pass 3 confirms nothing else is missing.
+    expect(busy.listPasses).toBe(3);
+    expect(busy.listConfirmed).toBe(true);
+    expectExact(h);
+  });
+});

@@ -51,12 +51,14 @@ function changeCount(h: Harness): number {
   return (h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log`).get() as { n: number }).n;
 }
 
+// These tests pin full-refresh behaviour (two listing passes, every page read); incremental sync,
+// the default, has its own tests in incremental.test.ts.
 describe('pagination', () => {
   it('mirrors conversations of 0, 1, 99, 100, 101, 250 and 1200 messages exactly, with the fewest requests', async () => {
     const counts = [0, 1, 99, 100, 101, 250, 1200];
     const ws = FakeWorkspace.fromCounts(counts);
     const h = await start({ workspace: ws });
-    const summary = await h.sync();
+    const summary = await h.sync({ full: true });
 
     expect(summary.status).toBe('succeeded');
     expectExact(h);
@@ -104,7 +106,7 @@ describe('pagination', () => {
   it('lists more than one page of conversations (250 conversations → 3 list pages)', async () => {
     const ws = FakeWorkspace.fromCounts(Array(250).fill(1));
     const h = await start({ workspace: ws });
-    const summary = await h.sync();
+    const summary = await h.sync({ full: true });
     expectExact(h);
     expect(h.fake.requests.filter((r) => r.path === '/v1/conversations').map((r) => r.query['page'])).toEqual(['1', '2', '3', '1', '2', '3']);
     expect(summary.minimumRequests).toBe(3 + 250);
@@ -184,7 +186,7 @@ describe('changes during a crawl', () => {
         ws.deleteMessage(conv.id, victim);
       }
     });
-    const summary = await h.sync();
+    const summary = await h.sync({ full: true });
     expect(fired).toBe(true);
     expect(summary.status).toBe('succeeded');
     expect(summary.messages.restarts).toBeGreaterThanOrEqual(1);
@@ -235,7 +237,7 @@ describe('changes during a crawl', () => {
         ws.appendMessages(conv.id, 80);
       }
     });
-    const summary = await h.sync();
+    const summary = await h.sync({ full: true });
     expect(fired).toBe(true);
     expect(summary.status).toBe('succeeded');
     expect(summary.messages.restarts).toBe(0);
@@ -520,7 +522,7 @@ describe('review regressions', () => {
         added = ws.addConversation(3, 'front').id;
       }
     });
-    const s = await h.sync();
+    const s = await h.sync({ full: true });
     expect(added).toBeDefined();
     expectExact(h);
     expect(s.status).toBe('succeeded');
@@ -545,7 +547,7 @@ describe('review regressions', () => {
         setTimeout(() => ws.deleteConversation(doomed), 0); // after this request is answered
       }
     });
-    const s = await h.sync();
+    const s = await h.sync({ full: true });
     expect(deleted).toBe(true);
     expectExact(h);
     expect(s.status).toBe('succeeded');

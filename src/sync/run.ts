@@ -84,6 +84,9 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
       // A full refresh never skips, but still records each conversation's signal as the baseline
       // the next incremental sync compares with.
       changeFieldSetting: opts.changeFieldSetting ?? 'auto',
+      // A full refresh confirms the listing with a second pass; an incremental one settles for one
+      // consistent pass (a conversation list drift hid is new, and the next sync finds it).
+      confirmListing: opts.confirmListing ?? opts.full === true,
     };
     const d = { ...deps, logger: log };
     result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);

@@ -51,6 +51,13 @@ export interface WorkspaceOptions extends SyncOptions {
    * name. Used only with `incremental`. @defaultValue `none`
    */
   changeFieldSetting?: string;
+  /**
+   * Always confirm the listing with a second pass (full refresh). Without it, one pass suffices
+   * when it was consistent (same `total_count` on every page, no id twice, at least `total_count`
+   * ids): what list drift could hide from it is a new conversation, found by the next sync.
+   * @defaultValue true
+   */
+  confirmListing?: boolean;
 }
 
 /** Fields tried, in order, when the change field is `auto`. */
@@ -206,7 +213,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       }
       const consistent = totals.size <= 1 && !duplicate && passIds.size >= lastTotal;
       log.info({ pass: out.passes, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
-      if (out.passes > 1 && fresh === 0 && seen.size >= lastTotal) {
+      if ((out.passes === 1 && consistent && opts.confirmListing === false) || (out.passes > 1 && fresh === 0 && seen.size >= lastTotal)) {
         out.confirmed = true;
         break;
       }
