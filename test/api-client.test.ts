@@ -12,6 +12,7 @@ import { RateLimiter } from '../src/api/rate-limit.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import { AuthError, ConvoMirrorError, HttpError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
+import { frozenClock } from './helpers.js';
 
 const API_KEY = 'sk-live-SECRET-9f3a71c2e4';
 const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
@@ -706,19 +707,6 @@ describe('ApiClient: rate cap', () => {
 });
 
 describe('RateLimiter (injected clock)', () => {
-  /** Virtual time: `sleep` records and advances nothing, so concurrent waits are observable. */
-  function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: number } {
-    const c = {
-      t: start,
-      sleeps: [] as number[],
-      now: () => c.t,
-      sleep: (ms: number) => {
-        c.sleeps.push(ms);
-        return Promise.resolve();
-      },
-    };
-    return c;
-  }
 
   it('without a cap or pause, nothing waits', async () => {
     const clock = frozenClock();

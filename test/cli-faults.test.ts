@@ -9,7 +9,6 @@ import { describe, it, expect, beforeAll, afterEach, afterAll } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { assertBuilt, killLeftovers, run, start, waitFor, within, type Ran, type Started } from './children.js';
 

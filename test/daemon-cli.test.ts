@@ -14,11 +14,9 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
-import path from 'node:path';
 import { Job, type Queue } from 'bullmq';
 import { openQueue } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, readExportLines, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { assertBuilt, killLeftovers, run, sleep, start, waitFor, within, type Ran, type Started } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';

@@ -10,7 +10,6 @@
  */
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
-import path from 'node:path';
 import { Job, type Queue } from 'bullmq';
 import { loadConfig, type Config } from '../config/index.js';
 import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
@@ -24,7 +23,6 @@ import {
   type ConversationJobResult,
 } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
 import type { RunSummary } from '../src/sync/run.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, readExportLines, tempDir, withMirror } from './helpers.js';
 import { sleep, waitFor, within } from './children.js';

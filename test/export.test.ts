@@ -13,26 +13,17 @@ import { syncWorkspace } from '../src/sync/workspace.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import {
   ACCOUNT_ID,
-  harness,
   mirrorEqualsFake,
   readExportLines,
   replay,
   type ExportLine,
   type Harness,
   type HarnessOptions,
-  snapshotFiles,
-} from './helpers.js';
+  snapshotFiles, harnessPool } from './helpers.js';
 
-const open: Harness[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((h) => h.close()));
-});
-
-async function start(opts: HarnessOptions): Promise<Harness> {
-  const h = await harness(opts);
-  open.push(h);
-  return h;
-}
+const pool = harnessPool();
+afterEach(() => pool.closeAll());
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 
 const FILE_RE = new RegExp(
   `^(messages|conversations)/account=${ACCOUNT_ID}/date=(\\d{4}-\\d{2}-\\d{2})/(\\d{12})-(\\d{12})\\.jsonl$`,

@@ -223,3 +223,34 @@ export function withMirror<T>(dbPath: string, f: (m: Mirror) => T): T {
     m.close();
   }
 }
+
+/**
+ * Harnesses for one test file: `start` opens one and remembers it; call `closeAll` in afterEach.
+ */
+export function harnessPool(): { start(opts: HarnessOptions): Promise<Harness>; closeAll(): Promise<void> } {
+  const open: Harness[] = [];
+  return {
+    async start(opts) {
+      const h = await harness(opts);
+      open.push(h);
+      return h;
+    },
+    async closeAll() {
+      await Promise.all(open.splice(0).map((h) => h.close()));
+    },
+  };
+}
+
+/** Virtual time: `sleep` records the wait and advances nothing, so concurrent waits are observable. */
+export function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: number } {
+  const c = {
+    t: start,
+    sleeps: [] as number[],
+    now: () => c.t,
+    sleep: (ms: number) => {
+      c.sleeps.push(ms);
+      return Promise.resolve();
+    },
+  };
+  return c;
+}

@@ -5,17 +5,11 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { ACCOUNT_ID, harness, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
 
-const open: Harness[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((h) => h.close()));
-});
-async function start(opts: HarnessOptions): Promise<Harness> {
-  const h = await harness(opts);
-  open.push(h);
-  return h;
-}
+const pool = harnessPool();
+afterEach(() => pool.closeAll());
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 const msgPath = (id: string) => `/v1/conversations/${id}/messages`;
 const pagesAsked = (h: Harness, id: string, from: number) => h.fake.requests.slice(from).filter((r) => r.path === msgPath(id)).map((r) => Number(r.query['page']));
 function expectExact(h: Harness): void {

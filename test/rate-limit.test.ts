@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
 import { RateLimiter, parseRateLimitHeaders } from '../src/api/rate-limit.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
-import type { Clock } from '../src/clock.js';
+import { frozenClock } from './helpers.js';
 
 const API_KEY = 'rate-limit-test-key';
 const LIST = '/v1/conversations?page=1&per_page=100';
@@ -45,19 +45,6 @@ async function hammer(api: ApiClient, n: number, concurrency = 8): Promise<numbe
   return Date.now() - t0;
 }
 
-/** Virtual time: `sleep` records the wait and advances nothing, so concurrent waits are observable. */
-function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: number } {
-  const c = {
-    t: start,
-    sleeps: [] as number[],
-    now: () => c.t,
-    sleep: (ms: number) => {
-      c.sleeps.push(ms);
-      return Promise.resolve();
-    },
-  };
-  return c;
-}
 
 describe('fake API rateLimit option', () => {
   it('answers 429 with Retry-After above rps in a sliding second, and RateLimit-* headers on every response', async () => {

@@ -2,23 +2,14 @@
  * Sync end to end: the real fake API over HTTP, the real ApiClient, a real SQLite mirror in a temp
  * dir, real export files. Nothing of ours is mocked.
  */
-import fs from 'node:fs';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace, type FakeConversation } from '../src/fake-api/index.js';
 import { AuthError, ConfigError, RunError } from '../src/errors.js';
-import { ACCOUNT_ID, API_KEY, harness, snapshotFiles, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, harnessPool, snapshotFiles, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
 
-const open: Harness[] = [];
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((h) => h.close()));
-});
-
-async function start(opts: HarnessOptions): Promise<Harness> {
-  const h = await harness(opts);
-  open.push(h);
-  return h;
-}
+const pool = harnessPool();
+afterEach(() => pool.closeAll());
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 
 const msgPath = (id: string): string => `/v1/conversations/${id}/messages`;
 
