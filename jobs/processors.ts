@@ -7,7 +7,7 @@
 import { DelayedError, UnrecoverableError, WaitingChildrenError, type Job, type Queue } from 'bullmq';
 import { AuthError, ConfigError, DriftError, NotFoundError, RunError, describeError } from '../src/errors.js';
 import { syncConversation, type ConversationResult } from '../src/sync/conversation.js';
-import { listWorkspace, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
+import { LIST_FAILURE_ID, listWorkspace, namedConversationsResult, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
 import { completeRun, type RunSummary } from '../src/sync/run.js';
 import type { SyncDeps } from '../src/sync/types.js';
 import {
@@ -122,15 +122,7 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
       if (err instanceof AuthError || err instanceof ConfigError) fatal = err;
       else failures.push({ id: conversationId, error: err as Error });
     }
-    const ws: WorkspaceResult = {
-      listPasses: 0,
-      listConfirmed: true,
-      conversationsListed: 0,
-      conversationsInserted: 0,
-      conversationsUpdated: 0,
-      results: result ? [result] : [],
-      failures,
-    };
+    const ws = namedConversationsResult(result ? [result] : [], failures);
     let summary: RunSummary;
     try {
       summary = completeRun(deps, {
@@ -252,7 +244,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           id: key.replace(/^.*?run-\d+-c-/, ''),
           error: new Error(reason),
         }));
-        if (data.listing?.failure) failures.push({ id: '(conversation list)', error: new Error(data.listing.failure) });
+        if (data.listing?.failure) failures.push({ id: LIST_FAILURE_ID, error: new Error(data.listing.failure) });
         const l = data.listing;
         const ws: WorkspaceResult = {
           listPasses: l?.passes ?? 0,
@@ -264,7 +256,6 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           failures,
           ...(l ? { listingTally: l.tally } : {}),
         };
-        d.mirror.db.prepare(`DELETE FROM run_failures WHERE run_id = ?`).run(runId); // a retried finish records them once
         try {
           return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, result: ws, full: data.mode === 'full' });
         } catch (err) {

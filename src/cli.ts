@@ -377,10 +377,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     withExistingMirror(o, setExit, async (mirror, config) => {
       const queue = await queueStatus(config);
       const counts = mirror.counts();
-      const runs = mirror.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT 5`).all() as Record<string, unknown>[];
-      const failures = mirror.db
-        .prepare(`SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`)
-        .all() as Record<string, unknown>[];
+      const runs = mirror.lastRuns(5);
+      const failures = mirror.lastRunFailures();
       if (o.json) {
         process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures, queue }, null, 2) + '\n');
       } else {
@@ -570,19 +568,16 @@ export function buildProgram(setExit: (code: number) => void): Command {
           printSummary(s, false);
           reportFailures(s);
           const mirror = Mirror.open(config.db, { lock: false });
-          let inMirror: { c: number; m: number };
+          let live: { conversations: number; messages: number };
           try {
-            inMirror = {
-              c: (mirror.db.prepare(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`).get(DEMO_ACCOUNT_ID) as { n: number }).n,
-              m: (mirror.db.prepare(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`).get(DEMO_ACCOUNT_ID) as { n: number }).n,
-            };
+            live = mirror.liveCounts(DEMO_ACCOUNT_ID);
           } finally {
             mirror.close();
           }
-          const equal = inMirror.c === t.conversations && inMirror.m === t.messages;
+          const equal = live.conversations === t.conversations && live.messages === t.messages;
           process.stdout.write(
             `\n  fake:   ${t.conversations} conversations, ${t.messages} messages\n` +
-              `  mirror: ${inMirror.c} conversations, ${inMirror.m} messages  ${equal ? '(equal)' : '(MISMATCH)'}\n` +
+              `  mirror: ${live.conversations} conversations, ${live.messages} messages  ${equal ? '(equal)' : '(MISMATCH)'}\n` +
               `  mirror file: ${config.db}   exports: ${config.exportDir}\n` +
               `  try: sqlite3 ${config.db} 'select count(*) from messages'\n`,
           );

@@ -103,6 +103,17 @@ function conversationLine(op: string, syncedAt: string, accountId: string, id: s
   return JSON.stringify({ op, synced_at: syncedAt, account_id: accountId, id, data: raw });
 }
 
+/** The change signal `field` of a conversation's served object (JSON), as a string; null when absent. */
+export function signalOf(raw: string | null, field: string): string | null {
+  if (raw === null) return null;
+  try {
+    const v = (JSON.parse(raw) as Record<string, unknown>)[field];
+    return v === undefined || v === null ? null : typeof v === 'string' ? v : JSON.stringify(v);
+  } catch {
+    return null;
+  }
+}
+
 /**
  * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
  * method runs to completion without interleaving.
@@ -226,6 +237,10 @@ export class Mirror {
       tombstoneMessage: p(`UPDATE messages SET deleted_at = ? WHERE account_id = ? AND conversation_id = ? AND id = ?`),
       finishConversation: p(`UPDATE conversations SET message_count = ?, last_synced_at = ? WHERE account_id = ? AND id = ?`),
       tombstoneConversation: p(`UPDATE conversations SET deleted_at = ? WHERE account_id = ? AND id = ? AND deleted_at IS NULL`),
+      crawlSeenCount: p(`SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`),
+      setCrawledSignal: p(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`),
+      deleteRunFailures: p(`DELETE FROM run_failures WHERE run_id = ?`),
+      insertRunFailure: p(`INSERT INTO run_failures (run_id, conversation_id, code, status, attempts, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
     };
   }
 
@@ -265,14 +280,46 @@ export class Mirror {
     this.db.prepare(`UPDATE runs SET ${sets}, ended_at = @ended_at WHERE id = @id`).run({ ...figures, ended_at: isoNow(this.clock), id: runId });
   }
 
-  /** Records a conversation that failed in a run (by id, with the error's code and message). */
-  recordFailure(runId: number, conversationId: string, err: ConvoMirrorError | Error): void {
-    const code = (err as ConvoMirrorError).code ?? 'ERROR';
-    const status = err instanceof HttpError ? (err.status ?? null) : null;
-    const attempts = err instanceof HttpError ? err.attempts : null;
-    this.db
-      .prepare(`INSERT INTO run_failures (run_id, conversation_id, code, status, attempts, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)`)
-      .run(runId, conversationId, code, status, attempts, err.message, isoNow(this.clock));
+  /**
+   * Records the conversations that failed in a run (by id, with each error's code, status, attempts
+   * and message), replacing what was recorded for that run before: recording twice (a retried
+   * finish step) keeps one row per failure.
+   */
+  recordFailures(runId: number, failures: { id: string; error: ConvoMirrorError | Error }[]): void {
+    const at = isoNow(this.clock);
+    this.db.transaction(() => {
+      this.st.deleteRunFailures!.run(runId);
+      for (const { id, error: err } of failures) {
+        const code = (err as ConvoMirrorError).code ?? 'ERROR';
+        const status = err instanceof HttpError ? (err.status ?? null) : null;
+        const attempts = err instanceof HttpError ? err.attempts : null;
+        this.st.insertRunFailure!.run(runId, id, code, status, attempts, err.message, at);
+      }
+    }).immediate();
+  }
+
+  /** The last `limit` runs, newest first (every column of `runs`). */
+  lastRuns(limit: number): Record<string, unknown>[] {
+    return this.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT ?`).all(limit) as Record<string, unknown>[];
+  }
+
+  /** Failures recorded for the newest finished run. */
+  lastRunFailures(): Record<string, unknown>[] {
+    return this.db
+      .prepare(
+        `SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures
+         WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`,
+      )
+      .all() as Record<string, unknown>[];
+  }
+
+  /** Live (not tombstoned) conversations and messages of one account. */
+  liveCounts(accountId: string): { conversations: number; messages: number } {
+    const n = (sql: string) => (this.db.prepare(sql).get(accountId) as { n: number }).n;
+    return {
+      conversations: n(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`),
+      messages: n(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`),
+    };
   }
 
   // ---------------------------------------------------------------- conversations
@@ -294,7 +341,7 @@ export class Mirror {
           return;
         }
         this.st.upsertConversation!.run({ account_id: accountId, id, raw, now });
-        const op = !prev || prev.raw === null ? 'insert' : prev.deleted_at !== null ? 'insert' : 'update';
+        const op = !prev || prev.raw === null || prev.deleted_at !== null ? 'insert' : 'update';
         if (op === 'insert') counts.inserted++;
         else counts.updated++;
         this.st.insertChange!.run('conversations', op, accountId, id, id, now, runId, conversationLine(op, now, accountId, id, obj));
@@ -441,11 +488,12 @@ export class Mirror {
   /**
    * Completes a crawl in one transaction: tombstones live messages not served by any page of this
    * crawl (with `delete` change-log rows), sets the conversation's `message_count` and
-   * `last_synced_at`, and clears the checkpoint. Call only after the last page was committed.
+   * `last_synced_at`, records the conversation's `changeField` signal (when given) as the baseline
+   * of the next incremental sync, and clears the checkpoint. Call only after the last page was committed.
    *
    * @returns messages tombstoned and the number served in this crawl
    */
-  completeCrawl(accountId: string, conversationId: string, runId: number | null): { deleted: number; messageCount: number } {
+  completeCrawl(accountId: string, conversationId: string, runId: number | null, changeField?: string): { deleted: number; messageCount: number } {
     const now = isoNow(this.clock);
     return this.db.transaction(() => {
       const gone = this.st.unseenLive!.all({ account_id: accountId, conversation_id: conversationId }) as { id: string; raw: string }[];
@@ -453,11 +501,13 @@ export class Mirror {
         this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
         this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
       }
-      const seen = this.db
-        .prepare(`SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`)
-        .get(accountId, conversationId) as { n: number };
+      const seen = this.st.crawlSeenCount!.get(accountId, conversationId) as { n: number };
       this.ensureConversation(accountId, conversationId, now, runId);
       this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
+      if (changeField) {
+        const conv = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null };
+        this.st.setCrawledSignal!.run(signalOf(conv.raw, changeField), accountId, conversationId);
+      }
       this.st.clearCheckpoint!.run(accountId, conversationId);
       this.st.clearCrawlPages!.run(accountId, conversationId);
       return { deleted: gone.length, messageCount: seen.n };
@@ -506,10 +556,6 @@ export class Mirror {
     }).immediate();
   }
 
-  /** Records the change signal a conversation was crawled at (call after a complete crawl). */
-  setCrawledSignal(accountId: string, conversationId: string, signal: string | null): void {
-    this.db.prepare(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`).run(signal, accountId, conversationId);
-  }
 
   // ---------------------------------------------------------------- reading
 

@@ -15,6 +15,7 @@
  */
 import { AuthError, DriftError, HttpError, NotFoundError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
+import { signalOf } from '../store/mirror.js';
 import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
 
 /** Outcome of one conversation. */
@@ -50,16 +51,6 @@ class Drift extends Error {
   }
 }
 
-/** The change signal `field` of a conversation's served object, as a string (null when absent). */
-export function signalOf(raw: string | null, field: string): string | null {
-  if (raw === null) return null;
-  try {
-    const v = (JSON.parse(raw) as Record<string, unknown>)[field];
-    return v === undefined || v === null ? null : typeof v === 'string' ? v : JSON.stringify(v);
-  } catch {
-    return null;
-  }
-}
 
 /**
  * Mirrors one conversation's complete message history.
@@ -91,10 +82,11 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     crawl: 'full',
   };
   let incremental = opts.incremental === true;
+  // What the last complete crawl left (read once: only this crawl writes this conversation now).
+  const state = incremental ? mirror.crawlState(accountId, conversationId) : undefined;
 
   // Change signal: skip a conversation whose signal has not moved since its last complete crawl.
-  if (incremental && opts.changeField && !mirror.loadCheckpoint(accountId, conversationId)) {
-    const state = mirror.crawlState(accountId, conversationId);
+  if (state && opts.changeField && !mirror.loadCheckpoint(accountId, conversationId)) {
     const signal = signalOf(state.raw, opts.changeField);
     if (state.messageCount !== null && signal !== null && signal === state.crawledSignal) {
       result.crawl = 'skipped';
@@ -128,8 +120,8 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     // Incremental: start at the page holding the last known message (position n-1); its first
     // message must be the one the mirror has at that position (the boundary check).
     let boundary: { page: number; firstId: string; known: number } | undefined;
-    if (!checkpoint && incremental) {
-      const known = mirror.crawlState(accountId, conversationId).messageCount;
+    if (!checkpoint && incremental && state) {
+      const known = state.messageCount;
       if (known !== null && known > 0) {
         const page = Math.floor((known - 1) / PER_PAGE) + 1;
         const firstId = mirror.messageIdAt(accountId, conversationId, (page - 1) * PER_PAGE);
@@ -178,8 +170,7 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
       if (lastTotal !== undefined && seen.size !== lastTotal) {
         throw new Drift(`crawl ended with ${seen.size} distinct messages but meta.total_count is ${lastTotal}`);
       }
-      const done = mirror.completeCrawl(accountId, conversationId, runId);
-      if (opts.changeField) mirror.setCrawledSignal(accountId, conversationId, signalOf(mirror.crawlState(accountId, conversationId).raw, opts.changeField));
+      const done = mirror.completeCrawl(accountId, conversationId, runId, opts.changeField);
       result.deleted += done.deleted;
       result.messageCount = done.messageCount;
       if (progress) progress.messagesDeleted += done.deleted;

@@ -8,8 +8,6 @@ import { publishChanges, type ExportResult } from '../export/exporter.js';
 import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
 import { newProgress, type SyncDeps, type SyncProgress } from './types.js';
 import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
-// Referenced by the TSDoc above.
-export type { AuthError, ConfigError, ExportError } from '../errors.js';
 
 /** Options of {@link runSync}. */
 export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
@@ -165,7 +163,7 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
       (t, x) => ({ requests: t.requests + x.requests, retries: t.retries + x.retries, rateLimited: t.rateLimited + x.rateLimited }),
       newTally(),
     );
-  for (const f of failures) deps.mirror.recordFailure(runId, f.id, f.error);
+  deps.mirror.recordFailures(runId, failures);
   const listed = result?.conversationsListed ?? 0;
   const minimumRequests =
     (mode !== 'conversations' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +

@@ -251,15 +251,12 @@ export async function syncConversations(deps: SyncDeps, ids: string[], opts: Wor
   const crawl = new Crawler(deps, { ...opts, progress: opts.progress ?? newProgress() });
   for (const id of new Set(ids)) crawl.enqueue(id);
   await crawl.drain();
-  return {
-    listPasses: 0,
-    listConfirmed: true,
-    conversationsListed: 0,
-    conversationsInserted: 0,
-    conversationsUpdated: 0,
-    results: crawl.results,
-    failures: crawl.failures,
-  };
+  return namedConversationsResult(crawl.results, crawl.failures);
+}
+
+/** The outcome of a sync of named conversations (no listing): results and failures only. */
+export function namedConversationsResult(results: ConversationResult[], failures: ConversationFailure[]): WorkspaceResult {
+  return { listPasses: 0, listConfirmed: true, conversationsListed: 0, conversationsInserted: 0, conversationsUpdated: 0, results, failures };
 }
 
 /** Runs conversation crawls with a concurrency cap; stops everything on an auth error. */
@@ -344,11 +341,7 @@ class Crawler {
 
   /** Waits for every enqueued crawl; rethrows the auth error that stopped the run, if any. */
   async drain(): Promise<void> {
-    // Tasks may enqueue nothing new once listing is over, but loop in case.
-    for (let n = 0; n !== this.tasks.length; ) {
-      n = this.tasks.length;
-      await Promise.all(this.tasks);
-    }
+    await this.idle();
     if (this.authError) throw this.authError;
   }
 }
