@@ -52,6 +52,16 @@ export interface Config {
   /** Lock of an active job, ms: a worker that dies loses its jobs to another after about this long. @defaultValue 30000 */
   readonly jobLockMs: number;
   /**
+   * Largest response body read from the API, bytes; a larger one is aborted as soon as the cap is
+   * crossed and fails that conversation (or the listing). @defaultValue 33554432 (32 MiB)
+   */
+  readonly maxResponseBytes: number;
+  /**
+   * Create files 0640 and directories 0750 (owner and group may read) instead of 0600 and 0700.
+   * @defaultValue false
+   */
+  readonly groupReadable: boolean;
+  /**
    * Change signal of incremental syncs: `auto` (detect `updated_at`, `last_activity_at`, ... on the
    * first list page), `none` (never skip a conversation), or a field of the conversation object.
    * @defaultValue `auto`
@@ -60,7 +70,7 @@ export interface Config {
 }
 
 /** Flags as parsed by the CLI (commander gives strings, or numbers where it coerces). Undefined = not given. */
-export type ConfigFlags = Partial<Record<keyof Config, string | number | undefined>>;
+export type ConfigFlags = Partial<Record<keyof Config, string | number | boolean | undefined>>;
 
 interface FieldDef {
   env: string;
@@ -88,11 +98,25 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
     schema: z
       .string()
       .trim()
-      .url('must be an absolute http(s) URL, e.g. https://support.example.com/api')
+      .refine((s) => URL.canParse(s), 'must be an absolute http(s) URL, e.g. https://support.example.com/api')
       .refine((s) => /^https?:\/\//i.test(s), 'must use http or https')
+      // Credentials in the URL would be sent nowhere (we never use them) yet end up in logs: refuse.
+      .refine((s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''), 'must not carry a user name or password (put the key in CONVO_MIRROR_API_KEY)')
+      .refine((s) => !URL.canParse(s) || (new URL(s).search === '' && !s.includes('?')), 'must not carry a query string (paths /v1/... are appended to it)')
+      .refine((s) => !URL.canParse(s) || (new URL(s).hash === '' && !s.includes('#')), 'must not carry a fragment (#...)')
       .transform((s) => s.replace(/\/+$/, '')),
   },
-  apiKey: { env: 'CONVO_MIRROR_API_KEY', flag: '--api-key', schema: z.string().trim().min(1, 'must not be empty') },
+  apiKey: {
+    env: 'CONVO_MIRROR_API_KEY',
+    flag: '--api-key',
+    schema: z
+      .string()
+      .trim()
+      .min(1, 'must not be empty')
+      // Sent as a header value: CR, LF, other control characters or non-ASCII are a paste error
+      // (and would be refused by the HTTP stack, or worse, split the header).
+      .regex(/^[\x20-\x7e]+$/, 'must be printable ASCII: it holds a control character (CR, LF, tab...) or a non-ASCII character'),
+  },
   accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id', schema: uuid },
   db: { env: 'CONVO_MIRROR_DB', flag: '--db', schema: z.string().min(1, 'must not be empty'), defaultValue: 'data/mirror.sqlite' },
   exportDir: {
@@ -105,7 +129,10 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
   maxRps: {
     env: 'CONVO_MIRROR_MAX_RPS',
     flag: '--max-rps',
-    schema: z.coerce.number({ error: 'must be a number' }).min(0, 'must be 0 (no cap) or more').max(10_000),
+    schema: z.coerce
+      .number({ error: 'must be a number' })
+      .refine((n) => n === 0 || n >= 0.1, 'must be 0 (no cap) or at least 0.1 requests per second')
+      .refine((n) => n <= 10_000, 'must be at most 10000'),
     defaultValue: 10,
   },
   requestTimeoutMs: {
@@ -142,6 +169,20 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
   },
   jobAttempts: { env: 'CONVO_MIRROR_JOB_ATTEMPTS', flag: '--job-attempts', schema: intFrom(1, 100), defaultValue: 5 },
   jobLockMs: { env: 'CONVO_MIRROR_JOB_LOCK_MS', flag: '--job-lock', schema: intFrom(1000, 3_600_000), defaultValue: 30_000 },
+  maxResponseBytes: {
+    env: 'CONVO_MIRROR_MAX_RESPONSE_BYTES',
+    flag: '--max-response-bytes',
+    schema: intFrom(65_536, 1_073_741_824),
+    defaultValue: 32 * 1024 * 1024,
+  },
+  groupReadable: {
+    env: 'CONVO_MIRROR_GROUP_READABLE',
+    flag: '--group-readable',
+    schema: z
+      .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false' })])
+      .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes'),
+    defaultValue: false,
+  },
   changeField: {
     env: 'CONVO_MIRROR_CHANGE_FIELD',
     flag: '--change-field',
@@ -149,6 +190,14 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
     defaultValue: 'auto',
   },
 };
+
+/**
+ * A URL (or text meant as one) with anything between `//` and `@` masked, parseable or not, so a
+ * password typed into it is never printed.
+ */
+export function maskUserInfo(text: string): string {
+  return text.replace(/(\/\/)[^/?#]*@/g, '$1***@').replace(/^([^/:]*:)[^/@]*@/, '$1***@');
+}
 
 function cron() {
   return z
@@ -212,9 +261,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
     const parsed = def.schema.safeParse(raw);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]?.message ?? 'is invalid';
-      // Never echo the value of the API key.
-      // Never echo secrets: the API key, or a Redis URL (it may carry a password).
-      const shown = key === 'apiKey' || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(String(raw)).slice(0, 80)})`;
+      // Never echo secrets: the API key, a Redis URL (it may carry a password), or a base URL's
+      // user info (shown with it masked).
+      const shown = key === 'apiKey' || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
       throw new ConfigError(name, `${issue}${shown}`);
     }
     out[key] = parsed.data;

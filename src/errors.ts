@@ -60,11 +60,11 @@ export class HttpError extends ConvoMirrorError {
   attempts: number;
   readonly retryAfterMs: number | undefined;
 
-  constructor(message: string, details: HttpErrorDetails, opts: { cause?: unknown; code?: string } = {}) {
+  constructor(message: string, details: HttpErrorDetails, opts: { cause?: unknown; code?: string; retryable?: boolean } = {}) {
     super(opts.code ?? 'HTTP_ERROR', message, {
       context: { method: details.method, path: details.path, status: details.status, attempts: details.attempts },
       cause: opts.cause,
-      retryable: HttpError.isRetryableStatus(details.status),
+      retryable: opts.retryable ?? HttpError.isRetryableStatus(details.status),
     });
     this.method = details.method;
     this.path = details.path;
@@ -103,8 +103,47 @@ export class SchemaError extends ConvoMirrorError {
 
 /** A conversation asked for by id does not exist at the API (404) and was never mirrored. */
 export class NotFoundError extends ConvoMirrorError {
+  constructor(message: string, context: Record<string, unknown>, opts: { code?: string; retryable?: boolean } = {}) {
+    super(opts.code ?? 'NOT_FOUND', message, { context, retryable: opts.retryable ?? false });
+  }
+}
+
+/**
+ * A conversation that the listing still shows answered 404 on its messages. The two answers
+ * contradict each other, so this is a failure of that conversation, never a deletion: nothing of
+ * it is tombstoned, and the next run (or job attempt) asks again. Retryable.
+ */
+export class ListedButNotFoundError extends NotFoundError {
+  constructor(conversationId: string, path: string) {
+    super(
+      `conversation ${conversationId}: GET ${path} answered 404 although the conversation list shows it; ` +
+        'treated as a failure, not a deletion (nothing was tombstoned); the next run asks again',
+      { conversation_id: conversationId, path },
+      { code: 'LISTED_BUT_NOT_FOUND', retryable: true },
+    );
+  }
+}
+
+/**
+ * A response body larger than the configured cap (`CONVO_MIRROR_MAX_RESPONSE_BYTES`); the read was
+ * aborted as soon as the cap was crossed. Not retried: the same request would return the same body.
+ */
+export class ResponseTooLargeError extends HttpError {
+  /** The cap that was crossed, bytes. */
+  readonly limitBytes: number;
+  constructor(message: string, details: HttpErrorDetails & { limitBytes: number }) {
+    super(message, details, { code: 'RESPONSE_TOO_LARGE', retryable: false });
+    this.limitBytes = details.limitBytes;
+  }
+}
+
+/**
+ * The API kept serving pages beyond what its own first `meta.total_count` / `meta.total_pages`
+ * allowed for (plus slack), so the crawl or listing pass was stopped. Not retried.
+ */
+export class PageRunawayError extends ConvoMirrorError {
   constructor(message: string, context: Record<string, unknown>) {
-    super('NOT_FOUND', message, { context, retryable: false });
+    super('PAGE_RUNAWAY', message, { context, retryable: false });
   }
 }
 
@@ -117,9 +156,62 @@ export class DriftError extends ConvoMirrorError {
 
 /** A failure in the local SQLite mirror (open, migrate, write). */
 export class StoreError extends ConvoMirrorError {
-  constructor(message: string, context: Record<string, unknown>, cause?: unknown) {
-    super('STORE_ERROR', message, { context, cause, retryable: false });
+  constructor(message: string, context: Record<string, unknown>, cause?: unknown, code = 'STORE_ERROR') {
+    super(code, message, { context, cause, retryable: false });
   }
+}
+
+/**
+ * The SQLite mirror is damaged (`SQLITE_CORRUPT`, `SQLITE_NOTADB`) or cannot be written at all
+ * (disk full, I/O error, read-only file). Every later write would fail the same way, so the whole
+ * run stops (exit 2) instead of failing conversation after conversation.
+ */
+export class MirrorUnusableError extends StoreError {
+  /** SQLite's error code, e.g. `SQLITE_CORRUPT`, `SQLITE_NOTADB`, `SQLITE_FULL`. */
+  readonly sqliteCode: string;
+  constructor(file: string, sqliteCode: string, cause?: unknown) {
+    const damaged = isCorruptionCode(sqliteCode);
+    const message = damaged
+      ? `the mirror ${file} is damaged (${sqliteCode}: ${describeError(cause)}); nothing more was written. ` +
+        'Recover by restoring a backup of it, or rebuild it: point CONVO_MIRROR_DB at a new file (and CONVO_MIRROR_EXPORT_DIR at a new directory) and run convo-mirror sync --full'
+      : `the mirror ${file} cannot be written (${sqliteCode}: ${describeError(cause)}); ` +
+        (sqliteCode === 'SQLITE_FULL' ? 'the disk is full: free space, then run convo-mirror sync again (it resumes)' : 'check the disk and the file, then run convo-mirror sync again (it resumes)');
+    super(message, { file, sqlite_code: sqliteCode }, cause, damaged ? 'MIRROR_CORRUPT' : 'MIRROR_UNWRITABLE');
+    this.sqliteCode = sqliteCode;
+  }
+}
+
+/** SQLite result codes that mean the database file itself is damaged. */
+export function isCorruptionCode(code: string | undefined): boolean {
+  return code !== undefined && (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT'));
+}
+
+/**
+ * SQLite result codes after which no write to the mirror can succeed: corruption, a full disk,
+ * I/O errors, a read-only or unopenable file.
+ */
+export function isUnusableMirrorCode(code: string | undefined): boolean {
+  if (code === undefined) return false;
+  return (
+    isCorruptionCode(code) ||
+    code === 'SQLITE_FULL' ||
+    code.startsWith('SQLITE_IOERR') ||
+    code.startsWith('SQLITE_READONLY') ||
+    code.startsWith('SQLITE_CANTOPEN')
+  );
+}
+
+/**
+ * Turns a better-sqlite3 error whose code makes the mirror unusable into a
+ * {@link MirrorUnusableError} naming `file`; returns anything else unchanged.
+ */
+export function asMirrorError(err: unknown, file: string): unknown {
+  if (err instanceof MirrorUnusableError) return err;
+  const code = (err as { code?: unknown } | null)?.code;
+  if (err instanceof Error && err.name === 'SqliteError' && typeof code === 'string' && isUnusableMirrorCode(code)) {
+    return new MirrorUnusableError(file, code, err);
+  }
+  return err;
 }
 
 /** A failure publishing export files. */

@@ -45,6 +45,8 @@ describe('loadConfig defaults', () => {
       queuePrefix: 'convo-mirror',
       jobAttempts: 5,
       jobLockMs: 30_000,
+      maxResponseBytes: 32 * 1024 * 1024,
+      groupReadable: false,
       changeField: 'auto',
     });
   });
