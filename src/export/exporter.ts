@@ -18,11 +18,11 @@ import path from 'node:path';
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Mirror } from '../store/mirror.js';
-import { ExportError } from '../errors.js';
+import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
+import { MANIFEST, assertSafeExportDir } from './paths.js';
 
-/** Name of the manifest file at the root of the export directory. */
-export const MANIFEST = 'manifest.json';
+export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
@@ -75,10 +75,13 @@ interface ChangeRow {
  * Publishes every change-log row above the exported watermark. Idempotent: with nothing pending it
  * writes no data file (it only repairs a missing or stale manifest).
  *
+ * @throws {@link ConfigError} (`CONVO_MIRROR_EXPORT_DIR`) when the export directory is unsafe for
+ *   the mirror's database file (`mirror.db.name`), see {@link assertSafeExportDir}; nothing is written
  * @throws {@link ExportError} naming the file when a write, fsync or rename fails; the watermark is
  *   then unchanged and the next call re-publishes the same batch
  */
 export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResult {
+  assertSafeExportDir(opts.exportDir, mirror.db.name);
   const db = mirror.db;
   const clock = opts.clock ?? systemClock;
   const maxLines = opts.maxLinesPerFile ?? 100_000;

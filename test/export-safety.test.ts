@@ -1,0 +1,168 @@
+/**
+ * Export safety: where an export directory may be, the reserved temp directory and what publication
+ * may delete, file and directory modes whatever the umask, foreign manifests, and `verify` trusting
+ * nothing on disk. Real files in temp dirs, real SQLite, the real fake over HTTP; no mocks.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { assertSafeExportDir, MANIFEST, publishChanges } from '../src/export/exporter.js';
+import { ConfigError } from '../src/errors.js';
+import { harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+
+const pool = harnessPool();
+const dirs: string[] = [];
+afterEach(async () => {
+  await pool.closeAll();
+  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+});
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
+
+/** A temp dir removed after the test, realpath'd (the OS temp dir may itself be a symlink). */
+function scratch(): string {
+  const d = fs.realpathSync(tempDir('convo-mirror-safety-'));
+  dirs.push(d);
+  return d;
+}
+
+/** The ConfigError thrown by `f`, asserted to name CONVO_MIRROR_EXPORT_DIR on one line. */
+function configError(f: () => void): ConfigError {
+  try {
+    f();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    const e = err as ConfigError;
+    expect(e.variable).toBe('CONVO_MIRROR_EXPORT_DIR');
+    expect(e.message).toMatch(/^CONVO_MIRROR_EXPORT_DIR: /);
+    expect(e.message).not.toContain('\n');
+    return e;
+  }
+  throw new Error('expected a ConfigError, nothing was thrown');
+}
+
+/** `<d>/data/mirror.sqlite` (an empty file is enough: the check never opens it). */
+function dbIn(d: string): string {
+  fs.mkdirSync(path.join(d, 'data'));
+  const db = path.join(d, 'data', 'mirror.sqlite');
+  fs.writeFileSync(db, '');
+  return db;
+}
+
+/** Runs `f` with `dir` as the current directory (vitest runs test files in forked processes). */
+function inDir<T>(dir: string, f: () => T): T {
+  const before = process.cwd();
+  process.chdir(dir);
+  try {
+    return f();
+  } finally {
+    process.chdir(before);
+  }
+}
+
+describe('assertSafeExportDir', () => {
+  it('accepts the default layout, a sibling directory, a directory still to be created and a name that merely shares a prefix', () => {
+    const d = scratch();
+    const db = dbIn(d);
+    assertSafeExportDir(path.join(d, 'data', 'exports'), db); // missing: fine
+    fs.mkdirSync(path.join(d, 'data', 'exports'));
+    assertSafeExportDir(path.join(d, 'data', 'exports'), db); // existing: fine
+    assertSafeExportDir(path.join(d, 'exports'), db);
+    assertSafeExportDir(path.join(d, 'data', 'exports', 'a', 'b'), db);
+    assertSafeExportDir(path.join(d, 'dat'), db);
+    assertSafeExportDir(path.join(d, 'data-exports'), db);
+    assertSafeExportDir(path.join(d, 'data', 'mirror.sqlite-exports'), db);
+    inDir(d, () => assertSafeExportDir('data/exports', 'data/mirror.sqlite'));
+    // no database file: only the directory itself is checked
+    assertSafeExportDir(path.join(d, 'x'), ':memory:');
+  });
+
+  it('refuses the filesystem root, also spelled with ..', () => {
+    const d = scratch();
+    const db = dbIn(d);
+    expect(configError(() => assertSafeExportDir('/', db)).message).toMatch(/export directory \/ is a filesystem root/);
+    const up = path.join(d, ...d.split(path.sep).filter(Boolean).map(() => '..'));
+    expect(configError(() => assertSafeExportDir(`${d}/../../../../../../../../..`, db)).message).toMatch(/is a filesystem root/);
+    expect(configError(() => assertSafeExportDir(up, ':memory:')).message).toMatch(/is a filesystem root/);
+  });
+
+  it('refuses an existing file, and a path below a file', () => {
+    const d = scratch();
+    const db = dbIn(d);
+    const file = path.join(d, 'notes.txt');
+    fs.writeFileSync(file, 'mine');
+    expect(configError(() => assertSafeExportDir(file, db)).message).toBe(
+      `CONVO_MIRROR_EXPORT_DIR: the export directory ${file} exists and is not a directory`,
+    );
+    expect(configError(() => assertSafeExportDir(path.join(file, 'exports'), db)).message).toMatch(/cannot be created: .*notes\.txt is not a directory/);
+    expect(fs.readFileSync(file, 'utf8')).toBe('mine');
+  });
+
+  it('refuses the database file itself, and a path below it', () => {
+    const d = scratch();
+    const db = dbIn(d);
+    expect(configError(() => assertSafeExportDir(db, db)).message).toMatch(/is the mirror database .*mirror\.sqlite itself/);
+    expect(configError(() => assertSafeExportDir(path.join(db, 'x'), db)).message).toMatch(/lies below the path of the mirror database/);
+  });
+
+  it("refuses the database's own directory and every ancestor of it", () => {
+    const d = scratch();
+    const db = dbIn(d);
+    const own = configError(() => assertSafeExportDir(path.join(d, 'data'), db)).message;
+    expect(own).toBe(
+      `CONVO_MIRROR_EXPORT_DIR: the export directory ${path.join(d, 'data')} is the directory of the mirror database ${db}, ` +
+        `which would sit inside the export tree; choose a subdirectory such as ${path.join(d, 'data', 'exports')}`,
+    );
+    expect(configError(() => assertSafeExportDir(d, db)).message).toMatch(/contains the mirror database/);
+    expect(configError(() => assertSafeExportDir(path.dirname(d), db)).message).toMatch(/contains the mirror database/);
+    // the database still to be created (Mirror.open creates it): same answer
+    const later = path.join(d, 'later', 'mirror.sqlite');
+    expect(configError(() => assertSafeExportDir(path.join(d, 'later'), later)).message).toMatch(/is the directory of the mirror database/);
+  });
+
+  it('refuses . and data/.. with a relative database path', () => {
+    const d = scratch();
+    dbIn(d);
+    inDir(d, () => {
+      expect(configError(() => assertSafeExportDir('.', 'data/mirror.sqlite')).message).toMatch(/export directory \. \(.*\) contains the mirror database data\/mirror\.sqlite/);
+      expect(configError(() => assertSafeExportDir('data', 'data/mirror.sqlite')).message).toMatch(/is the directory of the mirror database/);
+      expect(configError(() => assertSafeExportDir('data/exports/..', 'data/mirror.sqlite')).message).toMatch(/is the directory of the mirror database/);
+      expect(configError(() => assertSafeExportDir('./data/', './data/mirror.sqlite')).message).toMatch(/is the directory of the mirror database/);
+    });
+  });
+
+  it("refuses a symlink pointing at the database's directory, and a database reached through a symlink", () => {
+    const d = scratch();
+    const db = dbIn(d);
+    fs.symlinkSync(path.join(d, 'data'), path.join(d, 'link'));
+    expect(configError(() => assertSafeExportDir(path.join(d, 'link'), db)).message).toMatch(
+      new RegExp(`export directory ${path.join(d, 'link')} \\(${path.join(d, 'data')}\\) is the directory of the mirror database`),
+    );
+    // `..` after a symlink goes up from the link's target, as the kernel does (not path.join's way):
+    // d/l2 -> d/x/y/z, so d/l2/../../../data is d/data (lexically it would be far above d)
+    fs.mkdirSync(path.join(d, 'x', 'y', 'z'), { recursive: true });
+    fs.symlinkSync(path.join(d, 'x', 'y', 'z'), path.join(d, 'l2'));
+    expect(configError(() => assertSafeExportDir(`${d}/l2/../../../data`, db)).message).toMatch(/is the directory of the mirror database/);
+    expect(configError(() => assertSafeExportDir(`${d}/l2/../../..`, db)).message).toMatch(/contains the mirror database/);
+    assertSafeExportDir(`${d}/l2/../../../data/exports`, db);
+    // the database named through a symlinked directory
+    expect(configError(() => assertSafeExportDir(path.join(d, 'data'), path.join(d, 'link', 'mirror.sqlite'))).message).toMatch(
+      /is the directory of the mirror database/,
+    );
+    // a database file that is a symlink: both its directory and its target's directory are refused
+    fs.mkdirSync(path.join(d, 'named'));
+    fs.symlinkSync(db, path.join(d, 'named', 'mirror.sqlite'));
+    expect(configError(() => assertSafeExportDir(path.join(d, 'named'), path.join(d, 'named', 'mirror.sqlite'))).message).toMatch(/is the directory/);
+    expect(configError(() => assertSafeExportDir(path.join(d, 'data'), path.join(d, 'named', 'mirror.sqlite'))).message).toMatch(/is the directory/);
+    assertSafeExportDir(path.join(d, 'named', 'exports'), path.join(d, 'named', 'mirror.sqlite'));
+  });
+
+  it('is checked first by publishChanges, which then writes nothing', async () => {
+    const h = await start({ workspace: FakeWorkspace.fromCounts([3]) });
+    const before = fs.readdirSync(h.dir).sort();
+    configError(() => publishChanges(h.mirror, { exportDir: h.dir }));
+    configError(() => publishChanges(h.mirror, { exportDir: path.join(h.dir, '.') }));
+    expect(fs.readdirSync(h.dir).sort()).toEqual(before);
+    expect(fs.existsSync(path.join(h.dir, MANIFEST))).toBe(false);
+  });
+});
