@@ -102,14 +102,15 @@ describe('SIGKILL during export publication, then re-run', () => {
     const exportDir = path.join(dir, 'exports');
     const env = cliEnv(fake, dir, { LOG_LEVEL: 'warn', CONVO_MIRROR_CONCURRENCY: '8' });
     const today = new Date().toISOString().slice(0, 10);
-    // The messages partition of today; the conversations partition is written (and renamed) before it.
-    const partition = path.join(exportDir, 'messages', `account=${ACCOUNT_ID}`, `date=${today}`);
-    fs.mkdirSync(partition, { recursive: true });
+    // Temp files are written in <exports>/.convo-mirror-tmp/, named <stream>-<batch>-<first seq>.<pid>.tmp;
+    // the conversations partition is written (and renamed) before the messages partition.
+    const tmpDir = path.join(exportDir, '.convo-mirror-tmp');
+    fs.mkdirSync(tmpDir, { recursive: true });
     let child: Started['child'] | undefined;
     let sawTmp: string | undefined;
-    const watcher = fs.watch(partition, (_event, name) => {
+    const watcher = fs.watch(tmpDir, (_event, name) => {
       const n = name === null ? '' : String(name);
-      if (sawTmp === undefined && n.endsWith('.tmp') && child) {
+      if (sawTmp === undefined && n.startsWith('messages-') && n.endsWith('.tmp') && child) {
         sawTmp = n;
         child.kill('SIGKILL');
       }
@@ -121,7 +122,7 @@ describe('SIGKILL during export publication, then re-run', () => {
       watcher.close();
       expect(
         sawTmp,
-        `no .tmp file appeared in ${partition} (did the UTC day roll over during the run? exit ${r.code}, signal ${r.signal}; stderr: ${r.stderr.slice(-500)})`,
+        `no messages .tmp file appeared in ${tmpDir} (exit ${r.code}, signal ${r.signal}; stderr: ${r.stderr.slice(-500)})`,
       ).toBeDefined();
       expect(r.signal, `the child was not killed during publication: exit ${r.code}`).toBe('SIGKILL');
       // Killed during publication: the batch is planned, not recorded as published.

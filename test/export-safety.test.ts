@@ -7,9 +7,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { assertSafeExportDir, MANIFEST, publishChanges } from '../src/export/exporter.js';
+import { assertSafeExportDir, MANIFEST, publishChanges, TEMP_DIR, verifyExports } from '../src/export/exporter.js';
+import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError } from '../src/errors.js';
-import { harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -164,5 +165,97 @@ describe('assertSafeExportDir', () => {
     configError(() => publishChanges(h.mirror, { exportDir: path.join(h.dir, '.') }));
     expect(fs.readdirSync(h.dir).sort()).toEqual(before);
     expect(fs.existsSync(path.join(h.dir, MANIFEST))).toBe(false);
+  });
+});
+
+/** Every entry below `dir` that is not a directory (symlinks not followed), relative, sorted. */
+function entries(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string, rel: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(path.join(d, e.name), r);
+      else out.push(r);
+    }
+  };
+  if (fs.existsSync(dir)) walk(dir, '');
+  return out.sort();
+}
+
+const jsonl = (dir: string) => new Map(entries(dir).filter((p) => p.endsWith('.jsonl')).map((p) => [p, fs.readFileSync(path.join(dir, p))]));
+
+describe('temp files live only in .convo-mirror-tmp/', () => {
+  it('every temp file of a publication is in .convo-mirror-tmp/, renamed from there into place', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 7]);
+    const h = await start({ workspace: ws });
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    const seen: { file: string; temps: string[] }[] = [];
+    publishChanges(h.mirror, {
+      exportDir: h.exportDir,
+      maxLinesPerFile: 10,
+      failpoint: (point, file) => {
+        if (point === 'before-rename') seen.push({ file: path.relative(h.exportDir, file), temps: entries(h.exportDir).filter((p) => !p.endsWith('.jsonl') && p !== MANIFEST) });
+      },
+    });
+    const published = [...jsonl(h.exportDir).keys()];
+    expect(seen.map((s) => s.file)).toEqual([...published.filter((p) => p.startsWith('conversations/')), ...published.filter((p) => p.startsWith('messages/')), MANIFEST]);
+    for (const s of seen) {
+      expect(s.temps.length, s.file).toBe(1);
+      expect(s.temps[0]!.startsWith(`${TEMP_DIR}/`), s.temps[0]).toBe(true);
+      expect(path.basename(s.temps[0]!)).toMatch(/^(?:(?:messages|conversations)-\d+-\d+|manifest\.json)\.\d+\.tmp$/);
+    }
+    expect(entries(path.join(h.exportDir, TEMP_DIR))).toEqual([]);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+
+  it('a crash before a rename leaves the temp file in .convo-mirror-tmp/ only; verify reports it; the next publication removes it and publishes the same bytes', async () => {
+    const ws = FakeWorkspace.fromCounts([30, 7]);
+    const h = await start({ workspace: ws });
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    class Crash extends Error {}
+    let renamed = 0;
+    expect(() =>
+      publishChanges(h.mirror, {
+        exportDir: h.exportDir,
+        failpoint: (point) => {
+          if (point === 'before-rename' && ++renamed === 2) throw new Crash('killed');
+        },
+      }),
+    ).toThrow(Crash);
+    const left = entries(path.join(h.exportDir, TEMP_DIR));
+    expect(left).toHaveLength(1);
+    expect(left[0]).toMatch(/^messages-1-\d+\.\d+\.tmp$/);
+    expect(entries(h.exportDir).filter((p) => p.endsWith('.tmp'))).toEqual([`${TEMP_DIR}/${left[0]}`]);
+    expect(verifyExports(h.mirror, h.exportDir)).toContainEqual(expect.objectContaining({ path: `${TEMP_DIR}/${left[0]}`, problem: 'temp' }));
+
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(res.resumed).toBe(true);
+    expect(entries(path.join(h.exportDir, TEMP_DIR))).toEqual([]);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+
+  it('a foreign file in .convo-mirror-tmp/ is not removed (verify reports it), and a .convo-mirror-tmp that is not a directory is refused', async () => {
+    const ws = FakeWorkspace.fromCounts([4]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const foreign = path.join(h.exportDir, TEMP_DIR, 'notes.txt');
+    fs.writeFileSync(foreign, 'mine');
+    fs.mkdirSync(path.join(h.exportDir, TEMP_DIR, 'messages-1-1.42.tmp')); // our name, but a directory
+    publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(fs.readFileSync(foreign, 'utf8')).toBe('mine');
+    expect(fs.statSync(path.join(h.exportDir, TEMP_DIR, 'messages-1-1.42.tmp')).isDirectory()).toBe(true);
+    expect(verifyExports(h.mirror, h.exportDir).map((p) => [p.path, p.problem])).toEqual([
+      [`${TEMP_DIR}/messages-1-1.42.tmp`, 'temp'],
+      [`${TEMP_DIR}/notes.txt`, 'temp'],
+    ]);
+
+    // .convo-mirror-tmp as a symlink to somewhere else: never written through
+    fs.rmSync(path.join(h.exportDir, TEMP_DIR), { recursive: true });
+    const elsewhere = scratch();
+    fs.symlinkSync(elsewhere, path.join(h.exportDir, TEMP_DIR));
+    expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(
+      new RegExp(`${path.join(h.exportDir, TEMP_DIR)} is not a directory \\(symbolic link\\).*reserved for convo-mirror's temp files`),
+    );
+    expect(fs.readdirSync(elsewhere)).toEqual([]);
   });
 });

@@ -1,6 +1,6 @@
 /**
  * JSONL change exports: replay equals the mirror, layout, line shapes, manifest, verification,
- * crash-safe re-publication and temp-file cleanup. Real files in temp dirs, real SQLite, the real
+ * crash-safe re-publication and temp-file cleanup (in `.convo-mirror-tmp/` only). Real files in temp dirs, real SQLite, the real
  * fake over HTTP.
  */
 import crypto from 'node:crypto';
@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { MANIFEST, publishChanges, verifyExports, type Manifest } from '../src/export/exporter.js';
+import { MANIFEST, TEMP_DIR, publishChanges, verifyExports, type Manifest } from '../src/export/exporter.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import {
@@ -255,11 +255,14 @@ describe('verifyExports', () => {
 
     fs.rmSync(path.join(h.exportDir, convFile!));
     fs.writeFileSync(path.join(h.exportDir, path.dirname(convFile!), '000000000999-000000000999.jsonl'), '{}\n');
-    fs.writeFileSync(path.join(h.exportDir, '.x.jsonl.123.tmp'), 'partial');
+    fs.writeFileSync(path.join(h.exportDir, TEMP_DIR, 'messages-9-1.123.tmp'), 'partial');
+    fs.writeFileSync(path.join(h.exportDir, '.x.jsonl.123.tmp'), 'not ours');
     const found = verifyExports(h.mirror, h.exportDir);
     expect(found).toContainEqual({ path: convFile, problem: 'missing' });
     expect(found).toContainEqual({ path: `${path.dirname(convFile!)}/000000000999-000000000999.jsonl`, problem: 'unlisted' });
-    expect(found).toContainEqual({ path: '.x.jsonl.123.tmp', problem: 'temp' });
+    expect(found).toContainEqual(expect.objectContaining({ path: `${TEMP_DIR}/messages-9-1.123.tmp`, problem: 'temp' }));
+    // a file outside the mirror's partition trees and temp dir is someone else's business
+    expect(found.map((p) => p.path)).not.toContain('.x.jsonl.123.tmp');
   });
 });
 
@@ -333,23 +336,33 @@ describe('publishChanges', () => {
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
-  it('a leftover temp file is removed by the next publish', async () => {
+  it('the next publish removes its own leftover temp files, and only those', async () => {
     const ws = FakeWorkspace.fromCounts([5, 6]);
     const h = await start({ workspace: ws });
     await h.sync();
     const dataFile = [...jsonlFiles(h.exportDir).keys()][0]!;
+    const ours = [path.join(h.exportDir, TEMP_DIR, 'messages-1-1.999.tmp'), path.join(h.exportDir, TEMP_DIR, `${MANIFEST}.999.tmp`)];
+    fs.writeFileSync(ours[0]!, '{"seq":1,"op":"ins');
+    fs.writeFileSync(ours[1]!, '{');
+    // Files named like temp files but not in .convo-mirror-tmp/ belong to someone else: kept.
     const tmpInPartition = path.join(h.exportDir, path.dirname(dataFile), '.x.jsonl.123.tmp');
     const tmpAtRoot = path.join(h.exportDir, `.${MANIFEST}.999.tmp`);
     fs.writeFileSync(tmpInPartition, '{"seq":1,"op":"ins');
     fs.writeFileSync(tmpAtRoot, '{');
-    expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['temp', 'temp']);
+    const inPartition = { path: `${path.dirname(dataFile)}/.x.jsonl.123.tmp`, problem: 'unlisted' };
+    expect(verifyExports(h.mirror, h.exportDir).map((p) => ({ path: p.path, problem: p.problem }))).toEqual([
+      inPartition,
+      { path: `${TEMP_DIR}/${MANIFEST}.999.tmp`, problem: 'temp' },
+      { path: `${TEMP_DIR}/messages-1-1.999.tmp`, problem: 'temp' },
+    ]);
     const before = jsonlFiles(h.exportDir);
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.files).toEqual([]);
-    expect(fs.existsSync(tmpInPartition)).toBe(false);
-    expect(fs.existsSync(tmpAtRoot)).toBe(false);
+    for (const f of ours) expect(fs.existsSync(f), f).toBe(false);
+    expect(fs.readFileSync(tmpInPartition, 'utf8')).toBe('{"seq":1,"op":"ins');
+    expect(fs.readFileSync(tmpAtRoot, 'utf8')).toBe('{');
     expect(jsonlFiles(h.exportDir)).toEqual(before);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([inPartition]);
   });
 
   it('with nothing pending publishes zero files and changes nothing', async () => {

@@ -4,14 +4,19 @@
  * Exactly-once by construction:
  * 1. A batch is *planned* in SQLite first: its seq range `(watermark, max(seq)]` is fixed before any
  *    file is written, so a re-run after a crash re-publishes the very same lines.
- * 2. Each file is written to a temp name, fsynced, renamed into place, and its directory fsynced.
- *    File names derive from the seq range they hold, so re-publishing yields the same names and bytes.
+ * 2. Each file is written to a temp file in `<dir>/.convo-mirror-tmp/`, fsynced, renamed into place
+ *    (same filesystem), and its directory fsynced. File names derive from the seq range they hold,
+ *    so re-publishing yields the same names and bytes.
  * 3. The manifest (every file, its line count, bytes and SHA-256) is published the same way.
  * 4. Only then, in one transaction, the files are recorded, the batch marked published and the
  *    exported watermark advanced.
  *
  * Layout: `<dir>/<stream>/account=<account_id>/date=<YYYY-MM-DD>/<first_seq>-<last_seq>.jsonl`,
  * stream `messages` or `conversations`, date from the line's `synced_at` (UTC).
+ *
+ * Nothing lost, nothing leaked: publication deletes nothing but its own leftovers in
+ * `.convo-mirror-tmp/`, never replaces a published file with other bytes, and never writes over a
+ * `manifest.json` it did not write.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -20,7 +25,8 @@ import type { Logger } from 'pino';
 import type { Mirror } from '../store/mirror.js';
 import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
-import { MANIFEST, assertSafeExportDir } from './paths.js';
+import { fsyncDir } from '../private-fs.js';
+import { MANIFEST, STREAM_DIRS, TEMP_DIR, assertSafeExportDir, isTempName, manifestTempName, partitionTempName } from './paths.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 
@@ -34,7 +40,22 @@ export interface ExportOptions {
   runId?: number | null;
   clock?: Clock;
   logger?: Logger | undefined;
+  /**
+   * Test hook (a failpoint): called at `point` with the absolute path of the file being published.
+   * Whatever it throws propagates unchanged and nothing is cleaned up, so the files on disk stay as
+   * a crash at that point would leave them. Never set in production.
+   */
+  failpoint?: (point: ExportFailpoint, file: string) => void;
 }
+
+/**
+ * Where {@link ExportOptions.failpoint} is called:
+ * - `before-rename`: a data file or the manifest is written and fsynced in `.convo-mirror-tmp/`,
+ *   not yet renamed into place (`file` is its final path);
+ * - `before-record`: every file and the manifest are in place, nothing is recorded in SQLite yet
+ *   (`file` is the manifest's path).
+ */
+export type ExportFailpoint = 'before-rename' | 'before-record';
 
 /** One published file, as recorded in `export_files` and the manifest. */
 export interface ExportFile {
@@ -93,7 +114,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   }
   const mirrorId = mirror.mirrorId();
   assertOwnedBy(dir, mirrorId);
-  removeTempFiles(dir);
+  const target: Target = { root: dir, temp: prepareTempDir(dir), failpoint: opts.failpoint };
 
   // 1. Plan (or find the planned, unpublished) batch.
   const plan = db.transaction(() => {
@@ -112,7 +133,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
 
   if (!plan) {
     const watermark = (db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark;
-    writeManifestIfChanged(dir, manifestOf(mirror, mirrorId, [], watermark));
+    writeManifestIfChanged(target, manifestOf(mirror, mirrorId, [], watermark));
     return { files: [], lines: 0, watermark, resumed: false };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
@@ -131,13 +152,14 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
       files.push(open.publish());
       open = undefined;
     }
-    open ??= new PartitionWriter(dir, row, plan.id);
+    open ??= new PartitionWriter(target, row, plan.id);
     open.write(row);
   }
   if (open) files.push(open.publish());
 
   // 3. Publish the manifest, 4. then record and advance the watermark.
-  writeManifestIfChanged(dir, manifestOf(mirror, mirrorId, files, plan.last_seq));
+  writeManifestIfChanged(target, manifestOf(mirror, mirrorId, files, plan.last_seq));
+  opts.failpoint?.('before-record', path.join(dir, MANIFEST));
   const now = isoNow(clock);
   db.transaction(() => {
     const ins = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
@@ -164,9 +186,19 @@ function seqName(first: number, last: number): string {
   return `${String(first).padStart(12, '0')}-${String(last).padStart(12, '0')}.jsonl`;
 }
 
+/** Where a publication writes: the export root, its temp directory, and the test hook. */
+interface Target {
+  /** Absolute export directory. */
+  root: string;
+  /** Absolute `<root>/.convo-mirror-tmp`. */
+  temp: string;
+  failpoint: ExportOptions['failpoint'];
+}
+
 /**
- * Streams one file of one partition: lines go to a temp file as they come (bounded memory), hashed
- * on the way; `publish()` fsyncs it and renames it to its seq-range name, then fsyncs the directory.
+ * Streams one file of one partition: lines go to a temp file in `.convo-mirror-tmp/` as they come
+ * (bounded memory), hashed on the way; `publish()` fsyncs it, renames it to its seq-range name in
+ * the partition directory, then fsyncs that directory.
  */
 class PartitionWriter {
   private readonly fd: number;
@@ -181,18 +213,23 @@ class PartitionWriter {
   private bytes = 0;
 
   constructor(
-    private readonly root: string,
+    private readonly target: Target,
     first: ChangeRow,
     private readonly batchId: number,
   ) {
     this.head = { ...first, line: '' };
-    this.dirAbs = path.join(root, partitionDir(first.stream, first.account_id, first.day));
-    this.tmp = path.join(this.dirAbs, `.batch-${batchId}-${first.seq}.${process.pid}.tmp`);
+    const rel = partitionDir(first.stream, first.account_id, first.day);
+    this.dirAbs = path.join(target.root, rel);
+    this.tmp = path.join(target.temp, partitionTempName(first.stream, batchId, first.seq));
     try {
-      mkdirDurable(root, partitionDir(first.stream, first.account_id, first.day));
-      this.fd = fs.openSync(this.tmp, 'w', 0o644);
+      mkdirDurable(target.root, rel);
     } catch (err) {
-      throw new ExportError(`cannot write export file in ${this.dirAbs}: ${(err as Error).message}`, { dir: this.dirAbs }, err);
+      throw new ExportError(`cannot create the export directory ${this.dirAbs}: ${(err as Error).message}`, { dir: this.dirAbs }, err);
+    }
+    try {
+      this.fd = fs.openSync(this.tmp, 'wx', 0o644);
+    } catch (err) {
+      throw new ExportError(`cannot create the temp file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
     }
   }
 
@@ -219,32 +256,31 @@ class PartitionWriter {
     this.hash.update(buf);
     this.bytes += buf.length;
     try {
-      let off = 0;
-      while (off < buf.length) off += fs.writeSync(this.fd, buf, off, buf.length - off);
+      writeAll(this.fd, buf);
     } catch (err) {
       fs.closeSync(this.fd);
       fs.rmSync(this.tmp, { force: true });
-      throw new ExportError(`cannot write export file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
+      throw new ExportError(`cannot write the temp file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
     }
   }
 
   publish(): ExportFile {
     this.drain();
     const rel = `${partitionDir(this.head.stream, this.head.account_id, this.head.day)}/${seqName(this.head.seq, this.lastSeq)}`;
-    const final = path.join(this.root, rel);
+    const final = path.join(this.target.root, rel);
     const sha256 = this.hash.digest('hex');
+    let identical: boolean;
     try {
-      fs.fsyncSync(this.fd);
-      fs.closeSync(this.fd);
-      if (!publishedIdentically(final, sha256)) {
-        fs.renameSync(this.tmp, final);
-        fsyncDir(this.dirAbs);
-      } else fs.rmSync(this.tmp, { force: true });
+      identical = publishedIdentically(final, sha256);
     } catch (err) {
+      fs.closeSync(this.fd);
       fs.rmSync(this.tmp, { force: true });
-      if (err instanceof ExportError) throw err;
-      throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
+      throw err;
     }
+    if (identical) {
+      fs.closeSync(this.fd);
+      fs.rmSync(this.tmp, { force: true });
+    } else renameIntoPlace(this.target, this.fd, this.tmp, final);
     return {
       path: rel,
       stream: this.head.stream,
@@ -260,20 +296,55 @@ class PartitionWriter {
   }
 }
 
+function writeAll(fd: number, buf: Buffer): void {
+  let off = 0;
+  while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
+}
+
+/**
+ * Makes the temp file open on `fd` the file `final`: fsync, close, rename (both in the export
+ * directory, so on one filesystem), fsync of `final`'s directory. On failure the temp file is
+ * removed; a throw from the `before-rename` failpoint leaves it, as a crash would.
+ *
+ * @throws {@link ExportError} naming `final`
+ */
+function renameIntoPlace(target: Target, fd: number, tmp: string, final: string): void {
+  try {
+    fs.fsyncSync(fd);
+  } catch (err) {
+    fs.closeSync(fd);
+    fs.rmSync(tmp, { force: true });
+    throw new ExportError(`cannot publish export file ${final}: fsync of ${tmp} failed: ${(err as Error).message}`, { file: final }, err);
+  }
+  fs.closeSync(fd);
+  target.failpoint?.('before-rename', final);
+  try {
+    fs.renameSync(tmp, final);
+    fsyncDir(path.dirname(final));
+  } catch (err) {
+    fs.rmSync(tmp, { force: true });
+    throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
+  }
+}
+
 /**
  * True when `file` already holds exactly these bytes (a batch re-published after a crash); false
  * when it does not exist.
  *
- * @throws {@link ExportError} when it exists with other content: a published file never changes
+ * @throws {@link ExportError} when it exists with other content, or is not a regular file: a
+ *   published file never changes
  */
 function publishedIdentically(file: string, sha256: string): boolean {
-  let existing: Buffer;
+  let st: fs.Stats;
   try {
-    existing = fs.readFileSync(file);
+    st = fs.lstatSync(file);
   } catch {
     return false;
   }
-  if (crypto.createHash('sha256').update(existing).digest('hex') === sha256) return true;
+  if (st.isFile()) {
+    const existing = fs.readFileSync(file);
+    if (crypto.createHash('sha256').update(existing).digest('hex') === sha256) return true;
+  }
   throw new ExportError(
     `refusing to replace the published export file ${file} with different content (was the mirror recreated? use a fresh CONVO_MIRROR_EXPORT_DIR)`,
     { file },
@@ -325,67 +396,75 @@ function mkdirDurable(root: string, rel: string): void {
   }
 }
 
-function fsyncDir(dir: string): void {
-  const dfd = fs.openSync(dir, 'r');
+/**
+ * Makes sure `<root>/.convo-mirror-tmp/` is a directory, then removes the leftovers of an
+ * interrupted publication in it: regular files with a name convo-mirror generates. Nothing else,
+ * there or anywhere, is removed.
+ *
+ * @returns the temp directory's absolute path
+ * @throws {@link ExportError} naming it when it is not a directory (a symlink, a file) or cannot be
+ *   created or cleaned
+ */
+function prepareTempDir(root: string): string {
+  const temp = path.join(root, TEMP_DIR);
+  let st: fs.Stats | undefined;
   try {
-    fs.fsyncSync(dfd);
-  } finally {
-    fs.closeSync(dfd);
+    st = fs.lstatSync(temp);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+      throw new ExportError(`cannot use the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
+    }
   }
+  if (st && !st.isDirectory()) {
+    throw new ExportError(
+      `${temp} is not a directory (${kindOf(st)}): that name is reserved for convo-mirror's temp files; move it away`,
+      { dir: temp },
+    );
+  }
+  try {
+    if (!st) mkdirDurable(root, TEMP_DIR);
+    for (const e of fs.readdirSync(temp, { withFileTypes: true })) {
+      if (e.isFile() && isTempName(e.name)) fs.unlinkSync(path.join(temp, e.name));
+    }
+  } catch (err) {
+    throw new ExportError(`cannot prepare the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
+  }
+  return temp;
+}
+
+/** What kind of file `st` describes, in words. */
+function kindOf(st: fs.Stats | fs.Dirent): string {
+  if (st.isSymbolicLink()) return 'symbolic link';
+  if (st.isDirectory()) return 'directory';
+  if (st.isFile()) return 'regular file';
+  if (st.isFIFO()) return 'FIFO';
+  if (st.isSocket()) return 'socket';
+  return 'device';
 }
 
 /**
- * Writes `data` to `<root>/<rel>` atomically: temp file in the same directory, fsync, rename over
- * the final name, fsync the directory.
+ * Writes `data` as `<root>/manifest.json` atomically: temp file in `.convo-mirror-tmp/`, fsync,
+ * rename over the final name, fsync of the export directory.
  *
  * @throws {@link ExportError} naming the file
  */
-export function publishAtomically(root: string, rel: string, data: Buffer): void {
-  const final = path.join(root, rel);
-  const dir = path.dirname(final);
-  const tmp = path.join(dir, `.${path.basename(final)}.${process.pid}.tmp`);
+function publishManifest(target: Target, data: Buffer): void {
+  const final = path.join(target.root, MANIFEST);
+  const tmp = path.join(target.temp, manifestTempName());
+  let fd: number;
   try {
-    fs.mkdirSync(dir, { recursive: true });
-    const fd = fs.openSync(tmp, 'w', 0o644);
-    try {
-      let off = 0;
-      while (off < data.length) off += fs.writeSync(fd, data, off, data.length - off);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(tmp, final);
-    fsyncDir(dir);
+    fd = fs.openSync(tmp, 'wx', 0o644);
   } catch (err) {
-    try {
-      fs.rmSync(tmp, { force: true });
-    } catch {
-      /* best effort */
-    }
+    throw new ExportError(`cannot create the temp file ${tmp}: ${(err as Error).message}`, { file: tmp }, err);
+  }
+  try {
+    writeAll(fd, data);
+  } catch (err) {
+    fs.closeSync(fd);
+    fs.rmSync(tmp, { force: true });
     throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
   }
-}
-
-/** Every file below `root` (depth first), with its path relative to `root`, `/`-separated. */
-function* walkFiles(root: string, rel = ''): Generator<{ abs: string; rel: string; name: string }> {
-  let entries: fs.Dirent[];
-  try {
-    entries = fs.readdirSync(path.join(root, rel), { withFileTypes: true });
-  } catch {
-    return;
-  }
-  for (const e of entries) {
-    const r = rel ? `${rel}/${e.name}` : e.name;
-    if (e.isDirectory()) yield* walkFiles(root, r);
-    else yield { abs: path.join(root, r), rel: r, name: e.name };
-  }
-}
-
-const isTempFile = (name: string) => name.startsWith('.') && name.endsWith('.tmp');
-
-/** Removes temp files an interrupted publication left behind (never a published file). */
-function removeTempFiles(root: string): void {
-  for (const f of walkFiles(root)) if (isTempFile(f.name)) fs.rmSync(f.abs, { force: true });
+  renameIntoPlace(target, fd, tmp, final);
 }
 
 /** The manifest document. */
@@ -411,15 +490,15 @@ function manifestOf(mirror: Mirror, mirrorId: string, extra: ExportFile[], water
   return { format: 'convo-mirror-exports', version: 1, mirror_id: mirrorId, watermark, files };
 }
 
-function writeManifestIfChanged(root: string, manifest: Manifest): void {
+function writeManifestIfChanged(target: Target, manifest: Manifest): void {
   const data = Buffer.from(JSON.stringify(manifest, null, 2) + '\n', 'utf8');
   try {
-    const current = fs.readFileSync(path.join(root, MANIFEST));
+    const current = fs.readFileSync(path.join(target.root, MANIFEST));
     if (current.equals(data)) return;
   } catch {
     /* missing: write it */
   }
-  publishAtomically(root, MANIFEST, data);
+  publishManifest(target, data);
 }
 
 /** A problem found by {@link verifyExports}. */
@@ -431,7 +510,8 @@ export interface VerifyProblem {
 
 /**
  * Checks the export directory against the mirror's record: every recorded file exists with its
- * size, line count and SHA-256; no `.jsonl` file is unlisted; no temp file lingers.
+ * size, line count and SHA-256; no unrecorded file lies in `messages/` or `conversations/`; no
+ * temp file lingers in `.convo-mirror-tmp/`.
  *
  * @returns the problems found (empty when the exports are intact)
  */
@@ -455,9 +535,34 @@ export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[
     for (let i = buf.indexOf(10); i !== -1; i = buf.indexOf(10, i + 1)) n++;
     if (n !== f.lines) problems.push({ path: f.path, problem: 'lines', detail: `${n} lines, expected ${f.lines}` });
   }
-  for (const f of walkFiles(root)) {
-    if (isTempFile(f.name)) problems.push({ path: f.rel, problem: 'temp' });
-    else if (f.name.endsWith('.jsonl') && !listed.has(f.rel)) problems.push({ path: f.rel, problem: 'unlisted' });
+  for (const stream of STREAM_DIRS) {
+    for (const f of walkEntries(root, stream)) if (!listed.has(f)) problems.push({ path: f, problem: 'unlisted' });
   }
+  let temps: string[] = [];
+  try {
+    temps = fs.readdirSync(path.join(root, TEMP_DIR)).sort();
+  } catch {
+    /* no temp directory */
+  }
+  for (const name of temps) problems.push({ path: `${TEMP_DIR}/${name}`, problem: 'temp' });
   return problems;
+}
+
+/**
+ * Every entry that is not a directory below `<root>/<rel>` (symlinks are listed, never followed),
+ * as `/`-separated paths relative to `root`, in name order.
+ */
+function* walkEntries(root: string, rel: string): Generator<string> {
+  let entries: fs.Dirent[];
+  try {
+    entries = fs.readdirSync(path.join(root, rel), { withFileTypes: true });
+  } catch {
+    return;
+  }
+  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const e of entries) {
+    const r = `${rel}/${e.name}`;
+    if (e.isDirectory()) yield* walkEntries(root, r);
+    else yield r;
+  }
 }
