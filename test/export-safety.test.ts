@@ -10,6 +10,7 @@ import { FakeWorkspace } from '../src/fake-api/index.js';
 import { assertSafeExportDir, MANIFEST, publishChanges, TEMP_DIR, verifyExports } from '../src/export/exporter.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError } from '../src/errors.js';
+import { GROUP_READABLE_MODES } from '../src/private-fs.js';
 import { ACCOUNT_ID, harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
@@ -257,5 +258,79 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
       new RegExp(`${path.join(h.exportDir, TEMP_DIR)} is not a directory \\(symbolic link\\).*reserved for convo-mirror's temp files`),
     );
     expect(fs.readdirSync(elsewhere)).toEqual([]);
+  });
+});
+
+/**
+ * Runs `f` (synchronous, so nothing else runs meanwhile) under `mask`. Vitest 4 runs test files in
+ * forked child processes (the default pool, `forks`), where process.umask(mask) is allowed; worker
+ * threads would throw ERR_WORKER_UNSUPPORTED_OPERATION here.
+ */
+function withUmask<T>(mask: number, f: () => T): T {
+  const before = process.umask(mask);
+  try {
+    return f();
+  } finally {
+    process.umask(before);
+  }
+}
+
+const modeOf = (p: string) => fs.lstatSync(p).mode & 0o7777;
+
+/** Modes of every directory and file below `root` (itself excluded), relative path → mode. */
+function modesBelow(root: string): Map<string, number> {
+  const out = new Map<string, number>();
+  const walk = (rel: string) => {
+    for (const e of fs.readdirSync(path.join(root, rel), { withFileTypes: true })) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      out.set(r, modeOf(path.join(root, r)));
+      if (e.isDirectory()) walk(r);
+    }
+  };
+  walk('');
+  return out;
+}
+
+describe('modes of what publication creates, whatever the umask', () => {
+  for (const [name, modes, expected] of [
+    ['private (default)', undefined, { file: 0o600, dir: 0o700 }],
+    ['GROUP_READABLE_MODES', GROUP_READABLE_MODES, { file: 0o640, dir: 0o750 }],
+  ] as const) {
+    for (const mask of [0, 0o777]) {
+      it(`${name}, umask ${mask.toString(8).padStart(4, '0')}: files ${expected.file.toString(8)}, directories ${expected.dir.toString(8)}, the export root and its missing parents included`, async () => {
+        const ws = FakeWorkspace.fromCounts([12, 3]);
+        const h = await start({ workspace: ws });
+        await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+        const root = path.join(h.dir, 'new-parent', 'exports');
+        const res = withUmask(mask, () => publishChanges(h.mirror, { exportDir: root, ...(modes ? { modes } : {}) }));
+        expect(res.files.length).toBeGreaterThan(1);
+        expect(modeOf(path.join(h.dir, 'new-parent'))).toBe(expected.dir);
+        expect(modeOf(root)).toBe(expected.dir);
+        const below = modesBelow(root);
+        expect(below.get(TEMP_DIR)).toBe(expected.dir);
+        expect(below.get(MANIFEST)).toBe(expected.file);
+        for (const f of res.files) expect(below.get(f.path), f.path).toBe(expected.file);
+        for (const [p, m] of below) {
+          const isDir = fs.lstatSync(path.join(root, p)).isDirectory();
+          expect(m, p).toBe(isDir ? expected.dir : expected.file);
+        }
+        expect([...below.keys()].filter((p) => fs.lstatSync(path.join(root, p)).isDirectory()).length).toBeGreaterThanOrEqual(7);
+      });
+    }
+  }
+
+  it('leaves an existing export root and existing partition directories as they are', async () => {
+    const ws = FakeWorkspace.fromCounts([5]);
+    const h = await start({ workspace: ws });
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    fs.mkdirSync(path.join(h.exportDir, 'messages'), { recursive: true });
+    fs.chmodSync(h.exportDir, 0o755);
+    fs.chmodSync(path.join(h.exportDir, 'messages'), 0o711);
+    withUmask(0, () => publishChanges(h.mirror, { exportDir: h.exportDir }));
+    expect(modeOf(h.exportDir)).toBe(0o755);
+    expect(modeOf(path.join(h.exportDir, 'messages'))).toBe(0o711);
+    expect(modeOf(path.join(h.exportDir, 'conversations'))).toBe(0o700);
+    expect(modeOf(path.join(h.exportDir, TEMP_DIR))).toBe(0o700);
+    expect(modeOf(path.join(h.exportDir, MANIFEST))).toBe(0o600);
   });
 });

@@ -25,14 +25,17 @@ import type { Logger } from 'pino';
 import type { Mirror } from '../store/mirror.js';
 import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
-import { fsyncDir } from '../private-fs.js';
+import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
 import { MANIFEST, STREAM_DIRS, TEMP_DIR, assertSafeExportDir, isTempName, manifestTempName, partitionTempName } from './paths.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
-  /** Root directory of the exports; created if missing. */
+  /**
+   * Root directory of the exports; created if missing (with any missing parents). It must pass
+   * {@link assertSafeExportDir} for the mirror's database file.
+   */
   exportDir: string;
   /** Most lines in one file; a larger partition is split. @defaultValue 100000 */
   maxLinesPerFile?: number;
@@ -40,6 +43,14 @@ export interface ExportOptions {
   runId?: number | null;
   clock?: Clock;
   logger?: Logger | undefined;
+  /**
+   * Modes of every file (data files, manifest) and directory (the export root and its missing
+   * parents, partition directories, `.convo-mirror-tmp/`) that publication creates, set exactly
+   * whatever the umask. Existing directories are left as they are. The CLI passes
+   * `fileModes(config.groupReadable)`.
+   * @defaultValue {@link PRIVATE_MODES} (files 0600, directories 0700)
+   */
+  modes?: FileModes;
   /**
    * Test hook (a failpoint): called at `point` with the absolute path of the file being published.
    * Whatever it throws propagates unchanged and nothing is cleaned up, so the files on disk stay as
@@ -107,14 +118,15 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   const clock = opts.clock ?? systemClock;
   const maxLines = opts.maxLinesPerFile ?? 100_000;
   const dir = path.resolve(opts.exportDir);
+  const modes = opts.modes ?? PRIVATE_MODES;
   try {
-    mkdirDurable(path.dirname(dir), path.basename(dir));
+    mkdirPrivate(dir, modes, { durable: true });
   } catch (err) {
     throw new ExportError(`cannot create the export directory ${dir}: ${(err as Error).message}`, { dir }, err);
   }
   const mirrorId = mirror.mirrorId();
   assertOwnedBy(dir, mirrorId);
-  const target: Target = { root: dir, temp: prepareTempDir(dir), failpoint: opts.failpoint };
+  const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
 
   // 1. Plan (or find the planned, unpublished) batch.
   const plan = db.transaction(() => {
@@ -192,6 +204,8 @@ interface Target {
   root: string;
   /** Absolute `<root>/.convo-mirror-tmp`. */
   temp: string;
+  /** Modes of the files and directories created. */
+  modes: FileModes;
   failpoint: ExportOptions['failpoint'];
 }
 
@@ -222,12 +236,12 @@ class PartitionWriter {
     this.dirAbs = path.join(target.root, rel);
     this.tmp = path.join(target.temp, partitionTempName(first.stream, batchId, first.seq));
     try {
-      mkdirDurable(target.root, rel);
+      mkdirPrivate(this.dirAbs, target.modes, { durable: true });
     } catch (err) {
       throw new ExportError(`cannot create the export directory ${this.dirAbs}: ${(err as Error).message}`, { dir: this.dirAbs }, err);
     }
     try {
-      this.fd = fs.openSync(this.tmp, 'wx', 0o644);
+      this.fd = createPrivateFile(this.tmp, target.modes);
     } catch (err) {
       throw new ExportError(`cannot create the temp file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
     }
@@ -374,29 +388,6 @@ function assertOwnedBy(dir: string, mirrorId: string): void {
 }
 
 /**
- * Creates `rel` (a `/`-separated path) below `root`, fsyncing the parent of every directory it
- * creates, so a new partition directory survives a power cut as surely as the files in it.
- */
-function mkdirDurable(root: string, rel: string): void {
-  let current = root;
-  if (!fs.existsSync(root)) {
-    mkdirDurable(path.dirname(root), path.basename(root));
-  }
-  for (const part of rel.split('/').filter(Boolean)) {
-    const next = path.join(current, part);
-    if (!fs.existsSync(next)) {
-      try {
-        fs.mkdirSync(next);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      }
-      fsyncDir(current);
-    }
-    current = next;
-  }
-}
-
-/**
  * Makes sure `<root>/.convo-mirror-tmp/` is a directory, then removes the leftovers of an
  * interrupted publication in it: regular files with a name convo-mirror generates. Nothing else,
  * there or anywhere, is removed.
@@ -405,7 +396,7 @@ function mkdirDurable(root: string, rel: string): void {
  * @throws {@link ExportError} naming it when it is not a directory (a symlink, a file) or cannot be
  *   created or cleaned
  */
-function prepareTempDir(root: string): string {
+function prepareTempDir(root: string, modes: FileModes): string {
   const temp = path.join(root, TEMP_DIR);
   let st: fs.Stats | undefined;
   try {
@@ -422,7 +413,7 @@ function prepareTempDir(root: string): string {
     );
   }
   try {
-    if (!st) mkdirDurable(root, TEMP_DIR);
+    if (!st) mkdirPrivate(temp, modes, { durable: true });
     for (const e of fs.readdirSync(temp, { withFileTypes: true })) {
       if (e.isFile() && isTempName(e.name)) fs.unlinkSync(path.join(temp, e.name));
     }
@@ -453,7 +444,7 @@ function publishManifest(target: Target, data: Buffer): void {
   const tmp = path.join(target.temp, manifestTempName());
   let fd: number;
   try {
-    fd = fs.openSync(tmp, 'wx', 0o644);
+    fd = createPrivateFile(tmp, target.modes);
   } catch (err) {
     throw new ExportError(`cannot create the temp file ${tmp}: ${(err as Error).message}`, { file: tmp }, err);
   }
