@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { assertSafeExportDir, MANIFEST, publishChanges, TEMP_DIR, verifyExports } from '../src/export/exporter.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
-import { ConfigError } from '../src/errors.js';
+import { ConfigError, ExportError } from '../src/errors.js';
 import { GROUP_READABLE_MODES } from '../src/private-fs.js';
 import { ACCOUNT_ID, harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
@@ -332,5 +332,67 @@ describe('modes of what publication creates, whatever the umask', () => {
     expect(modeOf(path.join(h.exportDir, 'conversations'))).toBe(0o700);
     expect(modeOf(path.join(h.exportDir, TEMP_DIR))).toBe(0o700);
     expect(modeOf(path.join(h.exportDir, MANIFEST))).toBe(0o600);
+  });
+});
+
+describe('a manifest.json convo-mirror did not write is never overwritten', () => {
+  const garbage: [string, (file: string) => void, RegExp][] = [
+    ['not JSON', (f) => fs.writeFileSync(f, 'my shopping list\n'), /is not a convo-mirror manifest \(not JSON\)/],
+    ['JSON of another program', (f) => fs.writeFileSync(f, '{"name":"my-app","version":"1.0.0"}\n'), /is not a convo-mirror manifest \(format absent, expected "convo-mirror-exports"\)/],
+    ['a JSON array', (f) => fs.writeFileSync(f, '[]'), /is not a convo-mirror manifest \(format absent/],
+    ['another format', (f) => fs.writeFileSync(f, '{"format":"other-exports","mirror_id":"x"}'), /format "other-exports"/],
+    ['a newer manifest version', (f) => fs.writeFileSync(f, '{"format":"convo-mirror-exports","version":2}'), /manifest version 2/],
+    ['a directory', (f) => fs.mkdirSync(f), /is not a regular file \(directory\)/],
+    ['a symlink', (f) => fs.symlinkSync(path.join(path.dirname(f), 'README'), f), /is not a regular file \(symbolic link\)/],
+  ];
+  for (const [what, make, why] of garbage) {
+    it(`refuses a manifest.json that is ${what}, before writing anything`, async () => {
+      const h = await start({ workspace: FakeWorkspace.fromCounts([6, 2]) });
+      await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+      fs.mkdirSync(h.exportDir);
+      fs.writeFileSync(path.join(h.exportDir, 'README'), 'exports of the BI team\n');
+      const file = path.join(h.exportDir, MANIFEST);
+      make(file);
+      const before = fs.lstatSync(file).isFile() ? fs.readFileSync(file) : undefined;
+      let err: unknown;
+      try {
+        publishChanges(h.mirror, { exportDir: h.exportDir });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(ExportError);
+      expect((err as Error).message).toMatch(why);
+      expect((err as Error).message).toContain(`${file} `);
+      expect((err as Error).message).toMatch(/move it away, or choose another CONVO_MIRROR_EXPORT_DIR$/);
+      if (before) expect(fs.readFileSync(file).equals(before)).toBe(true);
+      expect(fs.readdirSync(h.exportDir).sort()).toEqual(['README', MANIFEST]);
+      expect(h.mirror.counts().export_watermark).toBe(0);
+    });
+  }
+
+  it('a sync over a garbage manifest fails with that error, and the manifest keeps its bytes', async () => {
+    const h = await start({ workspace: FakeWorkspace.fromCounts([6]) });
+    await h.sync();
+    const file = path.join(h.exportDir, MANIFEST);
+    fs.writeFileSync(file, '{ truncated');
+    await expect(h.sync()).rejects.toThrowError(new RegExp(`${file} is not a convo-mirror manifest \\(not JSON\\)`));
+    expect(fs.readFileSync(file, 'utf8')).toBe('{ truncated');
+    const runs = h.mirror.db.prepare(`SELECT status FROM runs ORDER BY id`).all() as { status: string }[];
+    expect(runs.map((r) => r.status)).toEqual(['succeeded', 'failed']);
+  });
+
+  it('a missing manifest is rewritten from the mirror, byte for byte; files of others beside it are left alone', async () => {
+    const h = await start({ workspace: FakeWorkspace.fromCounts([6, 130]) });
+    fs.mkdirSync(h.exportDir);
+    fs.writeFileSync(path.join(h.exportDir, 'README'), 'exports of the BI team\n');
+    await h.sync();
+    const file = path.join(h.exportDir, MANIFEST);
+    const bytes = fs.readFileSync(file);
+    fs.rmSync(file);
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    expect(res.files).toEqual([]);
+    expect(fs.readFileSync(file).equals(bytes)).toBe(true);
+    expect(fs.readFileSync(path.join(h.exportDir, 'README'), 'utf8')).toBe('exports of the BI team\n');
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 });

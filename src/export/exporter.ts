@@ -26,7 +26,7 @@ import type { Mirror } from '../store/mirror.js';
 import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
-import { MANIFEST, STREAM_DIRS, TEMP_DIR, assertSafeExportDir, isTempName, manifestTempName, partitionTempName } from './paths.js';
+import { MANIFEST, STREAM_DIRS, TEMP_DIR, assertSafeExportDir, isTempName, kindOf, manifestTempName, partitionTempName } from './paths.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 
@@ -366,23 +366,46 @@ function publishedIdentically(file: string, sha256: string): boolean {
 }
 
 /**
- * Refuses an export directory whose manifest belongs to another mirror: the two change logs' seq
- * numbers would collide.
+ * Refuses an export directory whose `manifest.json` convo-mirror would have to overwrite without
+ * having written it: not a regular file, not JSON, not a convo-mirror manifest (`format`), a newer
+ * manifest version, or the manifest of another mirror (the two change logs' seq numbers would
+ * collide). A missing manifest is fine: it is (re)written from the mirror's records.
  *
- * @throws {@link ExportError} naming both ids and the directory
+ * @throws {@link ExportError} naming the manifest file (and, for another mirror, both ids)
  */
 function assertOwnedBy(dir: string, mirrorId: string): void {
-  let manifest: Partial<Manifest>;
+  const file = path.join(dir, MANIFEST);
+  const refuse = (why: string) =>
+    new ExportError(
+      `${file} ${why}; convo-mirror never overwrites a file it did not write: move it away, or choose another CONVO_MIRROR_EXPORT_DIR`,
+      { file },
+    );
+  let text: string;
   try {
-    manifest = JSON.parse(fs.readFileSync(path.join(dir, MANIFEST), 'utf8')) as Partial<Manifest>;
-  } catch {
-    return; // no manifest yet: a fresh directory
+    const st = fs.lstatSync(file);
+    if (!st.isFile()) throw refuse(`is not a regular file (${kindOf(st)})`);
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    if (err instanceof ExportError) throw err;
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // no manifest yet, or removed: rewritten
+    throw new ExportError(`cannot read ${file}: ${(err as Error).message}`, { file }, err);
   }
-  if (manifest.mirror_id !== mirrorId) {
+  let manifest: unknown;
+  try {
+    manifest = JSON.parse(text);
+  } catch {
+    throw refuse('is not a convo-mirror manifest (not JSON)');
+  }
+  const m = (typeof manifest === 'object' && manifest !== null && !Array.isArray(manifest) ? manifest : {}) as Partial<Manifest>;
+  if (m.format !== 'convo-mirror-exports') {
+    throw refuse(`is not a convo-mirror manifest (format ${m.format === undefined ? 'absent' : JSON.stringify(m.format)}, expected "convo-mirror-exports")`);
+  }
+  if (m.version !== 1) throw refuse(`has manifest version ${JSON.stringify(m.version)}, which this convo-mirror does not know (it writes 1)`);
+  if (m.mirror_id !== mirrorId) {
     throw new ExportError(
-      `the export directory ${dir} holds the exports of another mirror (mirror id ${manifest.mirror_id ?? 'unknown'}, this mirror is ${mirrorId}): ` +
+      `the export directory ${dir} holds the exports of another mirror (mirror id ${m.mirror_id ?? 'unknown'} in ${file}, this mirror is ${mirrorId}): ` +
         'point CONVO_MIRROR_EXPORT_DIR at a fresh directory, or CONVO_MIRROR_DB at the mirror that wrote it',
-      { dir, mirror_id: mirrorId, manifest_mirror_id: manifest.mirror_id },
+      { dir, file, mirror_id: mirrorId, manifest_mirror_id: m.mirror_id },
     );
   }
 }
@@ -421,16 +444,6 @@ function prepareTempDir(root: string, modes: FileModes): string {
     throw new ExportError(`cannot prepare the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
   }
   return temp;
-}
-
-/** What kind of file `st` describes, in words. */
-function kindOf(st: fs.Stats | fs.Dirent): string {
-  if (st.isSymbolicLink()) return 'symbolic link';
-  if (st.isDirectory()) return 'directory';
-  if (st.isFile()) return 'regular file';
-  if (st.isFIFO()) return 'FIFO';
-  if (st.isSocket()) return 'socket';
-  return 'device';
 }
 
 /**

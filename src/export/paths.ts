@@ -42,6 +42,16 @@ export function isTempName(name: string): boolean {
   return TEMP_NAME_RE.test(name);
 }
 
+/** What kind of file an `lstat` result (or a directory entry) describes, in words: `symbolic link`, `directory`... */
+export function kindOf(st: fs.Stats | fs.Dirent): string {
+  if (st.isSymbolicLink()) return 'symbolic link';
+  if (st.isDirectory()) return 'directory';
+  if (st.isFile()) return 'regular file';
+  if (st.isFIFO()) return 'FIFO';
+  if (st.isSocket()) return 'socket';
+  return 'device';
+}
+
 /** A path made absolute and canonical as far as it exists. */
 interface Canonical {
   /** The realpath of the longest existing prefix, with the missing rest appended (`.`/`..` applied). */
