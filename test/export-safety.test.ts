@@ -7,7 +7,16 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { assertSafeExportDir, MANIFEST, publishChanges, TEMP_DIR, verifyExports } from '../src/export/exporter.js';
+import {
+  assertSafeExportDir,
+  MANIFEST,
+  publishChanges,
+  recordedManifest,
+  renderManifest,
+  TEMP_DIR,
+  verifyExports,
+  type Manifest,
+} from '../src/export/exporter.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError, ExportError } from '../src/errors.js';
 import { GROUP_READABLE_MODES } from '../src/private-fs.js';
@@ -393,6 +402,182 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
     expect(res.files).toEqual([]);
     expect(fs.readFileSync(file).equals(bytes)).toBe(true);
     expect(fs.readFileSync(path.join(h.exportDir, 'README'), 'utf8')).toBe('exports of the BI team\n');
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+});
+
+describe('verifyExports trusts nothing on disk', () => {
+  /** A mirror with two published batches, several partitions, and its intact exports. */
+  async function published(): Promise<Harness> {
+    const ws = FakeWorkspace.fromCounts([30, 120, 4]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[1]!;
+    ws.appendMessages(c.id, 3);
+    ws.editMessage(c.id, c.messages[110]!.id, 'edited');
+    await h.sync();
+    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM export_files`).get()).toEqual({ n: 4 });
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    return h;
+  }
+  const manifestFile = (h: Harness) => path.join(h.exportDir, MANIFEST);
+  const readManifest = (h: Harness) => JSON.parse(fs.readFileSync(manifestFile(h), 'utf8')) as Manifest;
+  const writeManifest = (h: Harness, m: unknown) => fs.writeFileSync(manifestFile(h), JSON.stringify(m, null, 2) + '\n');
+  const firstMessagesFile = (h: Harness) => readManifest(h).files.find((f) => f.stream === 'messages')!.path;
+
+  it('nothing published and no export directory: no problem; an export directory without a manifest: manifest missing', async () => {
+    const h = await start({ workspace: FakeWorkspace.fromCounts([3]) });
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    fs.mkdirSync(h.exportDir);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing' }]);
+  });
+
+  it('published, then the whole export directory gone: the manifest and every file missing', async () => {
+    const h = await published();
+    fs.rmSync(h.exportDir, { recursive: true });
+    const found = verifyExports(h.mirror, h.exportDir);
+    expect(found).toHaveLength(5);
+    expect(found.every((p) => p.problem === 'missing' && p.detail === `${h.exportDir} does not exist`)).toBe(true);
+    expect(found[0]!.path).toBe(MANIFEST);
+  });
+
+  it('a deleted manifest', async () => {
+    const h = await published();
+    fs.rmSync(manifestFile(h));
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing' }]);
+  });
+
+  it('a garbage manifest', async () => {
+    const h = await published();
+    fs.writeFileSync(manifestFile(h), 'my shopping list\n');
+    const found = verifyExports(h.mirror, h.exportDir);
+    expect(found).toEqual([{ path: MANIFEST, problem: 'unparsable', detail: expect.stringMatching(/JSON/) }]);
+  });
+
+  it('a manifest with one edited sha256, the data file untouched', async () => {
+    const h = await published();
+    const m = readManifest(h);
+    const i = 2;
+    const f = m.files[i]!;
+    const forged = f.sha256.replace(/^./, (c) => (c === '0' ? '1' : '0'));
+    m.files[i] = { ...f, sha256: forged };
+    writeManifest(h, m);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: MANIFEST, problem: 'altered', detail: `files[${i}].sha256 differs for ${f.path}: "${forged}", the mirror says "${f.sha256}"` },
+    ]);
+  });
+
+  it('a manifest with another watermark, mirror id, a file dropped, an extra field, or only reformatted', async () => {
+    const h = await published();
+    const good = readManifest(h);
+    const cases: [unknown, string][] = [
+      [{ ...good, watermark: good.watermark - 10 }, `watermark ${good.watermark - 10}, the mirror says ${good.watermark}`],
+      [{ ...good, mirror_id: 'f'.repeat(32) }, `mirror_id "${'f'.repeat(32)}", the mirror says "${good.mirror_id}"`],
+      [{ ...good, files: good.files.slice(1) }, `files[0].path ${JSON.stringify(good.files[1]!.path)}, the mirror says ${JSON.stringify(good.files[0]!.path)}`],
+      [{ ...good, files: good.files.slice(0, 3) }, `files[3] missing: the mirror lists ${good.files[3]!.path} (4 files, the manifest 3)`],
+      [{ ...good, files: [...good.files, { ...good.files[0]!, path: 'messages/x.jsonl' }] }, `files[4] not recorded by the mirror: "messages/x.jsonl"`],
+      [{ ...good, note: 'hi' }, `unexpected field "note"`],
+      [{ ...good, files: good.files.map((f, i) => (i === 1 ? { ...f, lines: f.lines + 1 } : f)) }, `files[1].lines differs for ${good.files[1]!.path}: ${good.files[1]!.lines + 1}, the mirror says ${good.files[1]!.lines}`],
+    ];
+    for (const [m, detail] of cases) {
+      writeManifest(h, m);
+      expect(verifyExports(h.mirror, h.exportDir), detail).toEqual([{ path: MANIFEST, problem: 'altered', detail }]);
+    }
+    fs.writeFileSync(manifestFile(h), JSON.stringify(good) + '\n');
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'altered', detail: 'same content, different bytes from byte 1 (formatting)' }]);
+    // and the exact bytes again: intact
+    fs.writeFileSync(manifestFile(h), renderManifest(recordedManifest(h.mirror)));
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+
+  it('a removed data file, and a byte appended to another', async () => {
+    const h = await published();
+    const [a, b] = readManifest(h).files;
+    fs.rmSync(path.join(h.exportDir, a!.path));
+    fs.appendFileSync(path.join(h.exportDir, b!.path), 'x');
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: a!.path, problem: 'missing' },
+      { path: b!.path, problem: 'size', detail: `${b!.bytes + 1} bytes, expected ${b!.bytes}` },
+      { path: b!.path, problem: 'sha256' },
+    ]);
+    fs.appendFileSync(path.join(h.exportDir, b!.path), '\n');
+    expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['missing', 'size', 'sha256', 'lines']);
+  });
+
+  it('an unlisted notes.txt, dotfile and .tmp file in messages/…, but not a README or .tmp file at the root', async () => {
+    const h = await published();
+    const dir = path.dirname(firstMessagesFile(h));
+    fs.writeFileSync(path.join(h.exportDir, dir, 'notes.txt'), 'mine');
+    fs.writeFileSync(path.join(h.exportDir, dir, '.hidden'), '');
+    fs.writeFileSync(path.join(h.exportDir, 'messages', '.x.jsonl.123.tmp'), '');
+    fs.writeFileSync(path.join(h.exportDir, 'README'), 'exports of the BI team\n');
+    fs.writeFileSync(path.join(h.exportDir, '.x.jsonl.123.tmp'), '');
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: 'messages/.x.jsonl.123.tmp', problem: 'unlisted' },
+      { path: `${dir}/.hidden`, problem: 'unlisted' },
+      { path: `${dir}/notes.txt`, problem: 'unlisted' },
+    ]);
+    // publication leaves all of them alone
+    publishChanges(h.mirror, { exportDir: h.exportDir });
+    for (const p of [`${dir}/notes.txt`, `${dir}/.hidden`, 'messages/.x.jsonl.123.tmp', 'README', '.x.jsonl.123.tmp']) {
+      expect(fs.existsSync(path.join(h.exportDir, p)), p).toBe(true);
+    }
+  });
+
+  it('a symlink in a partition is unlisted and never followed; a recorded file replaced by a symlink to identical bytes is not trusted', async () => {
+    const h = await published();
+    const outside = scratch();
+    const rel = firstMessagesFile(h);
+    const dir = path.dirname(rel);
+    // a symlink out of the export directory, to a file and to a directory
+    fs.writeFileSync(path.join(outside, 'secret.jsonl'), 'x\n');
+    fs.symlinkSync(path.join(outside, 'secret.jsonl'), path.join(h.exportDir, dir, 'link.jsonl'));
+    fs.symlinkSync(outside, path.join(h.exportDir, 'conversations', 'elsewhere'));
+    // the recorded file moved out and symlinked back: same bytes, not a regular file
+    fs.renameSync(path.join(h.exportDir, rel), path.join(outside, 'copy.jsonl'));
+    fs.symlinkSync(path.join(outside, 'copy.jsonl'), path.join(h.exportDir, rel));
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: rel, problem: 'not-regular', detail: 'symbolic link, expected a regular file' },
+      { path: `${dir}/link.jsonl`, problem: 'unlisted', detail: 'symbolic link, not followed' },
+      { path: 'conversations/elsewhere', problem: 'unlisted', detail: 'symbolic link, not followed' },
+    ]);
+  });
+
+  it('a partition directory replaced by a symlink to a copy: its files are not trusted, the symlink is unlisted', async () => {
+    const h = await published();
+    const rel = firstMessagesFile(h);
+    const account = rel.split('/').slice(0, 2).join('/');
+    const outside = scratch();
+    fs.cpSync(path.join(h.exportDir, account), path.join(outside, 'copy'), { recursive: true });
+    fs.rmSync(path.join(h.exportDir, account), { recursive: true });
+    fs.symlinkSync(path.join(outside, 'copy'), path.join(h.exportDir, account));
+    const found = verifyExports(h.mirror, h.exportDir);
+    const messages = readManifest(h).files.filter((f) => f.stream === 'messages');
+    expect(found).toEqual([
+      ...messages.map((f) => ({ path: f.path, problem: 'not-regular', detail: `reached through the symbolic link ${account}, not followed` })),
+      { path: account, problem: 'unlisted', detail: 'symbolic link, not followed' },
+    ]);
+  });
+
+  it('a publication interrupted after its files and manifest, before its record: verify says so; the next sync completes it', async () => {
+    const ws = FakeWorkspace.fromCounts([10]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    ws.appendMessages(ws.list()[0]!.id, 2);
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    class Crash extends Error {}
+    expect(() =>
+      publishChanges(h.mirror, {
+        exportDir: h.exportDir,
+        failpoint: (p) => {
+          if (p === 'before-record') throw new Crash();
+        },
+      }),
+    ).toThrow(Crash);
+    const found = verifyExports(h.mirror, h.exportDir);
+    expect(found[0]).toEqual({ path: MANIFEST, problem: 'altered', detail: expect.stringMatching(/^watermark \d+, the mirror says \d+$/) });
+    expect(found.slice(1).map((p) => p.problem)).toEqual(['unlisted', 'unlisted']);
+    await h.sync();
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 });

@@ -26,9 +26,12 @@ import type { Mirror } from '../store/mirror.js';
 import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
-import { MANIFEST, STREAM_DIRS, TEMP_DIR, assertSafeExportDir, isTempName, kindOf, manifestTempName, partitionTempName } from './paths.js';
+import { MANIFEST, TEMP_DIR, assertSafeExportDir, isTempName, kindOf, manifestTempName, partitionTempName } from './paths.js';
+import { manifestOf, renderManifest, type ExportFile, type Manifest } from './manifest.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
+export { recordedManifest, renderManifest, type ExportFile, type Manifest } from './manifest.js';
+export { verifyExports, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
@@ -68,21 +71,6 @@ export interface ExportOptions {
  */
 export type ExportFailpoint = 'before-rename' | 'before-record';
 
-/** One published file, as recorded in `export_files` and the manifest. */
-export interface ExportFile {
-  /** Relative to the export directory, `/`-separated. */
-  path: string;
-  stream: string;
-  account_id: string;
-  date: string;
-  first_seq: number;
-  last_seq: number;
-  lines: number;
-  bytes: number;
-  sha256: string;
-  batch_id: number;
-}
-
 /** What one {@link publishChanges} call published. */
 export interface ExportResult {
   /** Files published by this call (empty when nothing was pending). */
@@ -105,10 +93,16 @@ interface ChangeRow {
 
 /**
  * Publishes every change-log row above the exported watermark. Idempotent: with nothing pending it
- * writes no data file (it only repairs a missing or stale manifest).
+ * writes no data file (it only repairs a missing or stale manifest). First it checks the export
+ * directory ({@link assertSafeExportDir}), creates it if missing, checks its manifest is this
+ * mirror's, and removes the leftovers of an interrupted publication from `.convo-mirror-tmp/`
+ * (regular files with names convo-mirror generates; nothing else anywhere).
  *
  * @throws {@link ConfigError} (`CONVO_MIRROR_EXPORT_DIR`) when the export directory is unsafe for
  *   the mirror's database file (`mirror.db.name`), see {@link assertSafeExportDir}; nothing is written
+ * @throws {@link ExportError} naming the file or directory, before anything is written, when
+ *   `manifest.json` is not one this mirror wrote (another program's file, unparsable, another
+ *   format, or another mirror's) or `.convo-mirror-tmp` is not a directory
  * @throws {@link ExportError} naming the file when a write, fsync or rename fails; the watermark is
  *   then unchanged and the next call re-publishes the same batch
  */
@@ -471,31 +465,9 @@ function publishManifest(target: Target, data: Buffer): void {
   renameIntoPlace(target, fd, tmp, final);
 }
 
-/** The manifest document. */
-export interface Manifest {
-  format: 'convo-mirror-exports';
-  version: 1;
-  /** Id of the mirror whose change log these files hold (`mirror_meta.mirror_id`). */
-  mirror_id: string;
-  /** Last change_log.seq contained in the listed files. */
-  watermark: number;
-  /** Every published file, in seq order of first line. */
-  files: ExportFile[];
-}
-
-function manifestOf(mirror: Mirror, mirrorId: string, extra: ExportFile[], watermark: number): Manifest {
-  const known = mirror.db
-    .prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files`)
-    .all() as ExportFile[];
-  const byPath = new Map<string, ExportFile>();
-  for (const f of known) byPath.set(f.path, f);
-  for (const f of extra) byPath.set(f.path, f);
-  const files = [...byPath.values()].sort((a, b) => a.first_seq - b.first_seq || a.path.localeCompare(b.path));
-  return { format: 'convo-mirror-exports', version: 1, mirror_id: mirrorId, watermark, files };
-}
-
+/** Publishes `manifest` unless `manifest.json` already holds exactly its bytes. */
 function writeManifestIfChanged(target: Target, manifest: Manifest): void {
-  const data = Buffer.from(JSON.stringify(manifest, null, 2) + '\n', 'utf8');
+  const data = renderManifest(manifest);
   try {
     const current = fs.readFileSync(path.join(target.root, MANIFEST));
     if (current.equals(data)) return;
@@ -503,70 +475,4 @@ function writeManifestIfChanged(target: Target, manifest: Manifest): void {
     /* missing: write it */
   }
   publishManifest(target, data);
-}
-
-/** A problem found by {@link verifyExports}. */
-export interface VerifyProblem {
-  path: string;
-  problem: 'missing' | 'size' | 'sha256' | 'lines' | 'unlisted' | 'temp';
-  detail?: string;
-}
-
-/**
- * Checks the export directory against the mirror's record: every recorded file exists with its
- * size, line count and SHA-256; no unrecorded file lies in `messages/` or `conversations/`; no
- * temp file lingers in `.convo-mirror-tmp/`.
- *
- * @returns the problems found (empty when the exports are intact)
- */
-export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[] {
-  const root = path.resolve(exportDir);
-  const problems: VerifyProblem[] = [];
-  const recorded = mirror.db.prepare(`SELECT path, lines, bytes, sha256 FROM export_files`).all() as ExportFile[];
-  const listed = new Set(recorded.map((f) => f.path));
-  for (const f of recorded) {
-    let buf: Buffer;
-    try {
-      buf = fs.readFileSync(path.join(root, f.path));
-    } catch {
-      problems.push({ path: f.path, problem: 'missing' });
-      continue;
-    }
-    if (buf.length !== f.bytes) problems.push({ path: f.path, problem: 'size', detail: `${buf.length} bytes, expected ${f.bytes}` });
-    const sha = crypto.createHash('sha256').update(buf).digest('hex');
-    if (sha !== f.sha256) problems.push({ path: f.path, problem: 'sha256' });
-    let n = 0;
-    for (let i = buf.indexOf(10); i !== -1; i = buf.indexOf(10, i + 1)) n++;
-    if (n !== f.lines) problems.push({ path: f.path, problem: 'lines', detail: `${n} lines, expected ${f.lines}` });
-  }
-  for (const stream of STREAM_DIRS) {
-    for (const f of walkEntries(root, stream)) if (!listed.has(f)) problems.push({ path: f, problem: 'unlisted' });
-  }
-  let temps: string[] = [];
-  try {
-    temps = fs.readdirSync(path.join(root, TEMP_DIR)).sort();
-  } catch {
-    /* no temp directory */
-  }
-  for (const name of temps) problems.push({ path: `${TEMP_DIR}/${name}`, problem: 'temp' });
-  return problems;
-}
-
-/**
- * Every entry that is not a directory below `<root>/<rel>` (symlinks are listed, never followed),
- * as `/`-separated paths relative to `root`, in name order.
- */
-function* walkEntries(root: string, rel: string): Generator<string> {
-  let entries: fs.Dirent[];
-  try {
-    entries = fs.readdirSync(path.join(root, rel), { withFileTypes: true });
-  } catch {
-    return;
-  }
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  for (const e of entries) {
-    const r = `${rel}/${e.name}`;
-    if (e.isDirectory()) yield* walkEntries(root, r);
-    else yield r;
-  }
 }
