@@ -239,6 +239,8 @@ export class Mirror {
       tombstoneConversation: p(`UPDATE conversations SET deleted_at = ? WHERE account_id = ? AND id = ? AND deleted_at IS NULL`),
       crawlSeenCount: p(`SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`),
       setCrawledSignal: p(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`),
+      runStatus: p(`SELECT status FROM runs WHERE id = ?`),
+      resumeRun: p(`UPDATE runs SET status = 'running', ended_at = NULL, error = NULL, resumes = resumes + 1 WHERE id = ? AND status = 'interrupted'`),
       deleteRunFailures: p(`DELETE FROM run_failures WHERE run_id = ?`),
       insertRunFailure: p(`INSERT INTO run_failures (run_id, conversation_id, code, status, attempts, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
     };
@@ -265,6 +267,31 @@ export class Mirror {
    */
   markInterruptedRuns(): number {
     return this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(isoNow(this.clock)).changes;
+  }
+
+  /**
+   * Resumes a run whose process died, so its work continues under the same run id: a run
+   * `interrupted` goes back to `running` (`ended_at` and `error` cleared, `resumes` + 1).
+   *
+   * @returns `'running'` when the run is still running (nothing changed), `'resumed'` when it was
+   *   `interrupted` and is running again, `'ended'` when it finished (`succeeded`, `partial`,
+   *   `failed`) or there is no such run (nothing changed)
+   */
+  resumeRun(runId: number): 'running' | 'resumed' | 'ended' {
+    return this.db
+      .transaction((): 'running' | 'resumed' | 'ended' => {
+        const r = this.st.runStatus!.get(runId) as { status: string } | undefined;
+        if (r?.status === 'running') return 'running';
+        if (r?.status !== 'interrupted') return 'ended';
+        this.st.resumeRun!.run(runId);
+        return 'resumed';
+      })
+      .immediate();
+  }
+
+  /** A run's status (`running`, `succeeded`, `partial`, `failed`, `interrupted`); undefined for an unknown id. */
+  runStatus(runId: number): string | undefined {
+    return (this.st.runStatus!.get(runId) as { status: string } | undefined)?.status;
   }
 
   /** Whether a run has ended (any final status). */

@@ -1,0 +1,153 @@
+/**
+ * Store hardening (issue 8): resumed runs.
+ * Real SQLite files in temp dirs.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Mirror } from '../src/store/mirror.js';
+import { MIGRATIONS } from '../src/store/migrations.js';
+import type { Conversation, Message, Page } from '../src/api/schemas.js';
+import { ACCOUNT_ID, harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+
+const pool = harnessPool();
+const dirs: string[] = [];
+const mirrors: Mirror[] = [];
+afterEach(async () => {
+  for (const m of mirrors.splice(0)) m.close();
+  await pool.closeAll();
+  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+});
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
+
+function dir(): string {
+  const d = tempDir();
+  dirs.push(d);
+  return d;
+}
+
+function track(m: Mirror): Mirror {
+  mirrors.push(m);
+  return m;
+}
+
+/** What `f` throws (fails the test when it throws nothing). */
+function thrown(f: () => unknown): unknown {
+  try {
+    f();
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected an error, none was thrown');
+}
+
+// ------------------------------------------------------------------ synthetic API pages
+
+function messagePage(conversationId: string, page: number, count: number, total: number, contentBytes = 120): Page<Message> {
+  const data: Message[] = [];
+  for (let i = 0; i < count; i++) {
+    const n = (page - 1) * 100 + i;
+    data.push({
+      id: `${conversationId}-m${String(n).padStart(5, '0')}`,
+      content: `message ${n} `.padEnd(contentBytes, 'x'),
+      visibility: n % 7 === 0 ? 'internal' : 'global',
+      sender: { id: `s${n % 13}`, name: `Sender ${n % 13}`, type: n % 2 ? 'Customer' : 'Agent' },
+      created_at: new Date(Date.UTC(2025, 0, 1) + n * 60_000).toISOString(),
+    });
+  }
+  return { page, data, raw: data.map((m) => ({ ...m })), meta: { current_page: page, total_count: total, total_pages: Math.max(1, Math.ceil(total / 100)) } };
+}
+
+function conversationPage(convs: Record<string, unknown>[]): Page<Conversation> {
+  return { page: 1, data: convs as Conversation[], raw: convs, meta: { current_page: 1, total_count: convs.length, total_pages: 1 } };
+}
+
+/** Lists, crawls (every page) and completes `conversations` conversations of `perConversation` messages. */
+function fill(m: Mirror, conversations: number, perConversation: number, contentBytes = 120): string[] {
+  const ids = Array.from({ length: conversations }, (_, i) => `c${String(i).padStart(3, '0')}`);
+  m.upsertConversations(ACCOUNT_ID, conversationPage(ids.map((id) => ({ id, updated_at: '2025-06-01T00:00:00Z' }))), null);
+  for (const id of ids) {
+    for (let p = 1, left = perConversation; p === 1 || left > 0; p++, left -= 100) {
+      m.commitMessagesPage(ACCOUNT_ID, id, messagePage(id, p, Math.min(100, Math.max(0, left)), perConversation, contentBytes), null);
+    }
+    m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
+  }
+  return ids;
+}
+
+/** Every entry of `d` (recursively): relative path → bytes (files) and mtime. */
+function snapshot(d: string): Map<string, { bytes: Buffer | null; mtimeMs: number; mode: number }> {
+  const out = new Map<string, { bytes: Buffer | null; mtimeMs: number; mode: number }>();
+  const walk = (p: string, rel: string) => {
+    for (const e of fs.readdirSync(p, { withFileTypes: true })) {
+      const abs = path.join(p, e.name);
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      const st = fs.statSync(abs);
+      out.set(r, { bytes: e.isFile() ? fs.readFileSync(abs) : null, mtimeMs: st.mtimeMs, mode: st.mode });
+      if (e.isDirectory()) walk(abs, r);
+    }
+  };
+  out.set('.', { bytes: null, mtimeMs: fs.statSync(d).mtimeMs, mode: fs.statSync(d).mode });
+  walk(d, '');
+  return out;
+}
+
+const mode = (p: string) => fs.statSync(p).mode & 0o7777;
+
+// ------------------------------------------------------------------ 6. resumed runs
+
+describe('resumeRun', () => {
+  it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const dead = m.startRun('scheduled', ACCOUNT_ID);
+    const ok = m.startRun('full', ACCOUNT_ID);
+    m.finishRun(ok, { status: 'succeeded' });
+    const partial = m.startRun('full', ACCOUNT_ID);
+    m.finishRun(partial, { status: 'partial', error: 'some failed' });
+    const failed = m.startRun('full', ACCOUNT_ID);
+    m.finishRun(failed, { status: 'failed', error: 'boom' });
+    const row = (id: number) => m.db.prepare(`SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
+
+    expect(m.resumeRun(dead)).toBe('running');
+    expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 0 });
+    expect(m.markInterruptedRuns()).toBe(1);
+    m.db.prepare(`UPDATE runs SET error = 'process died' WHERE id = ?`).run(dead);
+    expect(m.runStatus(dead)).toBe('interrupted');
+    expect(m.runEnded(dead)).toBe(true);
+    expect(m.resumeRun(dead)).toBe('resumed');
+    expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 1 });
+    expect(m.runEnded(dead)).toBe(false);
+    expect(m.resumeRun(dead)).toBe('running');
+    m.markInterruptedRuns();
+    expect(m.resumeRun(dead)).toBe('resumed');
+    expect(row(dead)).toMatchObject({ status: 'running', resumes: 2 });
+    m.finishRun(dead, { status: 'succeeded' });
+    expect(m.resumeRun(dead)).toBe('ended');
+    expect(row(dead)).toMatchObject({ status: 'succeeded', resumes: 2 });
+
+    for (const id of [ok, partial, failed]) {
+      const before = row(id);
+      expect(m.resumeRun(id)).toBe('ended');
+      expect(row(id)).toEqual(before);
+    }
+    expect(m.runStatus(partial)).toBe('partial');
+    expect(m.resumeRun(9999)).toBe('ended');
+    expect(m.runStatus(9999)).toBeUndefined();
+    expect(m.db.prepare(`SELECT count(*) AS n FROM runs`).get()).toEqual({ n: 4 });
+  });
+
+  it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', () => {
+    const file = path.join(dir(), 'old.sqlite');
+    const db = new Database(file);
+    for (let v = 0; v < 3; v++) db.exec(MIGRATIONS[v]!);
+    db.pragma('user_version = 3');
+    db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES ('full', 'default', '2025-01-01T00:00:00.000Z', 'interrupted')`).run();
+    db.close();
+    const m = track(Mirror.open(file));
+    expect(m.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
+    expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'interrupted', resumes: 0 }]);
+    expect(m.resumeRun(1)).toBe('resumed');
+    expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'running', resumes: 1 }]);
+  });
+});
