@@ -1,15 +1,16 @@
 /**
- * Store hardening (issue 8): resumed runs.
+ * Store hardening (issue 8): conversations back from a tombstone, forgotten crawl baselines and resumed runs.
  * Real SQLite files in temp dirs.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
+import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { MIGRATIONS } from '../src/store/migrations.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
-import { ACCOUNT_ID, harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -94,6 +95,106 @@ function snapshot(d: string): Map<string, { bytes: Buffer | null; mtimeMs: numbe
 }
 
 const mode = (p: string) => fs.statSync(p).mode & 0o7777;
+
+// ------------------------------------------------------------------ 4. back from a tombstone
+
+describe('a conversation back from a tombstone', () => {
+  it('listed again: revived with no completed crawl (message_count and crawled_signal NULL) and an insert line', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const [id] = fill(m, 1, 130);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+    m.tombstoneConversation(ACCOUNT_ID, id!, null);
+    const counts = m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
+    expect(counts).toMatchObject({ inserted: 1, updated: 0 });
+    expect(m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
+    const ops = m.db.prepare(`SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`).all(id) as { op: string }[];
+    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
+    // A live conversation listed again with a new raw keeps its crawl baseline.
+    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
+    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 2, 30, 130), null);
+    m.completeCrawl(ACCOUNT_ID, id!, null, 'updated_at');
+    m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-07-01T00:00:00Z' }]), null);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+  });
+
+  it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const [id] = fill(m, 1, 20);
+    m.tombstoneConversation(ACCOUNT_ID, id!, null);
+    expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([]);
+    const counts = m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+    expect(counts.inserted).toBe(20);
+    expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
+    const last = m.db.prepare(`SELECT op, run_id, line FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq DESC LIMIT 1`).get(id) as {
+      op: string;
+      run_id: number;
+      line: string;
+    };
+    expect(last.op).toBe('insert');
+    expect(last.run_id).toBe(7);
+    expect(JSON.parse(last.line)).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
+    // Committing more pages does not revive it twice.
+    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+    expect(m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
+    const ops = m.db.prepare(`SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`).all(id) as { op: string }[];
+    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
+  });
+
+  it('an incremental sync crawls a revived conversation in full although its change signal did not move', async () => {
+    const ws = FakeWorkspace.fromCounts([130, 5]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    expect(h.mirror.crawlState(ACCOUNT_ID, c.id).crawledSignal).not.toBeNull(); // a change signal is in use
+    // An earlier run saw it answer 404 (e.g. briefly); the API serves it again, unchanged.
+    h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    expect(h.fake.requests.slice(before).filter((r) => r.path === `/v1/conversations/${c.id}/messages`).map((r) => r.query['page'])).toEqual(['1', '2']);
+    expect(s.messages.inserted).toBe(130);
+    const eq = mirrorEqualsFake(h.mirror, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+  });
+
+  it('a named sync of a tombstoned conversation revives the conversation with its messages', async () => {
+    const ws = FakeWorkspace.fromCounts([40, 5]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+    const s = await h.sync({ conversationIds: [c.id] });
+    expect(s.status).toBe('succeeded');
+    const eq = mirrorEqualsFake(h.mirror, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+    expect(h.mirror.crawlState(ACCOUNT_ID, c.id).messageCount).toBe(40);
+  });
+});
+
+// ------------------------------------------------------------------ 5. forgotten crawl baselines
+
+describe('forgetCrawlBaseline', () => {
+  it('clears only the change signal, so the next incremental sync asks about that conversation again', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 30, 7]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const [a, b] = ws.list();
+    const signal = h.mirror.crawlState(ACCOUNT_ID, a!.id).crawledSignal;
+    expect(signal).not.toBeNull(); // the fake serves a change signal, so unchanged conversations are skipped
+    h.mirror.forgetCrawlBaseline(ACCOUNT_ID, a!.id);
+    h.mirror.forgetCrawlBaseline(ACCOUNT_ID, 'never-seen'); // nothing to forget: no error
+    expect(h.mirror.crawlState(ACCOUNT_ID, a!.id)).toMatchObject({ messageCount: 250, crawledSignal: null });
+    expect(h.mirror.crawlState(ACCOUNT_ID, b!.id).crawledSignal).not.toBeNull();
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    const asked = h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => [r.path, r.query['page']]);
+    // Only the forgotten one is asked about, incrementally (the page of its last known message).
+    expect(asked).toEqual([[`/v1/conversations/${a!.id}/messages`, '3']]);
+    expect(s.export.lines).toBe(0);
+    expect(h.mirror.crawlState(ACCOUNT_ID, a!.id).crawledSignal).toBe(signal);
+  });
+});
 
 // ------------------------------------------------------------------ 6. resumed runs
 

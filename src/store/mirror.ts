@@ -215,7 +215,10 @@ export class Mirror {
       upsertConversation: p(`
         INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at)
         VALUES (@account_id, @id, @raw, @now, @now)
-        ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL
+        ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL,
+          -- a conversation back from a tombstone gets a full crawl, whatever its change signal says
+          message_count = CASE WHEN conversations.deleted_at IS NULL THEN conversations.message_count END,
+          crawled_signal = CASE WHEN conversations.deleted_at IS NULL THEN conversations.crawled_signal END
         WHERE conversations.raw IS NOT excluded.raw OR conversations.deleted_at IS NOT NULL`),
       insertConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?)`),
       getCheckpoint: p(`SELECT next_page, total_count, updated_at, run_id FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
@@ -241,6 +244,7 @@ export class Mirror {
       setCrawledSignal: p(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`),
       runStatus: p(`SELECT status FROM runs WHERE id = ?`),
       resumeRun: p(`UPDATE runs SET status = 'running', ended_at = NULL, error = NULL, resumes = resumes + 1 WHERE id = ? AND status = 'interrupted'`),
+      reviveConversation: p(`UPDATE conversations SET deleted_at = NULL, message_count = NULL, crawled_signal = NULL, updated_at = ? WHERE account_id = ? AND id = ?`),
       deleteRunFailures: p(`DELETE FROM run_failures WHERE run_id = ?`),
       insertRunFailure: p(`INSERT INTO run_failures (run_id, conversation_id, code, status, attempts, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
     };
@@ -353,7 +357,9 @@ export class Mirror {
 
   /**
    * Upserts one page of the conversation list in one transaction, appending a change-log row for
-   * each insert or update; unchanged rows are not written.
+   * each insert or update; unchanged rows are not written. A tombstoned conversation listed again
+   * is revived (an `insert`) with no completed crawl (`message_count` and `crawled_signal` NULL), so
+   * the next sync crawls all of it.
    */
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): WriteCounts {
     const counts = zeroCounts();
@@ -378,15 +384,34 @@ export class Mirror {
   }
 
   /**
-   * Makes sure a conversation synced by id (never listed) has a row, and that the exports know it:
-   * its `raw` is `{"id": ...}` (the only field we know) with an `insert` change; the next listing
-   * replaces it with the object as served (an `update`). Call inside a transaction.
+   * Makes sure a conversation whose messages are being committed has a live row, and that the
+   * exports know it. One synced by id (never listed) gets `raw` `{"id": ...}` (the only field we
+   * know) with an `insert` change; the next listing replaces it with the object as served (an
+   * `update`). A tombstoned one is revived with an `insert` change carrying its last known `raw`,
+   * and its crawl baseline (`message_count`, `crawled_signal`) is cleared. Call inside a transaction.
    */
   private ensureConversation(accountId: string, conversationId: string, now: string, runId: number | null): void {
-    if (this.st.getConversation!.get(accountId, conversationId)) return;
+    const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
+    if (prev && prev.deleted_at === null) return;
+    if (prev) {
+      this.st.reviveConversation!.run(now, accountId, conversationId);
+      const last: unknown = prev.raw === null ? { id: conversationId } : JSON.parse(prev.raw);
+      this.st.insertChange!.run('conversations', 'insert', accountId, conversationId, conversationId, now, runId, conversationLine('insert', now, accountId, conversationId, last));
+      return;
+    }
     const obj = { id: conversationId };
     this.st.insertConversation!.run(accountId, conversationId, JSON.stringify(obj), now, now);
     this.st.insertChange!.run('conversations', 'insert', accountId, conversationId, conversationId, now, runId, conversationLine('insert', now, accountId, conversationId, obj));
+  }
+
+  /**
+   * Forgets the change signal a conversation was last crawled at (`crawled_signal = NULL`), so the
+   * next incremental sync asks the API about it whatever its signal says (e.g. after it failed in
+   * a run). Its message count and messages are kept: that sync may still crawl incrementally.
+   * Nothing happens for an unknown conversation.
+   */
+  forgetCrawlBaseline(accountId: string, conversationId: string): void {
+    this.st.setCrawledSignal!.run(null, accountId, conversationId);
   }
 
   /** Whether the mirror has a row (live or tombstoned) for this conversation. */
