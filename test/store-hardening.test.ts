@@ -1,9 +1,13 @@
 /**
- * Store hardening (issue 8): conversations back from a tombstone, forgotten crawl baselines and resumed runs.
+ * Store hardening (issue 8): private file modes whatever the umask, conversations back from a tombstone, forgotten crawl baselines and resumed runs.
  * Real SQLite files in temp dirs.
+ * The umask tests run in a child `node` on the built `dist/` (the umask is process-wide, and
+ * process.umask() throws in worker threads).
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
@@ -95,6 +99,104 @@ function snapshot(d: string): Map<string, { bytes: Buffer | null; mtimeMs: numbe
 }
 
 const mode = (p: string) => fs.statSync(p).mode & 0o7777;
+
+// ------------------------------------------------------------------ 1. private files
+
+const distMirror = fileURLToPath(new URL('../dist/src/store/mirror.js', import.meta.url));
+const distPrivateFs = fileURLToPath(new URL('../dist/src/private-fs.js', import.meta.url));
+
+/**
+ * In a child `node` with `umask`, opens a mirror at `rel` (relative to `cwd`) as a writer with the
+ * given modes, writes a run (so -wal and -shm exist), and reports the mode of every entry under
+ * `cwd` while the mirror is open and after it is closed.
+ */
+function openInChild(cwd: string, rel: string, umask: number, modes: 'PRIVATE_MODES' | 'GROUP_READABLE_MODES'): {
+  open: Record<string, number>;
+  closed: Record<string, number>;
+  file: string;
+} {
+  const script = `
+    import fs from 'node:fs';
+    import path from 'node:path';
+    const { Mirror } = await import(${JSON.stringify(distMirror)});
+    const pfs = await import(${JSON.stringify(distPrivateFs)});
+    process.umask(${umask});
+    const modesOf = (d) => {
+      const out = {};
+      const walk = (p, rel) => {
+        for (const n of fs.readdirSync(p)) {
+          const abs = path.join(p, n), r = rel ? rel + '/' + n : n;
+          out[r] = fs.statSync(abs).mode & 0o7777;
+          if (fs.statSync(abs).isDirectory()) walk(abs, r);
+        }
+      };
+      walk(d, '');
+      return out;
+    };
+    const m = Mirror.open(${JSON.stringify(rel)}, { modes: pfs.${modes} });
+    m.finishRun(m.startRun('full', 'a'), { status: 'succeeded' });
+    const open = modesOf('.');
+    const file = m.file;
+    m.close();
+    process.stdout.write(JSON.stringify({ open, closed: modesOf('.'), file }));
+  `;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd, encoding: 'utf8', env: { PATH: process.env.PATH, HOME: process.env.HOME } });
+  if (r.status !== 0) throw new Error(`child node failed (status ${r.status}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as { open: Record<string, number>; closed: Record<string, number>; file: string };
+}
+
+describe('private files whatever the umask', () => {
+  for (const umask of [0o000, 0o077, 0o777]) {
+    for (const [name, file, dirMode] of [
+      ['PRIVATE_MODES', 0o600, 0o700],
+      ['GROUP_READABLE_MODES', 0o640, 0o750],
+    ] as const) {
+      it(`umask ${umask.toString(8).padStart(3, '0')}, ${name}: missing directories ${dirMode.toString(8)}, the database, -wal, -shm and lock files ${file.toString(8)}; an existing directory untouched`, () => {
+        const root = dir();
+        fs.chmodSync(root, 0o755);
+        fs.mkdirSync(path.join(root, 'existing'));
+        fs.chmodSync(path.join(root, 'existing'), 0o755);
+        const r = openInChild(root, 'existing/new/deeper/mirror.sqlite', umask, name);
+        expect(r.file).toBe(path.join(fs.realpathSync(root), 'existing/new/deeper/mirror.sqlite'));
+        expect(r.open['existing']).toBe(0o755);
+        expect(r.open['existing/new']).toBe(dirMode);
+        expect(r.open['existing/new/deeper']).toBe(dirMode);
+        const files = Object.keys(r.open).filter((k) => k.startsWith('existing/new/deeper/')).map((k) => k.slice('existing/new/deeper/'.length));
+        for (const f of ['mirror.sqlite', 'mirror.sqlite-wal', 'mirror.sqlite-shm', 'mirror.sqlite.lock', 'mirror.sqlite.lock.json']) expect(files).toContain(f);
+        for (const f of files) expect(r.open[`existing/new/deeper/${f}`], f).toBe(file);
+        // Closed: the WAL is checkpointed away, the holder info removed; what stays is still private.
+        expect(Object.keys(r.closed).filter((k) => k.startsWith('existing/new/deeper/')).sort()).toEqual(['existing/new/deeper/mirror.sqlite', 'existing/new/deeper/mirror.sqlite.lock']);
+        for (const [k, v] of Object.entries(r.closed)) expect(v, k).toBe(k === 'existing' ? 0o755 : k.endsWith('.sqlite') || k.endsWith('.lock') ? file : dirMode);
+        expect(mode(root)).toBe(0o755);
+      });
+    }
+  }
+
+  it('a path starting with file: is a plain relative path, never a URI', () => {
+    const root = dir();
+    const r = openInChild(root, 'file:mirror.sqlite', 0o022, 'PRIVATE_MODES');
+    expect(r.file).toBe(path.join(fs.realpathSync(root), 'file:mirror.sqlite'));
+    expect(Object.keys(r.closed).sort()).toEqual(['file:mirror.sqlite', 'file:mirror.sqlite.lock']);
+    const again = track(Mirror.open(path.join(root, 'file:mirror.sqlite')));
+    expect(again.lastRuns(5)).toHaveLength(1);
+  });
+
+  it('an existing database file and lock keep their mode; a leftover holder file is replaced by a private one', () => {
+    const d = dir();
+    const file = path.join(d, 'mirror.sqlite');
+    Mirror.open(file).close();
+    fs.chmodSync(file, 0o644);
+    fs.writeFileSync(`${file}.lock.json`, JSON.stringify({ pid: 1, host: 'gone', since: 'then' }), { mode: 0o644 });
+    fs.chmodSync(`${file}.lock.json`, 0o644);
+    const m = track(Mirror.open(file));
+    expect(mode(file)).toBe(0o644);
+    expect(mode(`${file}.lock`)).toBe(0o600);
+    expect(mode(`${file}.lock.json`)).toBe(0o600);
+    expect(JSON.parse(fs.readFileSync(`${file}.lock.json`, 'utf8'))).toMatchObject({ pid: process.pid });
+    m.close();
+    expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
+  });
+});
 
 // ------------------------------------------------------------------ 4. back from a tombstone
 

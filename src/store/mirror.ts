@@ -5,12 +5,14 @@
  * change log's sequence numbers are never reused). Migrations by `PRAGMA user_version`. Every write
  * path commits in one transaction together with its change-log rows and, for message pages, the
  * conversation's checkpoint (design habit 7).
+ *
+ * Every file and directory it creates is private (`FileModes`) whatever the umask.
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import Database from 'better-sqlite3';
-import type { Database as Db, Statement } from 'better-sqlite3';
+import { Database, type Db, type Statement } from './sqlite.js';
 import { StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
+import { createPrivateFile, mkdirPrivate, PRIVATE_MODES, type FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
 import { isoNow, systemClock } from '../clock.js';
 import type { Conversation, Message, Page } from '../api/schemas.js';
@@ -76,6 +78,14 @@ export interface MirrorOptions {
    * @defaultValue true
    */
   lock?: boolean;
+  /**
+   * Permission bits of every file and directory the mirror creates: missing parent directories,
+   * the database file (SQLite gives its `-wal`, `-shm` and `-journal` the same mode), `<file>.lock`
+   * and `<file>.lock.json`. Set exactly, whatever the umask; existing files and directories are
+   * never chmodded.
+   * @defaultValue {@link PRIVATE_MODES} (files 0600, directories 0700)
+   */
+  modes?: FileModes;
 }
 
 const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
@@ -120,54 +130,81 @@ export function signalOf(raw: string | null, field: string): string | null {
  */
 export class Mirror {
   readonly db: Db;
+  /** Absolute path of the SQLite file (`:memory:` for an in-memory mirror). */
+  readonly file: string;
   private readonly clock: Clock;
   private readonly st: Record<string, Statement>;
 
   private constructor(
     db: Db,
+    file: string,
     clock: Clock,
     private readonly release: () => void,
   ) {
     this.db = db;
+    this.file = file;
     this.clock = clock;
     this.st = this.prepare();
   }
 
   /**
-   * Opens (creating if needed) the mirror at `file` and applies pending migrations.
+   * Opens (creating if needed) the mirror at `file`: creates what is missing (parent directories
+   * and the file, with `opts.modes`), takes the writer lock, switches to WAL and applies pending
+   * migrations.
    *
-   * @param file - path of the SQLite file; its directory is created
-   * @throws {@link StoreError} naming the file when it cannot be opened, is not a convo-mirror
-   *   database, was written by a newer version, or another live process holds its writer lock
+   * @param file - path of the SQLite file (made absolute: a name starting with `file:` is a plain
+   *   path, never a URI), or `:memory:`
+   * @param opts - see {@link MirrorOptions}
+   * @throws {@link StoreError} naming the file when it or its directory cannot be created or opened,
+   *   it is not a convo-mirror database, was written by a newer version, or another live process
+   *   holds its writer lock
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
-    let db: Db;
-    let release = () => {};
-    try {
-      if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-    } catch (err) {
-      throw new StoreError(`cannot create the directory of the mirror ${file}: ${(err as Error).message}`, { file }, err);
+    const clock = opts.clock ?? systemClock;
+    if (file === ':memory:') {
+      const db = new Database(file);
+      try {
+        db.pragma('foreign_keys = ON');
+        Mirror.migrate(db, file);
+        return new Mirror(db, file, clock, () => {});
+      } catch (err) {
+        db.close();
+        throw err;
+      }
     }
-    if (file !== ':memory:' && opts.lock !== false) release = acquireWriterLock(path.resolve(file));
+    const abs = path.resolve(file);
+    const modes = opts.modes ?? PRIVATE_MODES;
     try {
-      db = new Database(file);
+      mkdirPrivate(path.dirname(abs), modes);
+    } catch (err) {
+      throw new StoreError(`cannot create the directory of the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+    }
+    const release = opts.lock !== false ? acquireWriterLock(abs, modes) : () => {};
+    let db: Db | undefined;
+    try {
+      if (!fs.existsSync(abs)) {
+        try {
+          fs.closeSync(createPrivateFile(abs, modes));
+        } catch (err) {
+          // Created meanwhile by another process: not ours, opened as it is.
+          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+            throw new StoreError(`cannot create the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+          }
+        }
+      }
+      db = new Database(abs);
       db.pragma('journal_mode = WAL');
       db.pragma('synchronous = FULL');
       db.pragma('busy_timeout = 10000');
       db.pragma('foreign_keys = ON');
+      Mirror.migrate(db, abs);
+      return new Mirror(db, abs, clock, release);
     } catch (err) {
-      release();
-      throw new StoreError(`cannot open the mirror ${file}: ${(err as Error).message}`, { file }, err);
-    }
-    try {
-      Mirror.migrate(db, file);
-    } catch (err) {
-      db.close();
+      if (db?.open) db.close();
       release();
       if (err instanceof StoreError) throw err;
-      throw new StoreError(`cannot migrate the mirror ${file}: ${(err as Error).message}`, { file }, err);
+      throw new StoreError(`cannot open the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
     }
-    return new Mirror(db, opts.clock ?? systemClock, release);
   }
 
   private static migrate(db: Db, file: string): void {
