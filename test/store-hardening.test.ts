@@ -1,5 +1,5 @@
 /**
- * Store hardening (issue 8): private file modes whatever the umask, conversations back from a tombstone, forgotten crawl baselines and resumed runs.
+ * Store hardening (issue 8): private file modes whatever the umask, read-only opens that create and change nothing, conversations back from a tombstone, forgotten crawl baselines and resumed runs.
  * Real SQLite files in temp dirs.
  * The umask tests run in a child `node` on the built `dist/` (the umask is process-wide, and
  * process.umask() throws in worker threads).
@@ -13,6 +13,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { MIGRATIONS } from '../src/store/migrations.js';
+import { MirrorUnusableError, StoreError } from '../src/errors.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
@@ -177,8 +178,8 @@ describe('private files whatever the umask', () => {
     const r = openInChild(root, 'file:mirror.sqlite', 0o022, 'PRIVATE_MODES');
     expect(r.file).toBe(path.join(fs.realpathSync(root), 'file:mirror.sqlite'));
     expect(Object.keys(r.closed).sort()).toEqual(['file:mirror.sqlite', 'file:mirror.sqlite.lock']);
-    const again = track(Mirror.open(path.join(root, 'file:mirror.sqlite')));
-    expect(again.lastRuns(5)).toHaveLength(1);
+    const ro = track(Mirror.open(path.join(root, 'file:mirror.sqlite'), { readonly: true }));
+    expect(ro.lastRuns(5)).toHaveLength(1);
   });
 
   it('an existing database file and lock keep their mode; a leftover holder file is replaced by a private one', () => {
@@ -195,6 +196,138 @@ describe('private files whatever the umask', () => {
     expect(JSON.parse(fs.readFileSync(`${file}.lock.json`, 'utf8'))).toMatchObject({ pid: process.pid });
     m.close();
     expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
+  });
+});
+
+// ------------------------------------------------------------------ 2. read-only opens
+
+describe('read-only open', () => {
+  function closedCopy(): { dir: string; file: string; ids: string[] } {
+    const src = path.join(dir(), 'mirror.sqlite');
+    const w = Mirror.open(src);
+    const ids = fill(w, 3, 150);
+    w.finishRun(w.startRun('full', ACCOUNT_ID), { status: 'succeeded', requests: 9 });
+    w.close();
+    const copyDir = path.join(dir(), 'auditor copy #1 ?x=%20');
+    fs.mkdirSync(copyDir);
+    fs.copyFileSync(src, path.join(copyDir, 'mirror.sqlite'));
+    return { dir: copyDir, file: path.join(copyDir, 'mirror.sqlite'), ids };
+  }
+
+  it('on a closed copy creates no file and changes no byte or mtime, and reads everything', () => {
+    const { dir: d, file } = closedCopy();
+    const before = snapshot(d);
+    const m = Mirror.open(file, { readonly: true });
+    expect(m.file).toBe(file);
+    expect(m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 453 });
+    expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 450 });
+    expect(m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
+    expect(m.lastRunFailures()).toEqual([]);
+    expect(m.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
+    expect(m.crawlState(ACCOUNT_ID, 'c001').messageCount).toBe(150);
+    expect(fs.readdirSync(d)).toEqual(['mirror.sqlite']);
+    // Writes are refused before SQLite is touched.
+    for (const write of [
+      () => m.startRun('full', ACCOUNT_ID),
+      () => m.markInterruptedRuns(),
+      () => m.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'new' }]), null),
+      () => m.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 3, 3), null),
+      () => m.forgetCrawlBaseline(ACCOUNT_ID, 'c000'),
+      () => m.resumeRun(1),
+    ]) {
+      const err = thrown(write);
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as StoreError).message).toContain('read-only');
+    }
+    m.close();
+    expect(snapshot(d)).toEqual(before);
+  });
+
+  it('with a writer open (its -wal present) sees the committed rows, and takes no lock', () => {
+    const d = dir();
+    const file = path.join(d, 'mirror.sqlite');
+    const w = track(Mirror.open(file));
+    fill(w, 2, 30);
+    expect(fs.existsSync(`${file}-wal`)).toBe(true);
+    const r = track(Mirror.open(file, { readonly: true }));
+    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
+    w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
+    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
+    // The writer keeps writing; the reader never blocked it.
+    expect(w.startRun('full', ACCOUNT_ID)).toBeGreaterThan(0);
+    expect(r.runStatus(1)).toBe('running');
+  });
+
+  it('a missing file is a StoreError naming it, and nothing is created', () => {
+    const d = dir();
+    const file = path.join(d, 'sub', 'missing.sqlite');
+    const err = thrown(() => Mirror.open(file, { readonly: true }));
+    expect(err).toBeInstanceOf(StoreError);
+    expect(err).not.toBeInstanceOf(MirrorUnusableError);
+    expect((err as StoreError).message).toContain(file);
+    expect(fs.readdirSync(d)).toEqual([]);
+  });
+
+  it('an older schema is refused (read-only commands never migrate) and left unchanged', () => {
+    const d = dir();
+    const file = path.join(d, 'old.sqlite');
+    const db = new Database(file);
+    db.pragma('journal_mode = WAL');
+    for (let v = 0; v < MIGRATIONS.length - 1; v++) db.exec(MIGRATIONS[v]!);
+    db.pragma(`user_version = ${MIGRATIONS.length - 1}`);
+    db.close();
+    const before = snapshot(d);
+    const err = thrown(() => Mirror.open(file, { readonly: true }));
+    expect(err).toBeInstanceOf(StoreError);
+    expect((err as StoreError).message).toContain(file);
+    expect((err as StoreError).message).toMatch(/read-only commands never migrate.*sync/);
+    expect(snapshot(d)).toEqual(before);
+    const after = new Database(file, { readonly: true });
+    expect(after.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length - 1);
+    after.close();
+    // The writer migrates it.
+    const w = Mirror.open(file);
+    expect(w.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
+    w.close();
+    track(Mirror.open(file, { readonly: true }));
+  });
+
+  it('a newer schema, a foreign SQLite file and an empty file are refused read-only, unchanged', () => {
+    const d = dir();
+    const newer = path.join(d, 'newer.sqlite');
+    Mirror.open(newer).close();
+    const db = new Database(newer);
+    db.pragma(`user_version = ${MIGRATIONS.length + 1}`);
+    db.close();
+    const foreign = path.join(d, 'foreign.sqlite');
+    const f = new Database(foreign);
+    f.exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY)`);
+    f.close();
+    const empty = path.join(d, 'empty.sqlite');
+    fs.writeFileSync(empty, '');
+    const before = snapshot(d);
+    for (const [file, text] of [
+      [newer, /newer than this convo-mirror/],
+      [foreign, /not a convo-mirror mirror/],
+      [empty, /not a convo-mirror mirror/],
+    ] as const) {
+      const err = thrown(() => Mirror.open(file, { readonly: true }));
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as Error).message).toMatch(text);
+      expect((err as Error).message).toContain(file);
+    }
+    expect(snapshot(d)).toEqual(before);
+  });
+
+  it('a writer refuses a foreign SQLite file without changing a byte of it', () => {
+    const d = dir();
+    const foreign = path.join(d, 'foreign.sqlite');
+    const f = new Database(foreign);
+    f.exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY)`);
+    f.close();
+    const bytes = fs.readFileSync(foreign);
+    expect(() => Mirror.open(foreign)).toThrow(/not a convo-mirror mirror/);
+    expect(fs.readFileSync(foreign).equals(bytes)).toBe(true);
   });
 });
 

@@ -6,11 +6,12 @@
  * path commits in one transaction together with its change-log rows and, for message pages, the
  * conversation's checkpoint (design habit 7).
  *
- * Every file and directory it creates is private (`FileModes`) whatever the umask.
+ * Every file and directory it creates is private (`FileModes`) whatever the umask; read-only opens
+ * create and change nothing.
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { Database, type Db, type Statement } from './sqlite.js';
+import { Database, sqliteUri, type Db, type Statement } from './sqlite.js';
 import { StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
 import { createPrivateFile, mkdirPrivate, PRIVATE_MODES, type FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
@@ -74,7 +75,7 @@ export interface MirrorOptions {
   /** Time source for `*_at` columns. @defaultValue the system clock */
   clock?: Clock;
   /**
-   * Take the single-writer lock (`<file>.lock`). Readers such as `status` and `verify` pass false.
+   * Take the single-writer lock (`<file>.lock`). Ignored (no lock) when `readonly` is true.
    * @defaultValue true
    */
   lock?: boolean;
@@ -86,6 +87,16 @@ export interface MirrorOptions {
    * @defaultValue {@link PRIVATE_MODES} (files 0600, directories 0700)
    */
   modes?: FileModes;
+  /**
+   * Open an existing mirror for reading only (`status`, `verify`, an auditor's copy, a backup):
+   * no lock, no file created (not even `-wal`/`-shm`), no migration, no `journal_mode` change, and
+   * every write method throws {@link StoreError}. When `<file>-wal` is absent the file is opened
+   * `immutable` (SQLite then assumes nobody changes it while open); when it exists (a live writer,
+   * or one that crashed) it is opened as a normal read-only connection, which reads the writer's
+   * committed pages.
+   * @defaultValue false
+   */
+  readonly?: boolean;
 }
 
 const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
@@ -127,6 +138,7 @@ export function signalOf(raw: string | null, field: string): string | null {
 /**
  * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
  * method runs to completion without interleaving.
+ * Write methods of a mirror opened `readonly` throw {@link StoreError}.
  */
 export class Mirror {
   readonly db: Db;
@@ -134,45 +146,54 @@ export class Mirror {
   readonly file: string;
   private readonly clock: Clock;
   private readonly st: Record<string, Statement>;
+  private readonly readOnly: boolean;
 
   private constructor(
     db: Db,
     file: string,
     clock: Clock,
+    readOnly: boolean,
     private readonly release: () => void,
   ) {
     this.db = db;
     this.file = file;
     this.clock = clock;
+    this.readOnly = readOnly;
     this.st = this.prepare();
   }
 
   /**
-   * Opens (creating if needed) the mirror at `file`: creates what is missing (parent directories
+   * Opens the mirror at `file`. A writer (the default) creates what is missing (parent directories
    * and the file, with `opts.modes`), takes the writer lock, switches to WAL and applies pending
-   * migrations.
+   * migrations. With `readonly`, see {@link MirrorOptions.readonly}.
    *
    * @param file - path of the SQLite file (made absolute: a name starting with `file:` is a plain
    *   path, never a URI), or `:memory:`
    * @param opts - see {@link MirrorOptions}
-   * @throws {@link StoreError} naming the file when it or its directory cannot be created or opened,
-   *   it is not a convo-mirror database, was written by a newer version, or another live process
-   *   holds its writer lock
+   * @throws {@link StoreError} naming the file when it or its directory cannot be created or
+   *   opened, it is not a convo-mirror database, it was written by a newer version, another live
+   *   process holds its writer lock; with `readonly`, when it does not exist or its schema is older
+   *   than this code (read-only opens never migrate)
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
     const clock = opts.clock ?? systemClock;
     if (file === ':memory:') {
+      if (opts.readonly) throw new StoreError('an in-memory mirror cannot be opened read-only: there is nothing to read', { file });
       const db = new Database(file);
       try {
         db.pragma('foreign_keys = ON');
         Mirror.migrate(db, file);
-        return new Mirror(db, file, clock, () => {});
+        return new Mirror(db, file, clock, false, () => {});
       } catch (err) {
         db.close();
         throw err;
       }
     }
     const abs = path.resolve(file);
+    return opts.readonly ? Mirror.openReadonly(abs, clock) : Mirror.openWriter(abs, clock, opts);
+  }
+
+  private static openWriter(abs: string, clock: Clock, opts: MirrorOptions): Mirror {
     const modes = opts.modes ?? PRIVATE_MODES;
     try {
       mkdirPrivate(path.dirname(abs), modes);
@@ -193,21 +214,66 @@ export class Mirror {
         }
       }
       db = new Database(abs);
+      db.pragma('busy_timeout = 10000');
+      // Before anything is changed: a database that is not ours (or is newer) is left as it is.
+      Mirror.checkSchema(db, abs, false);
       db.pragma('journal_mode = WAL');
       db.pragma('synchronous = FULL');
-      db.pragma('busy_timeout = 10000');
       db.pragma('foreign_keys = ON');
       Mirror.migrate(db, abs);
-      return new Mirror(db, abs, clock, release);
+      return new Mirror(db, abs, clock, false, release);
     } catch (err) {
       if (db?.open) db.close();
       release();
-      if (err instanceof StoreError) throw err;
-      throw new StoreError(`cannot open the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+      throw Mirror.openError(err, abs, 'open');
     }
   }
 
-  private static migrate(db: Db, file: string): void {
+  private static openReadonly(abs: string, clock: Clock): Mirror {
+    if (!fs.existsSync(abs)) throw new StoreError(`no mirror at ${abs}: the file does not exist (a read-only open creates nothing)`, { file: abs });
+    // Without a -wal file nobody is writing (or the copy is closed cleanly): `immutable` reads the
+    // file alone and creates no -wal/-shm. With one, a plain read-only connection uses the writer's
+    // -wal and -shm, so it sees every committed page.
+    const immutable = !fs.existsSync(`${abs}-wal`);
+    let db: Db | undefined;
+    try {
+      db = immutable
+        ? new Database(sqliteUri(abs, { immutable: '1' }), { readonly: true, fileMustExist: true })
+        : new Database(abs, { readonly: true, fileMustExist: true });
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (immutable && code === 'SQLITE_CANTOPEN' && fs.existsSync(abs)) {
+        throw new StoreError(
+          `cannot open the mirror ${abs} read-only: SQLite did not take the URI filename; SQLITE_USE_URI must be 1 (or unset) when better-sqlite3 loads`,
+          { file: abs },
+          err,
+        );
+      }
+      throw Mirror.openError(err, abs, 'open read-only');
+    }
+    try {
+      db.pragma('busy_timeout = 10000');
+      Mirror.checkSchema(db, abs, true);
+      return new Mirror(db, abs, clock, true, () => {});
+    } catch (err) {
+      db.close();
+      throw Mirror.openError(err, abs, 'open read-only');
+    }
+  }
+
+  /** The error to throw for a failed open: a {@link StoreError} naming the file. */
+  private static openError(err: unknown, abs: string, what: string): StoreError {
+    if (err instanceof StoreError) return err;
+    return new StoreError(`cannot ${what} the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+  }
+
+  /**
+   * Checks the schema version; returns it.
+   *
+   * @throws {@link StoreError} when the file is not a convo-mirror database, is newer than this
+   *   code, or (`readOnly`) older than this code
+   */
+  private static checkSchema(db: Db, file: string, readOnly: boolean): number {
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > MIGRATIONS.length) {
       throw new StoreError(
@@ -217,14 +283,32 @@ export class Mirror {
     }
     if (version === 0) {
       const foreign = db.prepare(`SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'`).get() as { n: number };
-      if (foreign.n > 0) throw new StoreError(`${file} is a SQLite database but not a convo-mirror mirror`, { file });
+      if (foreign.n > 0 || readOnly) throw new StoreError(`${file} is ${foreign.n > 0 ? 'a SQLite database but ' : ''}not a convo-mirror mirror`, { file });
     }
+    if (readOnly && version < MIGRATIONS.length) {
+      throw new StoreError(
+        `the mirror ${file} has schema version ${version}, older than this convo-mirror's (${MIGRATIONS.length}); ` +
+          'read-only commands never migrate: run convo-mirror sync (which migrates it) first',
+        { file, version },
+      );
+    }
+    return version;
+  }
+
+  private static migrate(db: Db, file: string): void {
+    const version = Mirror.checkSchema(db, file, false);
     for (let v = version; v < MIGRATIONS.length; v++) {
       db.transaction(() => {
         db.exec(MIGRATIONS[v]!);
         db.pragma(`user_version = ${v + 1}`);
       }).immediate();
     }
+  }
+
+  /** Runs a method that writes: refused on a read-only mirror. */
+  private write<T>(f: () => T): T {
+    if (this.readOnly) throw new StoreError(`the mirror ${this.file} was opened read-only: nothing can be written to it`, { file: this.file });
+    return f();
   }
 
   private prepare(): Record<string, Statement> {
@@ -295,8 +379,10 @@ export class Mirror {
    * @returns the new run id
    */
   startRun(mode: string, accountId: string): number {
-    const r = this.db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`).run(mode, accountId, isoNow(this.clock));
-    return Number(r.lastInsertRowid);
+    return this.write(() => {
+      const r = this.db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`).run(mode, accountId, isoNow(this.clock));
+      return Number(r.lastInsertRowid);
+    });
   }
 
   /**
@@ -307,7 +393,9 @@ export class Mirror {
    * @returns how many runs were marked
    */
   markInterruptedRuns(): number {
-    return this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(isoNow(this.clock)).changes;
+    return this.write(
+      () => this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(isoNow(this.clock)).changes,
+    );
   }
 
   /**
@@ -319,15 +407,17 @@ export class Mirror {
    *   `failed`) or there is no such run (nothing changed)
    */
   resumeRun(runId: number): 'running' | 'resumed' | 'ended' {
-    return this.db
-      .transaction((): 'running' | 'resumed' | 'ended' => {
-        const r = this.st.runStatus!.get(runId) as { status: string } | undefined;
-        if (r?.status === 'running') return 'running';
-        if (r?.status !== 'interrupted') return 'ended';
-        this.st.resumeRun!.run(runId);
-        return 'resumed';
-      })
-      .immediate();
+    return this.write(() =>
+      this.db
+        .transaction((): 'running' | 'resumed' | 'ended' => {
+          const r = this.st.runStatus!.get(runId) as { status: string } | undefined;
+          if (r?.status === 'running') return 'running';
+          if (r?.status !== 'interrupted') return 'ended';
+          this.st.resumeRun!.run(runId);
+          return 'resumed';
+        })
+        .immediate(),
+    );
   }
 
   /** A run's status (`running`, `succeeded`, `partial`, `failed`, `interrupted`); undefined for an unknown id. */
@@ -343,9 +433,11 @@ export class Mirror {
 
   /** Records a run's end and figures. */
   finishRun(runId: number, figures: RunFigures): void {
-    const cols = Object.keys(figures);
-    const sets = cols.map((c) => `${c} = @${c}`).join(', ');
-    this.db.prepare(`UPDATE runs SET ${sets}, ended_at = @ended_at WHERE id = @id`).run({ ...figures, ended_at: isoNow(this.clock), id: runId });
+    return this.write(() => {
+      const cols = Object.keys(figures);
+      const sets = cols.map((c) => `${c} = @${c}`).join(', ');
+      this.db.prepare(`UPDATE runs SET ${sets}, ended_at = @ended_at WHERE id = @id`).run({ ...figures, ended_at: isoNow(this.clock), id: runId });
+    });
   }
 
   /**
@@ -354,16 +446,18 @@ export class Mirror {
    * finish step) keeps one row per failure.
    */
   recordFailures(runId: number, failures: { id: string; error: ConvoMirrorError | Error }[]): void {
-    const at = isoNow(this.clock);
-    this.db.transaction(() => {
-      this.st.deleteRunFailures!.run(runId);
-      for (const { id, error: err } of failures) {
-        const code = (err as ConvoMirrorError).code ?? 'ERROR';
-        const status = err instanceof HttpError ? (err.status ?? null) : null;
-        const attempts = err instanceof HttpError ? err.attempts : null;
-        this.st.insertRunFailure!.run(runId, id, code, status, attempts, err.message, at);
-      }
-    }).immediate();
+    return this.write(() => {
+      const at = isoNow(this.clock);
+      this.db.transaction(() => {
+        this.st.deleteRunFailures!.run(runId);
+        for (const { id, error: err } of failures) {
+          const code = (err as ConvoMirrorError).code ?? 'ERROR';
+          const status = err instanceof HttpError ? (err.status ?? null) : null;
+          const attempts = err instanceof HttpError ? err.attempts : null;
+          this.st.insertRunFailure!.run(runId, id, code, status, attempts, err.message, at);
+        }
+      }).immediate();
+    });
   }
 
   /** The last `limit` runs, newest first (every column of `runs`). */
@@ -399,25 +493,27 @@ export class Mirror {
    * the next sync crawls all of it.
    */
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): WriteCounts {
-    const counts = zeroCounts();
-    const now = isoNow(this.clock);
-    this.db.transaction(() => {
-      page.raw.forEach((obj, i) => {
-        const id = page.data[i]!.id;
-        const raw = JSON.stringify(obj);
-        const prev = this.st.getConversation!.get(accountId, id) as { raw: string | null; deleted_at: string | null } | undefined;
-        if (prev && prev.raw === raw && prev.deleted_at === null) {
-          counts.unchanged++;
-          return;
-        }
-        this.st.upsertConversation!.run({ account_id: accountId, id, raw, now });
-        const op = !prev || prev.raw === null || prev.deleted_at !== null ? 'insert' : 'update';
-        if (op === 'insert') counts.inserted++;
-        else counts.updated++;
-        this.st.insertChange!.run('conversations', op, accountId, id, id, now, runId, conversationLine(op, now, accountId, id, obj));
-      });
-    }).immediate();
-    return counts;
+    return this.write(() => {
+      const counts = zeroCounts();
+      const now = isoNow(this.clock);
+      this.db.transaction(() => {
+        page.raw.forEach((obj, i) => {
+          const id = page.data[i]!.id;
+          const raw = JSON.stringify(obj);
+          const prev = this.st.getConversation!.get(accountId, id) as { raw: string | null; deleted_at: string | null } | undefined;
+          if (prev && prev.raw === raw && prev.deleted_at === null) {
+            counts.unchanged++;
+            return;
+          }
+          this.st.upsertConversation!.run({ account_id: accountId, id, raw, now });
+          const op = !prev || prev.raw === null || prev.deleted_at !== null ? 'insert' : 'update';
+          if (op === 'insert') counts.inserted++;
+          else counts.updated++;
+          this.st.insertChange!.run('conversations', op, accountId, id, id, now, runId, conversationLine(op, now, accountId, id, obj));
+        });
+      }).immediate();
+      return counts;
+    });
   }
 
   /**
@@ -448,7 +544,9 @@ export class Mirror {
    * Nothing happens for an unknown conversation.
    */
   forgetCrawlBaseline(accountId: string, conversationId: string): void {
-    this.st.setCrawledSignal!.run(null, accountId, conversationId);
+    this.write(() => {
+      this.st.setCrawledSignal!.run(null, accountId, conversationId);
+    });
   }
 
   /** Whether the mirror has a row (live or tombstoned) for this conversation. */
@@ -468,26 +566,28 @@ export class Mirror {
    * with `delete` change-log rows. Nothing is hard-deleted.
    */
   tombstoneConversation(accountId: string, conversationId: string, runId: number | null): { conversation: boolean; messages: number } {
-    const now = isoNow(this.clock);
-    return this.db.transaction(() => {
-      const msgs = this.st.liveMessages!.all(accountId, conversationId) as { id: string; raw: string }[];
-      for (const m of msgs) {
-        this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
-        this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
-      }
-      const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
-      let conversation = false;
-      if (prev && prev.deleted_at === null) {
-        this.st.tombstoneConversation!.run(now, accountId, conversationId);
-        if (prev.raw !== null) {
-          this.st.insertChange!.run('conversations', 'delete', accountId, conversationId, conversationId, now, runId, conversationLine('delete', now, accountId, conversationId, JSON.parse(prev.raw)));
+    return this.write(() => {
+      const now = isoNow(this.clock);
+      return this.db.transaction(() => {
+        const msgs = this.st.liveMessages!.all(accountId, conversationId) as { id: string; raw: string }[];
+        for (const m of msgs) {
+          this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
+          this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
         }
-        conversation = true;
-      }
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-      return { conversation, messages: msgs.length };
-    }).immediate();
+        const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
+        let conversation = false;
+        if (prev && prev.deleted_at === null) {
+          this.st.tombstoneConversation!.run(now, accountId, conversationId);
+          if (prev.raw !== null) {
+            this.st.insertChange!.run('conversations', 'delete', accountId, conversationId, conversationId, now, runId, conversationLine('delete', now, accountId, conversationId, JSON.parse(prev.raw)));
+          }
+          conversation = true;
+        }
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+        return { conversation, messages: msgs.length };
+      }).immediate();
+    });
   }
 
   // ---------------------------------------------------------------- message crawls
@@ -510,10 +610,12 @@ export class Mirror {
 
   /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */
   resetCrawl(accountId: string, conversationId: string): void {
-    this.db.transaction(() => {
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-    }).immediate();
+    return this.write(() => {
+      this.db.transaction(() => {
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+      }).immediate();
+    });
   }
 
   /**
@@ -524,54 +626,56 @@ export class Mirror {
    * Positions are `(page - 1) * 100 + index` (spec 4.1: chronological order, per_page=100).
    */
   commitMessagesPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null): WriteCounts {
-    const counts = zeroCounts();
-    const now = isoNow(this.clock);
-    const offset = (page.page - 1) * PER_PAGE;
-    this.db.transaction(() => {
-      this.ensureConversation(accountId, conversationId, now, runId);
-      const ids: string[] = [];
-      page.data.forEach((m, i) => {
-        const obj = page.raw[i]!;
-        const raw = JSON.stringify(obj);
-        const position = offset + i;
-        ids.push(m.id);
-        const prev = this.st.getMessage!.get(accountId, conversationId, m.id) as
-          | { raw: string; position: number; deleted_at: string | null; updated_at: string }
-          | undefined;
-        if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) {
-          counts.unchanged++;
-          return;
-        }
-        this.st.upsertMessage!.run({
-          account_id: accountId,
-          conversation_id: conversationId,
-          id: m.id,
-          position,
-          content: m.content,
-          visibility: m.visibility,
-          sender_id: m.sender.id,
-          sender_name: m.sender.name,
-          sender_type: m.sender.type,
-          attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
-          created_at: m.created_at,
-          raw,
-          now,
+    return this.write(() => {
+      const counts = zeroCounts();
+      const now = isoNow(this.clock);
+      const offset = (page.page - 1) * PER_PAGE;
+      this.db.transaction(() => {
+        this.ensureConversation(accountId, conversationId, now, runId);
+        const ids: string[] = [];
+        page.data.forEach((m, i) => {
+          const obj = page.raw[i]!;
+          const raw = JSON.stringify(obj);
+          const position = offset + i;
+          ids.push(m.id);
+          const prev = this.st.getMessage!.get(accountId, conversationId, m.id) as
+            | { raw: string; position: number; deleted_at: string | null; updated_at: string }
+            | undefined;
+          if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) {
+            counts.unchanged++;
+            return;
+          }
+          this.st.upsertMessage!.run({
+            account_id: accountId,
+            conversation_id: conversationId,
+            id: m.id,
+            position,
+            content: m.content,
+            visibility: m.visibility,
+            sender_id: m.sender.id,
+            sender_name: m.sender.name,
+            sender_type: m.sender.type,
+            attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
+            created_at: m.created_at,
+            raw,
+            now,
+          });
+          if (prev && prev.raw === raw && prev.deleted_at === null) {
+            counts.unchanged++; // only the position moved (an earlier message was deleted): not a change of the record
+            return;
+          }
+          const op = !prev || prev.deleted_at !== null ? 'insert' : 'update';
+          const r = this.st.insertChange!.run('messages', op, accountId, conversationId, m.id, now, runId, messageLine(op, now, accountId, conversationId, obj));
+          if (op === 'update') {
+            this.st.insertHistory!.run(accountId, conversationId, m.id, prev!.raw, prev!.updated_at, now, Number(r.lastInsertRowid));
+            counts.updated++;
+          } else counts.inserted++;
         });
-        if (prev && prev.raw === raw && prev.deleted_at === null) {
-          counts.unchanged++; // only the position moved (an earlier message was deleted): not a change of the record
-          return;
-        }
-        const op = !prev || prev.deleted_at !== null ? 'insert' : 'update';
-        const r = this.st.insertChange!.run('messages', op, accountId, conversationId, m.id, now, runId, messageLine(op, now, accountId, conversationId, obj));
-        if (op === 'update') {
-          this.st.insertHistory!.run(accountId, conversationId, m.id, prev!.raw, prev!.updated_at, now, Number(r.lastInsertRowid));
-          counts.updated++;
-        } else counts.inserted++;
-      });
-      this.st.saveCrawlPage!.run(accountId, conversationId, page.page, JSON.stringify(ids));
-      this.st.saveCheckpoint!.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
-    }).immediate();
-    return counts;
+        this.st.saveCrawlPage!.run(accountId, conversationId, page.page, JSON.stringify(ids));
+        this.st.saveCheckpoint!.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
+      }).immediate();
+      return counts;
+    });
   }
 
   /**
@@ -583,24 +687,26 @@ export class Mirror {
    * @returns messages tombstoned and the number served in this crawl
    */
   completeCrawl(accountId: string, conversationId: string, runId: number | null, changeField?: string): { deleted: number; messageCount: number } {
-    const now = isoNow(this.clock);
-    return this.db.transaction(() => {
-      const gone = this.st.unseenLive!.all({ account_id: accountId, conversation_id: conversationId }) as { id: string; raw: string }[];
-      for (const m of gone) {
-        this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
-        this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
-      }
-      const seen = this.st.crawlSeenCount!.get(accountId, conversationId) as { n: number };
-      this.ensureConversation(accountId, conversationId, now, runId);
-      this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
-      if (changeField) {
-        const conv = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null };
-        this.st.setCrawledSignal!.run(signalOf(conv.raw, changeField), accountId, conversationId);
-      }
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-      return { deleted: gone.length, messageCount: seen.n };
-    }).immediate();
+    return this.write(() => {
+      const now = isoNow(this.clock);
+      return this.db.transaction(() => {
+        const gone = this.st.unseenLive!.all({ account_id: accountId, conversation_id: conversationId }) as { id: string; raw: string }[];
+        for (const m of gone) {
+          this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
+          this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
+        }
+        const seen = this.st.crawlSeenCount!.get(accountId, conversationId) as { n: number };
+        this.ensureConversation(accountId, conversationId, now, runId);
+        this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
+        if (changeField) {
+          const conv = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null };
+          this.st.setCrawledSignal!.run(signalOf(conv.raw, changeField), accountId, conversationId);
+        }
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+        return { deleted: gone.length, messageCount: seen.n };
+      }).immediate();
+    });
   }
 
   // ---------------------------------------------------------------- incremental sync
@@ -632,17 +738,19 @@ export class Mirror {
    * @returns the seeded ids
    */
   seedIncrementalCrawl(accountId: string, conversationId: string, beforePosition: number): string[] {
-    return this.db.transaction(() => {
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-      const ids = (
-        this.db
-          .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position < ? AND deleted_at IS NULL ORDER BY position`)
-          .all(accountId, conversationId, beforePosition) as { id: string }[]
-      ).map((r) => r.id);
-      this.st.saveCrawlPage!.run(accountId, conversationId, 0, JSON.stringify(ids));
-      return ids;
-    }).immediate();
+    return this.write(() => {
+      return this.db.transaction(() => {
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+        const ids = (
+          this.db
+            .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position < ? AND deleted_at IS NULL ORDER BY position`)
+            .all(accountId, conversationId, beforePosition) as { id: string }[]
+        ).map((r) => r.id);
+        this.st.saveCrawlPage!.run(accountId, conversationId, 0, JSON.stringify(ids));
+        return ids;
+      }).immediate();
+    });
   }
 
 
@@ -671,9 +779,12 @@ export class Mirror {
     };
   }
 
-  /** Closes the database (checkpointing the WAL) and releases the writer lock. */
+  /** Closes the database (checkpointing the WAL unless read-only) and releases the writer lock. */
   close(): void {
-    if (this.db.open) this.db.close();
-    this.release();
+    try {
+      if (this.db.open) this.db.close();
+    } finally {
+      this.release();
+    }
   }
 }
