@@ -1,8 +1,8 @@
 /**
- * Store hardening (issue 8): private file modes whatever the umask, read-only opens that create and change nothing, conversations back from a tombstone, forgotten crawl baselines and resumed runs.
- * Real SQLite files in temp dirs.
- * The umask tests run in a child `node` on the built `dist/` (the umask is process-wide, and
- * process.umask() throws in worker threads).
+ * Store hardening (issue 8): private file modes whatever the umask, read-only opens that create and
+ * change nothing, corrupt or full files stopping every write, conversations back from a tombstone,
+ * forgotten crawl baselines and resumed runs. Real SQLite files in temp dirs; umask tests run in a
+ * child `node` on the built `dist/` (the umask is process-wide, and process.umask() throws in worker threads).
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -224,6 +224,7 @@ describe('read-only open', () => {
     expect(m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
     expect(m.lastRunFailures()).toEqual([]);
     expect(m.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
+    expect(m.quickCheck()).toEqual([]);
     expect(m.crawlState(ACCOUNT_ID, 'c001').messageCount).toBe(150);
     expect(fs.readdirSync(d)).toEqual(['mirror.sqlite']);
     // Writes are refused before SQLite is touched.
@@ -328,6 +329,111 @@ describe('read-only open', () => {
     const bytes = fs.readFileSync(foreign);
     expect(() => Mirror.open(foreign)).toThrow(/not a convo-mirror mirror/);
     expect(fs.readFileSync(foreign).equals(bytes)).toBe(true);
+  });
+});
+
+// ------------------------------------------------------------------ 3. unusable files
+
+describe('corrupt and unusable files', () => {
+  it('a mirror with damaged middle pages: the next write throws MIRROR_CORRUPT, nothing more is written, quickCheck reports it', () => {
+    const file = path.join(dir(), 'mirror.sqlite');
+    const w = Mirror.open(file);
+    const ids = fill(w, 30, 120);
+    expect(w.liveCounts(ACCOUNT_ID).messages).toBe(3600);
+    w.close();
+    // Damage the root pages of the message and conversation b-trees and the middle third of the file.
+    const ro = Mirror.open(file, { readonly: true }).db; // creates no -wal (a plain read-only connection would)
+    const pageSize = ro.pragma('page_size', { simple: true }) as number;
+    const pageCount = ro.pragma('page_count', { simple: true }) as number;
+    const roots = (ro.prepare(`SELECT rootpage FROM sqlite_master WHERE tbl_name IN ('messages', 'conversations') AND rootpage > 0`).all() as { rootpage: number }[]).map((r) => r.rootpage);
+    ro.close();
+    expect(fs.existsSync(`${file}-wal`)).toBe(false);
+    const fd = fs.openSync(file, 'r+');
+    const garbage = Buffer.alloc(pageSize, 0xa5);
+    const pages = new Set([...roots, ...Array.from({ length: Math.floor(pageCount / 3) }, (_, i) => Math.floor(pageCount / 3) + i)]);
+    for (const p of pages) if (p > 1) fs.writeSync(fd, garbage, 0, pageSize, (p - 1) * pageSize);
+    fs.closeSync(fd);
+
+    let err: unknown;
+    let m: Mirror | undefined;
+    try {
+      m = track(Mirror.open(file));
+      m.commitMessagesPage(ACCOUNT_ID, ids[0]!, messagePage(ids[0]!, 2, 100, 200), null);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(MirrorUnusableError);
+    expect((err as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
+    expect((err as MirrorUnusableError).sqliteCode).toMatch(/^SQLITE_CORRUPT/);
+    expect((err as Error).message).toContain(file);
+    expect(m).toBeDefined(); // the schema page is sound: the damage shows at the first write
+    const problems = m!.quickCheck();
+    expect(problems.length).toBeGreaterThan(0);
+    expect(problems.join('\n')).not.toBe('ok');
+    // From now on this instance writes nothing, whatever the call.
+    const bytes = fs.readFileSync(file);
+    const walBytes = fs.readFileSync(`${file}-wal`);
+    for (const write of [
+      () => m!.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'zzz' }]), null),
+      () => m!.startRun('full', ACCOUNT_ID),
+      () => m!.resumeRun(1),
+      () => m!.forgetCrawlBaseline(ACCOUNT_ID, ids[0]!),
+    ]) {
+      const e = thrown(write);
+      expect(e).toBeInstanceOf(MirrorUnusableError);
+      expect((e as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
+    }
+    expect(fs.readFileSync(file).equals(bytes)).toBe(true);
+    expect(fs.readFileSync(`${file}-wal`).equals(walBytes)).toBe(true);
+    // A read-only open sees the same damage.
+    const r = track(Mirror.open(file, { readonly: true }));
+    expect(r.quickCheck().length).toBeGreaterThan(0);
+    expect(thrown(() => r.liveConversationIds(ACCOUNT_ID))).toBeInstanceOf(MirrorUnusableError);
+  });
+
+  it('a garbage header: MIRROR_CORRUPT (SQLITE_NOTADB) naming the file at open, writer or reader, and the file is left as it was', () => {
+    const d = dir();
+    const file = path.join(d, 'mirror.sqlite');
+    const w = Mirror.open(file);
+    fill(w, 2, 10);
+    w.close();
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.from('garbage, not a header '.repeat(5)), 0, 100, 0);
+    fs.closeSync(fd);
+    const bytes = fs.readFileSync(file);
+    for (const opts of [{}, { readonly: true }, { lock: false }]) {
+      const err = thrown(() => track(Mirror.open(file, opts)));
+      expect(err).toBeInstanceOf(MirrorUnusableError);
+      expect((err as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
+      expect((err as MirrorUnusableError).sqliteCode).toBe('SQLITE_NOTADB');
+      expect((err as Error).message).toContain(file);
+      expect((err as MirrorUnusableError).context['file']).toBe(file);
+    }
+    expect(fs.readFileSync(file).equals(bytes)).toBe(true);
+    expect(fs.existsSync(`${file}-wal`)).toBe(false);
+    // The writer lock was released: a sound file can be put back and opened.
+    expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
+  });
+
+  it('a full disk (max_page_count reached): MIRROR_UNWRITABLE with SQLITE_FULL, nothing half-written, and writing resumes once there is room', () => {
+    const file = path.join(dir(), 'mirror.sqlite');
+    const m = track(Mirror.open(file));
+    const ids = fill(m, 2, 50);
+    const pages = m.db.pragma('page_count', { simple: true }) as number;
+    expect(m.db.pragma('freelist_count', { simple: true })).toBe(0);
+    m.db.pragma(`max_page_count = ${pages}`);
+    const changes = m.counts().change_log;
+    const err = thrown(() => m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null));
+    expect(err).toBeInstanceOf(MirrorUnusableError);
+    expect((err as MirrorUnusableError).code).toBe('MIRROR_UNWRITABLE');
+    expect((err as MirrorUnusableError).sqliteCode).toBe('SQLITE_FULL');
+    expect((err as Error).message).toContain(file);
+    expect((err as Error).message).toContain('disk is full');
+    expect(m.liveCounts(ACCOUNT_ID).messages).toBe(100);
+    expect(m.counts().change_log).toBe(changes);
+    expect(m.loadCheckpoint(ACCOUNT_ID, ids[1]!)).toBeUndefined();
+    m.db.pragma(`max_page_count = ${pages * 100}`);
+    expect(m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null).inserted).toBe(50);
   });
 });
 

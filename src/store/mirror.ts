@@ -6,13 +6,15 @@
  * path commits in one transaction together with its change-log rows and, for message pages, the
  * conversation's checkpoint (design habit 7).
  *
- * Every file and directory it creates is private (`FileModes`) whatever the umask; read-only opens
- * create and change nothing.
+ * Trust no disk: every file and directory it creates is private (`FileModes`) whatever the umask;
+ * read-only opens create and change nothing; SQLite errors that make the file unusable (corruption,
+ * full disk, I/O errors) surface as `MirrorUnusableError`, and after corruption nothing more is
+ * written.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { Database, sqliteUri, type Db, type Statement } from './sqlite.js';
-import { StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
+import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
 import { createPrivateFile, mkdirPrivate, PRIVATE_MODES, type FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
 import { isoNow, systemClock } from '../clock.js';
@@ -138,7 +140,13 @@ export function signalOf(raw: string | null, field: string): string | null {
 /**
  * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
  * method runs to completion without interleaving.
- * Write methods of a mirror opened `readonly` throw {@link StoreError}.
+ *
+ * Every public method throws {@link MirrorUnusableError} (naming {@link Mirror.file}) for SQLite
+ * errors that make the mirror unusable: `MIRROR_CORRUPT` for a damaged file, `MIRROR_UNWRITABLE`
+ * for a full disk, an I/O error or a read-only file. Once corruption was seen, every later write
+ * of this instance throws that same error without touching the file. Write methods of a mirror
+ * opened `readonly` throw {@link StoreError}. Statements run directly on {@link Mirror.db} are not
+ * converted: pass their errors to `asMirrorError(err, mirror.file)`.
  */
 export class Mirror {
   readonly db: Db;
@@ -147,6 +155,8 @@ export class Mirror {
   private readonly clock: Clock;
   private readonly st: Record<string, Statement>;
   private readonly readOnly: boolean;
+  /** Set at the first corruption seen: from then on this instance writes nothing. */
+  private damaged: MirrorUnusableError | undefined;
 
   private constructor(
     db: Db,
@@ -170,10 +180,13 @@ export class Mirror {
    * @param file - path of the SQLite file (made absolute: a name starting with `file:` is a plain
    *   path, never a URI), or `:memory:`
    * @param opts - see {@link MirrorOptions}
-   * @throws {@link StoreError} naming the file when it or its directory cannot be created or
-   *   opened, it is not a convo-mirror database, it was written by a newer version, another live
-   *   process holds its writer lock; with `readonly`, when it does not exist or its schema is older
-   *   than this code (read-only opens never migrate)
+   * @throws {@link MirrorUnusableError} naming the file (code `MIRROR_CORRUPT`) when it is not a
+   *   database or is damaged; for a writer also (`MIRROR_UNWRITABLE`) when SQLite cannot open or
+   *   write it (full disk, I/O error, read-only or unopenable file)
+   * @throws {@link StoreError} naming the file when its directory cannot be created, it is not a
+   *   convo-mirror database, it was written by a newer version, another live process holds its
+   *   writer lock; with `readonly`, when it does not exist or its schema is older than this code
+   *   (read-only opens never migrate)
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
     const clock = opts.clock ?? systemClock;
@@ -249,7 +262,7 @@ export class Mirror {
           err,
         );
       }
-      throw Mirror.openError(err, abs, 'open read-only');
+      throw Mirror.openError(err, abs, 'open read-only', true);
     }
     try {
       db.pragma('busy_timeout = 10000');
@@ -257,13 +270,22 @@ export class Mirror {
       return new Mirror(db, abs, clock, true, () => {});
     } catch (err) {
       db.close();
-      throw Mirror.openError(err, abs, 'open read-only');
+      throw Mirror.openError(err, abs, 'open read-only', true);
     }
   }
 
-  /** The error to throw for a failed open: a {@link StoreError} naming the file. */
-  private static openError(err: unknown, abs: string, what: string): StoreError {
+  /**
+   * The error to throw for a failed open: a {@link MirrorUnusableError} for SQLite codes that
+   * make the file unusable (for a read-only open, corruption only), a {@link StoreError} naming the
+   * file otherwise.
+   */
+  private static openError(err: unknown, abs: string, what: string, readOnly = false): unknown {
     if (err instanceof StoreError) return err;
+    const code = (err as { code?: unknown } | null)?.code;
+    if (!readOnly || (typeof code === 'string' && isCorruptionCode(code))) {
+      const e = asMirrorError(err, abs);
+      if (e instanceof MirrorUnusableError) return e;
+    }
     return new StoreError(`cannot ${what} the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
   }
 
@@ -305,10 +327,25 @@ export class Mirror {
     }
   }
 
-  /** Runs a method that writes: refused on a read-only mirror. */
+  /** Runs `f`, turning SQLite errors that make the mirror unusable into {@link MirrorUnusableError}. */
+  private guard<T>(f: () => T): T {
+    try {
+      return f();
+    } catch (err) {
+      const e = asMirrorError(err, this.file);
+      if (e instanceof MirrorUnusableError && e.code === 'MIRROR_CORRUPT') this.damaged ??= e;
+      throw e;
+    }
+  }
+
+  /**
+   * {@link guard} for methods that write: refused on a read-only mirror, and on one found damaged
+   * (nothing more is written to a corrupt file).
+   */
   private write<T>(f: () => T): T {
     if (this.readOnly) throw new StoreError(`the mirror ${this.file} was opened read-only: nothing can be written to it`, { file: this.file });
-    return f();
+    if (this.damaged) throw this.damaged;
+    return this.guard(f);
   }
 
   private prepare(): Record<string, Statement> {
@@ -422,13 +459,15 @@ export class Mirror {
 
   /** A run's status (`running`, `succeeded`, `partial`, `failed`, `interrupted`); undefined for an unknown id. */
   runStatus(runId: number): string | undefined {
-    return (this.st.runStatus!.get(runId) as { status: string } | undefined)?.status;
+    return this.guard(() => (this.st.runStatus!.get(runId) as { status: string } | undefined)?.status);
   }
 
   /** Whether a run has ended (any final status). */
   runEnded(runId: number): boolean {
-    const r = this.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(runId) as { status: string } | undefined;
-    return r !== undefined && r.status !== 'running';
+    return this.guard(() => {
+      const r = this.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(runId) as { status: string } | undefined;
+      return r !== undefined && r.status !== 'running';
+    });
   }
 
   /** Records a run's end and figures. */
@@ -462,26 +501,32 @@ export class Mirror {
 
   /** The last `limit` runs, newest first (every column of `runs`). */
   lastRuns(limit: number): Record<string, unknown>[] {
-    return this.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT ?`).all(limit) as Record<string, unknown>[];
+    return this.guard(() => {
+      return this.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT ?`).all(limit) as Record<string, unknown>[];
+    });
   }
 
   /** Failures recorded for the newest finished run. */
   lastRunFailures(): Record<string, unknown>[] {
-    return this.db
-      .prepare(
-        `SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures
-         WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`,
-      )
-      .all() as Record<string, unknown>[];
+    return this.guard(() => {
+      return this.db
+        .prepare(
+          `SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures
+           WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`,
+        )
+        .all() as Record<string, unknown>[];
+    });
   }
 
   /** Live (not tombstoned) conversations and messages of one account. */
   liveCounts(accountId: string): { conversations: number; messages: number } {
-    const n = (sql: string) => (this.db.prepare(sql).get(accountId) as { n: number }).n;
-    return {
-      conversations: n(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`),
-      messages: n(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`),
-    };
+    return this.guard(() => {
+      const n = (sql: string) => (this.db.prepare(sql).get(accountId) as { n: number }).n;
+      return {
+        conversations: n(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`),
+        messages: n(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`),
+      };
+    });
   }
 
   // ---------------------------------------------------------------- conversations
@@ -551,14 +596,18 @@ export class Mirror {
 
   /** Whether the mirror has a row (live or tombstoned) for this conversation. */
   hasConversation(accountId: string, conversationId: string): boolean {
-    return this.st.getConversation!.get(accountId, conversationId) !== undefined;
+    return this.guard(() => {
+      return this.st.getConversation!.get(accountId, conversationId) !== undefined;
+    });
   }
 
   /** Ids of conversations mirrored and not tombstoned. */
   liveConversationIds(accountId: string): string[] {
-    return (
-      this.db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`).all(accountId) as { id: string }[]
-    ).map((r) => r.id);
+    return this.guard(() => {
+      return (
+        this.db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`).all(accountId) as { id: string }[]
+      ).map((r) => r.id);
+    });
   }
 
   /**
@@ -594,18 +643,20 @@ export class Mirror {
 
   /** The committed checkpoint of an unfinished crawl, if any. */
   loadCheckpoint(accountId: string, conversationId: string): Checkpoint | undefined {
-    const cp = this.st.getCheckpoint!.get(accountId, conversationId) as
-      | { next_page: number; total_count: number; updated_at: string; run_id: number | null }
-      | undefined;
-    if (!cp) return undefined;
-    const seenIds = new Set<string>();
-    let lastPageIds: string[] = [];
-    for (const row of this.st.crawlIds!.all(accountId, conversationId) as { page: number; ids: string }[]) {
-      const ids = JSON.parse(row.ids) as string[];
-      for (const id of ids) seenIds.add(id);
-      if (row.page === cp.next_page - 1) lastPageIds = ids;
-    }
-    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at), runId: cp.run_id };
+    return this.guard(() => {
+      const cp = this.st.getCheckpoint!.get(accountId, conversationId) as
+        | { next_page: number; total_count: number; updated_at: string; run_id: number | null }
+        | undefined;
+      if (!cp) return undefined;
+      const seenIds = new Set<string>();
+      let lastPageIds: string[] = [];
+      for (const row of this.st.crawlIds!.all(accountId, conversationId) as { page: number; ids: string }[]) {
+        const ids = JSON.parse(row.ids) as string[];
+        for (const id of ids) seenIds.add(id);
+        if (row.page === cp.next_page - 1) lastPageIds = ids;
+      }
+      return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at), runId: cp.run_id };
+    });
   }
 
   /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */
@@ -716,18 +767,22 @@ export class Mirror {
    * it was crawled at. `messageCount` is null when no crawl ever completed.
    */
   crawlState(accountId: string, conversationId: string): { messageCount: number | null; crawledSignal: string | null; raw: string | null } {
-    const r = this.db
-      .prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`)
-      .get(accountId, conversationId) as { message_count: number | null; crawled_signal: string | null; raw: string | null } | undefined;
-    return { messageCount: r?.message_count ?? null, crawledSignal: r?.crawled_signal ?? null, raw: r?.raw ?? null };
+    return this.guard(() => {
+      const r = this.db
+        .prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`)
+        .get(accountId, conversationId) as { message_count: number | null; crawled_signal: string | null; raw: string | null } | undefined;
+      return { messageCount: r?.message_count ?? null, crawledSignal: r?.crawled_signal ?? null, raw: r?.raw ?? null };
+    });
   }
 
   /** Id of the live message at `position` (0-based, chronological), if any. */
   messageIdAt(accountId: string, conversationId: string, position: number): string | undefined {
-    const r = this.db
-      .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position = ? AND deleted_at IS NULL LIMIT 1`)
-      .get(accountId, conversationId, position) as { id: string } | undefined;
-    return r?.id;
+    return this.guard(() => {
+      const r = this.db
+        .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position = ? AND deleted_at IS NULL LIMIT 1`)
+        .get(accountId, conversationId, position) as { id: string } | undefined;
+      return r?.id;
+    });
   }
 
   /**
@@ -758,31 +813,54 @@ export class Mirror {
 
   /** This mirror's random id (32 hex digits), fixed at creation. */
   mirrorId(): string {
-    return (this.db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`).get() as { value: string }).value;
+    return this.guard(() => {
+      return (this.db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`).get() as { value: string }).value;
+    });
   }
 
   /** Row counts for `status`. */
   counts(): Record<string, number> {
-    const one = (sql: string) => (this.db.prepare(sql).get() as { n: number }).n;
-    return {
-      conversations: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NULL`),
-      conversations_tombstoned: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`),
-      messages: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`),
-      messages_tombstoned: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`),
-      message_history: one(`SELECT count(*) AS n FROM message_history`),
-      change_log: one(`SELECT count(*) AS n FROM change_log`),
-      export_watermark: one(`SELECT watermark AS n FROM export_state WHERE id = 1`),
-      unexported_changes: one(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`),
-      export_files: one(`SELECT count(*) AS n FROM export_files`),
-      checkpoints: one(`SELECT count(*) AS n FROM checkpoints`),
-      runs: one(`SELECT count(*) AS n FROM runs`),
-    };
+    return this.guard(() => {
+      const one = (sql: string) => (this.db.prepare(sql).get() as { n: number }).n;
+      return {
+        conversations: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NULL`),
+        conversations_tombstoned: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`),
+        messages: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`),
+        messages_tombstoned: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`),
+        message_history: one(`SELECT count(*) AS n FROM message_history`),
+        change_log: one(`SELECT count(*) AS n FROM change_log`),
+        export_watermark: one(`SELECT watermark AS n FROM export_state WHERE id = 1`),
+        unexported_changes: one(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`),
+        export_files: one(`SELECT count(*) AS n FROM export_files`),
+        checkpoints: one(`SELECT count(*) AS n FROM checkpoints`),
+        runs: one(`SELECT count(*) AS n FROM runs`),
+      };
+    });
+  }
+
+  /**
+   * SQLite's `PRAGMA quick_check` of the whole file (every page and b-tree, not index contents).
+   *
+   * @returns the problems found; `[]` when the file is sound. A corruption error raised while
+   *   checking is reported as one problem.
+   * @throws {@link MirrorUnusableError} for an I/O error while reading
+   */
+  quickCheck(): string[] {
+    try {
+      const rows = this.db.pragma('quick_check') as { quick_check: string }[];
+      const problems = rows.map((r) => r.quick_check);
+      return problems.length === 1 && problems[0] === 'ok' ? [] : problems;
+    } catch (err) {
+      const code = (err as { code?: unknown } | null)?.code;
+      if (typeof code === 'string' && isCorruptionCode(code)) return [`${code}: ${(err as Error).message}`];
+      throw asMirrorError(err, this.file);
+    }
   }
 
   /** Closes the database (checkpointing the WAL unless read-only) and releases the writer lock. */
   close(): void {
     try {
-      if (this.db.open) this.db.close();
+      if (this.db.open) this.guard(() => this.db.close());
     } finally {
       this.release();
     }
