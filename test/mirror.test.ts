@@ -113,11 +113,12 @@ describe('migrations', () => {
     expect(() => openMirror(file)).toThrow(file);
   });
 
-  it('opening a file that is not SQLite at all throws StoreError naming the file', () => {
+  it('opening a file that is not SQLite at all throws MirrorUnusableError (a StoreError, MIRROR_CORRUPT) naming the file', () => {
     const file = dbFile();
     fs.writeFileSync(file, 'this is not a database, just text '.repeat(200));
     expect(() => openMirror(file)).toThrow(StoreError);
     expect(() => openMirror(file)).toThrow(file);
+    expect(() => openMirror(file)).toThrow(expect.objectContaining({ name: 'MirrorUnusableError', code: 'MIRROR_CORRUPT', sqliteCode: 'SQLITE_NOTADB' }));
   });
 });
 

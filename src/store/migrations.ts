@@ -156,4 +156,7 @@ export const MIGRATIONS: readonly string[] = [
   /* 3: the change signal (e.g. last_activity_at) a conversation showed at its last complete crawl */ `
   ALTER TABLE conversations ADD COLUMN crawled_signal TEXT;
   `,
+  /* 4: how many times a run was resumed after its process died (see Mirror.resumeRun) */ `
+  ALTER TABLE runs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
+  `,
 ];

@@ -5,12 +5,17 @@
  * change log's sequence numbers are never reused). Migrations by `PRAGMA user_version`. Every write
  * path commits in one transaction together with its change-log rows and, for message pages, the
  * conversation's checkpoint (design habit 7).
+ *
+ * Trust no disk: every file and directory it creates is private (`FileModes`) whatever the umask;
+ * read-only opens create and change nothing; SQLite errors that make the file unusable (corruption,
+ * full disk, I/O errors) surface as `MirrorUnusableError`, and after corruption nothing more is
+ * written.
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import Database from 'better-sqlite3';
-import type { Database as Db, Statement } from 'better-sqlite3';
-import { StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
+import { Database, sqliteUri, type Db, type Statement } from './sqlite.js';
+import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
+import { createPrivateFile, mkdirPrivate, PRIVATE_MODES, type FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
 import { isoNow, systemClock } from '../clock.js';
 import type { Conversation, Message, Page } from '../api/schemas.js';
@@ -72,10 +77,28 @@ export interface MirrorOptions {
   /** Time source for `*_at` columns. @defaultValue the system clock */
   clock?: Clock;
   /**
-   * Take the single-writer lock (`<file>.lock`). Readers such as `status` and `verify` pass false.
+   * Take the single-writer lock (`<file>.lock`). Ignored (no lock) when `readonly` is true.
    * @defaultValue true
    */
   lock?: boolean;
+  /**
+   * Permission bits of every file and directory the mirror creates: missing parent directories,
+   * the database file (SQLite gives its `-wal`, `-shm` and `-journal` the same mode), `<file>.lock`
+   * and `<file>.lock.json`. Set exactly, whatever the umask; existing files and directories are
+   * never chmodded.
+   * @defaultValue {@link PRIVATE_MODES} (files 0600, directories 0700)
+   */
+  modes?: FileModes;
+  /**
+   * Open an existing mirror for reading only (`status`, `verify`, an auditor's copy, a backup):
+   * no lock, no file created (not even `-wal`/`-shm`), no migration, no `journal_mode` change, and
+   * every write method throws {@link StoreError}. When `<file>-wal` is absent the file is opened
+   * `immutable` (SQLite then assumes nobody changes it while open); when it exists (a live writer,
+   * or one that crashed) it is opened as a normal read-only connection, which reads the writer's
+   * committed pages.
+   * @defaultValue false
+   */
+  readonly?: boolean;
 }
 
 const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
@@ -117,60 +140,162 @@ export function signalOf(raw: string | null, field: string): string | null {
 /**
  * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
  * method runs to completion without interleaving.
+ *
+ * Every public method throws {@link MirrorUnusableError} (naming {@link Mirror.file}) for SQLite
+ * errors that make the mirror unusable: `MIRROR_CORRUPT` for a damaged file, `MIRROR_UNWRITABLE`
+ * for a full disk, an I/O error or a read-only file. Once corruption was seen, every later write
+ * of this instance throws that same error without touching the file. Write methods of a mirror
+ * opened `readonly` throw {@link StoreError}. Statements run directly on {@link Mirror.db} are not
+ * converted: pass their errors to `asMirrorError(err, mirror.file)`.
  */
 export class Mirror {
   readonly db: Db;
+  /** Absolute path of the SQLite file (`:memory:` for an in-memory mirror). */
+  readonly file: string;
   private readonly clock: Clock;
   private readonly st: Record<string, Statement>;
+  private readonly readOnly: boolean;
+  /** Set at the first corruption seen: from then on this instance writes nothing. */
+  private damaged: MirrorUnusableError | undefined;
 
   private constructor(
     db: Db,
+    file: string,
     clock: Clock,
+    readOnly: boolean,
     private readonly release: () => void,
   ) {
     this.db = db;
+    this.file = file;
     this.clock = clock;
+    this.readOnly = readOnly;
     this.st = this.prepare();
   }
 
   /**
-   * Opens (creating if needed) the mirror at `file` and applies pending migrations.
+   * Opens the mirror at `file`. A writer (the default) creates what is missing (parent directories
+   * and the file, with `opts.modes`), takes the writer lock, switches to WAL and applies pending
+   * migrations. With `readonly`, see {@link MirrorOptions.readonly}.
    *
-   * @param file - path of the SQLite file; its directory is created
-   * @throws {@link StoreError} naming the file when it cannot be opened, is not a convo-mirror
-   *   database, was written by a newer version, or another live process holds its writer lock
+   * @param file - path of the SQLite file (made absolute: a name starting with `file:` is a plain
+   *   path, never a URI), or `:memory:`
+   * @param opts - see {@link MirrorOptions}
+   * @throws {@link MirrorUnusableError} naming the file (code `MIRROR_CORRUPT`) when it is not a
+   *   database or is damaged; for a writer also (`MIRROR_UNWRITABLE`) when SQLite cannot open or
+   *   write it (full disk, I/O error, read-only or unopenable file)
+   * @throws {@link StoreError} naming the file when its directory cannot be created, it is not a
+   *   convo-mirror database, it was written by a newer version, another live process holds its
+   *   writer lock; with `readonly`, when it does not exist or its schema is older than this code
+   *   (read-only opens never migrate)
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
-    let db: Db;
-    let release = () => {};
-    try {
-      if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-    } catch (err) {
-      throw new StoreError(`cannot create the directory of the mirror ${file}: ${(err as Error).message}`, { file }, err);
+    const clock = opts.clock ?? systemClock;
+    if (file === ':memory:') {
+      if (opts.readonly) throw new StoreError('an in-memory mirror cannot be opened read-only: there is nothing to read', { file });
+      const db = new Database(file);
+      try {
+        db.pragma('foreign_keys = ON');
+        Mirror.migrate(db, file);
+        return new Mirror(db, file, clock, false, () => {});
+      } catch (err) {
+        db.close();
+        throw err;
+      }
     }
-    if (file !== ':memory:' && opts.lock !== false) release = acquireWriterLock(path.resolve(file));
-    try {
-      db = new Database(file);
-      db.pragma('journal_mode = WAL');
-      db.pragma('synchronous = FULL');
-      db.pragma('busy_timeout = 10000');
-      db.pragma('foreign_keys = ON');
-    } catch (err) {
-      release();
-      throw new StoreError(`cannot open the mirror ${file}: ${(err as Error).message}`, { file }, err);
-    }
-    try {
-      Mirror.migrate(db, file);
-    } catch (err) {
-      db.close();
-      release();
-      if (err instanceof StoreError) throw err;
-      throw new StoreError(`cannot migrate the mirror ${file}: ${(err as Error).message}`, { file }, err);
-    }
-    return new Mirror(db, opts.clock ?? systemClock, release);
+    const abs = path.resolve(file);
+    return opts.readonly ? Mirror.openReadonly(abs, clock) : Mirror.openWriter(abs, clock, opts);
   }
 
-  private static migrate(db: Db, file: string): void {
+  private static openWriter(abs: string, clock: Clock, opts: MirrorOptions): Mirror {
+    const modes = opts.modes ?? PRIVATE_MODES;
+    try {
+      mkdirPrivate(path.dirname(abs), modes);
+    } catch (err) {
+      throw new StoreError(`cannot create the directory of the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+    }
+    const release = opts.lock !== false ? acquireWriterLock(abs, modes) : () => {};
+    let db: Db | undefined;
+    try {
+      if (!fs.existsSync(abs)) {
+        try {
+          fs.closeSync(createPrivateFile(abs, modes));
+        } catch (err) {
+          // Created meanwhile by another process: not ours, opened as it is.
+          if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+            throw new StoreError(`cannot create the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+          }
+        }
+      }
+      db = new Database(abs);
+      db.pragma('busy_timeout = 10000');
+      // Before anything is changed: a database that is not ours (or is newer) is left as it is.
+      Mirror.checkSchema(db, abs, false);
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = FULL');
+      db.pragma('foreign_keys = ON');
+      Mirror.migrate(db, abs);
+      return new Mirror(db, abs, clock, false, release);
+    } catch (err) {
+      if (db?.open) db.close();
+      release();
+      throw Mirror.openError(err, abs, 'open');
+    }
+  }
+
+  private static openReadonly(abs: string, clock: Clock): Mirror {
+    if (!fs.existsSync(abs)) throw new StoreError(`no mirror at ${abs}: the file does not exist (a read-only open creates nothing)`, { file: abs });
+    // Without a -wal file nobody is writing (or the copy is closed cleanly): `immutable` reads the
+    // file alone and creates no -wal/-shm. With one, a plain read-only connection uses the writer's
+    // -wal and -shm, so it sees every committed page.
+    const immutable = !fs.existsSync(`${abs}-wal`);
+    let db: Db | undefined;
+    try {
+      db = immutable
+        ? new Database(sqliteUri(abs, { immutable: '1' }), { readonly: true, fileMustExist: true })
+        : new Database(abs, { readonly: true, fileMustExist: true });
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (immutable && code === 'SQLITE_CANTOPEN' && fs.existsSync(abs)) {
+        throw new StoreError(
+          `cannot open the mirror ${abs} read-only: SQLite did not take the URI filename; SQLITE_USE_URI must be 1 (or unset) when better-sqlite3 loads`,
+          { file: abs },
+          err,
+        );
+      }
+      throw Mirror.openError(err, abs, 'open read-only', true);
+    }
+    try {
+      db.pragma('busy_timeout = 10000');
+      Mirror.checkSchema(db, abs, true);
+      return new Mirror(db, abs, clock, true, () => {});
+    } catch (err) {
+      db.close();
+      throw Mirror.openError(err, abs, 'open read-only', true);
+    }
+  }
+
+  /**
+   * The error to throw for a failed open: a {@link MirrorUnusableError} for SQLite codes that
+   * make the file unusable (for a read-only open, corruption only), a {@link StoreError} naming the
+   * file otherwise.
+   */
+  private static openError(err: unknown, abs: string, what: string, readOnly = false): unknown {
+    if (err instanceof StoreError) return err;
+    const code = (err as { code?: unknown } | null)?.code;
+    if (!readOnly || (typeof code === 'string' && isCorruptionCode(code))) {
+      const e = asMirrorError(err, abs);
+      if (e instanceof MirrorUnusableError) return e;
+    }
+    return new StoreError(`cannot ${what} the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
+  }
+
+  /**
+   * Checks the schema version; returns it.
+   *
+   * @throws {@link StoreError} when the file is not a convo-mirror database, is newer than this
+   *   code, or (`readOnly`) older than this code
+   */
+  private static checkSchema(db: Db, file: string, readOnly: boolean): number {
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version > MIGRATIONS.length) {
       throw new StoreError(
@@ -180,14 +305,47 @@ export class Mirror {
     }
     if (version === 0) {
       const foreign = db.prepare(`SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'`).get() as { n: number };
-      if (foreign.n > 0) throw new StoreError(`${file} is a SQLite database but not a convo-mirror mirror`, { file });
+      if (foreign.n > 0 || readOnly) throw new StoreError(`${file} is ${foreign.n > 0 ? 'a SQLite database but ' : ''}not a convo-mirror mirror`, { file });
     }
+    if (readOnly && version < MIGRATIONS.length) {
+      throw new StoreError(
+        `the mirror ${file} has schema version ${version}, older than this convo-mirror's (${MIGRATIONS.length}); ` +
+          'read-only commands never migrate: run convo-mirror sync (which migrates it) first',
+        { file, version },
+      );
+    }
+    return version;
+  }
+
+  private static migrate(db: Db, file: string): void {
+    const version = Mirror.checkSchema(db, file, false);
     for (let v = version; v < MIGRATIONS.length; v++) {
       db.transaction(() => {
         db.exec(MIGRATIONS[v]!);
         db.pragma(`user_version = ${v + 1}`);
       }).immediate();
     }
+  }
+
+  /** Runs `f`, turning SQLite errors that make the mirror unusable into {@link MirrorUnusableError}. */
+  private guard<T>(f: () => T): T {
+    try {
+      return f();
+    } catch (err) {
+      const e = asMirrorError(err, this.file);
+      if (e instanceof MirrorUnusableError && e.code === 'MIRROR_CORRUPT') this.damaged ??= e;
+      throw e;
+    }
+  }
+
+  /**
+   * {@link guard} for methods that write: refused on a read-only mirror, and on one found damaged
+   * (nothing more is written to a corrupt file).
+   */
+  private write<T>(f: () => T): T {
+    if (this.readOnly) throw new StoreError(`the mirror ${this.file} was opened read-only: nothing can be written to it`, { file: this.file });
+    if (this.damaged) throw this.damaged;
+    return this.guard(f);
   }
 
   private prepare(): Record<string, Statement> {
@@ -215,7 +373,10 @@ export class Mirror {
       upsertConversation: p(`
         INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at)
         VALUES (@account_id, @id, @raw, @now, @now)
-        ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL
+        ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL,
+          -- a conversation back from a tombstone gets a full crawl, whatever its change signal says
+          message_count = CASE WHEN conversations.deleted_at IS NULL THEN conversations.message_count END,
+          crawled_signal = CASE WHEN conversations.deleted_at IS NULL THEN conversations.crawled_signal END
         WHERE conversations.raw IS NOT excluded.raw OR conversations.deleted_at IS NOT NULL`),
       insertConversation: p(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?)`),
       getCheckpoint: p(`SELECT next_page, total_count, updated_at, run_id FROM checkpoints WHERE account_id = ? AND conversation_id = ?`),
@@ -239,6 +400,9 @@ export class Mirror {
       tombstoneConversation: p(`UPDATE conversations SET deleted_at = ? WHERE account_id = ? AND id = ? AND deleted_at IS NULL`),
       crawlSeenCount: p(`SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`),
       setCrawledSignal: p(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`),
+      runStatus: p(`SELECT status FROM runs WHERE id = ?`),
+      resumeRun: p(`UPDATE runs SET status = 'running', ended_at = NULL, error = NULL, resumes = resumes + 1 WHERE id = ? AND status = 'interrupted'`),
+      reviveConversation: p(`UPDATE conversations SET deleted_at = NULL, message_count = NULL, crawled_signal = NULL, updated_at = ? WHERE account_id = ? AND id = ?`),
       deleteRunFailures: p(`DELETE FROM run_failures WHERE run_id = ?`),
       insertRunFailure: p(`INSERT INTO run_failures (run_id, conversation_id, code, status, attempts, message, at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
     };
@@ -252,8 +416,10 @@ export class Mirror {
    * @returns the new run id
    */
   startRun(mode: string, accountId: string): number {
-    const r = this.db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`).run(mode, accountId, isoNow(this.clock));
-    return Number(r.lastInsertRowid);
+    return this.write(() => {
+      const r = this.db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`).run(mode, accountId, isoNow(this.clock));
+      return Number(r.lastInsertRowid);
+    });
   }
 
   /**
@@ -264,20 +430,53 @@ export class Mirror {
    * @returns how many runs were marked
    */
   markInterruptedRuns(): number {
-    return this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(isoNow(this.clock)).changes;
+    return this.write(
+      () => this.db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`).run(isoNow(this.clock)).changes,
+    );
+  }
+
+  /**
+   * Resumes a run whose process died, so its work continues under the same run id: a run
+   * `interrupted` goes back to `running` (`ended_at` and `error` cleared, `resumes` + 1).
+   *
+   * @returns `'running'` when the run is still running (nothing changed), `'resumed'` when it was
+   *   `interrupted` and is running again, `'ended'` when it finished (`succeeded`, `partial`,
+   *   `failed`) or there is no such run (nothing changed)
+   */
+  resumeRun(runId: number): 'running' | 'resumed' | 'ended' {
+    return this.write(() =>
+      this.db
+        .transaction((): 'running' | 'resumed' | 'ended' => {
+          const r = this.st.runStatus!.get(runId) as { status: string } | undefined;
+          if (r?.status === 'running') return 'running';
+          if (r?.status !== 'interrupted') return 'ended';
+          this.st.resumeRun!.run(runId);
+          return 'resumed';
+        })
+        .immediate(),
+    );
+  }
+
+  /** A run's status (`running`, `succeeded`, `partial`, `failed`, `interrupted`); undefined for an unknown id. */
+  runStatus(runId: number): string | undefined {
+    return this.guard(() => (this.st.runStatus!.get(runId) as { status: string } | undefined)?.status);
   }
 
   /** Whether a run has ended (any final status). */
   runEnded(runId: number): boolean {
-    const r = this.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(runId) as { status: string } | undefined;
-    return r !== undefined && r.status !== 'running';
+    return this.guard(() => {
+      const r = this.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(runId) as { status: string } | undefined;
+      return r !== undefined && r.status !== 'running';
+    });
   }
 
   /** Records a run's end and figures. */
   finishRun(runId: number, figures: RunFigures): void {
-    const cols = Object.keys(figures);
-    const sets = cols.map((c) => `${c} = @${c}`).join(', ');
-    this.db.prepare(`UPDATE runs SET ${sets}, ended_at = @ended_at WHERE id = @id`).run({ ...figures, ended_at: isoNow(this.clock), id: runId });
+    return this.write(() => {
+      const cols = Object.keys(figures);
+      const sets = cols.map((c) => `${c} = @${c}`).join(', ');
+      this.db.prepare(`UPDATE runs SET ${sets}, ended_at = @ended_at WHERE id = @id`).run({ ...figures, ended_at: isoNow(this.clock), id: runId });
+    });
   }
 
   /**
@@ -286,92 +485,129 @@ export class Mirror {
    * finish step) keeps one row per failure.
    */
   recordFailures(runId: number, failures: { id: string; error: ConvoMirrorError | Error }[]): void {
-    const at = isoNow(this.clock);
-    this.db.transaction(() => {
-      this.st.deleteRunFailures!.run(runId);
-      for (const { id, error: err } of failures) {
-        const code = (err as ConvoMirrorError).code ?? 'ERROR';
-        const status = err instanceof HttpError ? (err.status ?? null) : null;
-        const attempts = err instanceof HttpError ? err.attempts : null;
-        this.st.insertRunFailure!.run(runId, id, code, status, attempts, err.message, at);
-      }
-    }).immediate();
+    return this.write(() => {
+      const at = isoNow(this.clock);
+      this.db.transaction(() => {
+        this.st.deleteRunFailures!.run(runId);
+        for (const { id, error: err } of failures) {
+          const code = (err as ConvoMirrorError).code ?? 'ERROR';
+          const status = err instanceof HttpError ? (err.status ?? null) : null;
+          const attempts = err instanceof HttpError ? err.attempts : null;
+          this.st.insertRunFailure!.run(runId, id, code, status, attempts, err.message, at);
+        }
+      }).immediate();
+    });
   }
 
   /** The last `limit` runs, newest first (every column of `runs`). */
   lastRuns(limit: number): Record<string, unknown>[] {
-    return this.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT ?`).all(limit) as Record<string, unknown>[];
+    return this.guard(() => {
+      return this.db.prepare(`SELECT * FROM runs ORDER BY id DESC LIMIT ?`).all(limit) as Record<string, unknown>[];
+    });
   }
 
   /** Failures recorded for the newest finished run. */
   lastRunFailures(): Record<string, unknown>[] {
-    return this.db
-      .prepare(
-        `SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures
-         WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`,
-      )
-      .all() as Record<string, unknown>[];
+    return this.guard(() => {
+      return this.db
+        .prepare(
+          `SELECT run_id, conversation_id, code, status, attempts, message, at FROM run_failures
+           WHERE run_id = (SELECT max(id) FROM runs WHERE status <> 'running') ORDER BY at`,
+        )
+        .all() as Record<string, unknown>[];
+    });
   }
 
   /** Live (not tombstoned) conversations and messages of one account. */
   liveCounts(accountId: string): { conversations: number; messages: number } {
-    const n = (sql: string) => (this.db.prepare(sql).get(accountId) as { n: number }).n;
-    return {
-      conversations: n(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`),
-      messages: n(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`),
-    };
+    return this.guard(() => {
+      const n = (sql: string) => (this.db.prepare(sql).get(accountId) as { n: number }).n;
+      return {
+        conversations: n(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`),
+        messages: n(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`),
+      };
+    });
   }
 
   // ---------------------------------------------------------------- conversations
 
   /**
    * Upserts one page of the conversation list in one transaction, appending a change-log row for
-   * each insert or update; unchanged rows are not written.
+   * each insert or update; unchanged rows are not written. A tombstoned conversation listed again
+   * is revived (an `insert`) with no completed crawl (`message_count` and `crawled_signal` NULL), so
+   * the next sync crawls all of it.
    */
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): WriteCounts {
-    const counts = zeroCounts();
-    const now = isoNow(this.clock);
-    this.db.transaction(() => {
-      page.raw.forEach((obj, i) => {
-        const id = page.data[i]!.id;
-        const raw = JSON.stringify(obj);
-        const prev = this.st.getConversation!.get(accountId, id) as { raw: string | null; deleted_at: string | null } | undefined;
-        if (prev && prev.raw === raw && prev.deleted_at === null) {
-          counts.unchanged++;
-          return;
-        }
-        this.st.upsertConversation!.run({ account_id: accountId, id, raw, now });
-        const op = !prev || prev.raw === null || prev.deleted_at !== null ? 'insert' : 'update';
-        if (op === 'insert') counts.inserted++;
-        else counts.updated++;
-        this.st.insertChange!.run('conversations', op, accountId, id, id, now, runId, conversationLine(op, now, accountId, id, obj));
-      });
-    }).immediate();
-    return counts;
+    return this.write(() => {
+      const counts = zeroCounts();
+      const now = isoNow(this.clock);
+      this.db.transaction(() => {
+        page.raw.forEach((obj, i) => {
+          const id = page.data[i]!.id;
+          const raw = JSON.stringify(obj);
+          const prev = this.st.getConversation!.get(accountId, id) as { raw: string | null; deleted_at: string | null } | undefined;
+          if (prev && prev.raw === raw && prev.deleted_at === null) {
+            counts.unchanged++;
+            return;
+          }
+          this.st.upsertConversation!.run({ account_id: accountId, id, raw, now });
+          const op = !prev || prev.raw === null || prev.deleted_at !== null ? 'insert' : 'update';
+          if (op === 'insert') counts.inserted++;
+          else counts.updated++;
+          this.st.insertChange!.run('conversations', op, accountId, id, id, now, runId, conversationLine(op, now, accountId, id, obj));
+        });
+      }).immediate();
+      return counts;
+    });
   }
 
   /**
-   * Makes sure a conversation synced by id (never listed) has a row, and that the exports know it:
-   * its `raw` is `{"id": ...}` (the only field we know) with an `insert` change; the next listing
-   * replaces it with the object as served (an `update`). Call inside a transaction.
+   * Makes sure a conversation whose messages are being committed has a live row, and that the
+   * exports know it. One synced by id (never listed) gets `raw` `{"id": ...}` (the only field we
+   * know) with an `insert` change; the next listing replaces it with the object as served (an
+   * `update`). A tombstoned one is revived with an `insert` change carrying its last known `raw`,
+   * and its crawl baseline (`message_count`, `crawled_signal`) is cleared. Call inside a transaction.
    */
   private ensureConversation(accountId: string, conversationId: string, now: string, runId: number | null): void {
-    if (this.st.getConversation!.get(accountId, conversationId)) return;
+    const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
+    if (prev && prev.deleted_at === null) return;
+    if (prev) {
+      this.st.reviveConversation!.run(now, accountId, conversationId);
+      const last: unknown = prev.raw === null ? { id: conversationId } : JSON.parse(prev.raw);
+      this.st.insertChange!.run('conversations', 'insert', accountId, conversationId, conversationId, now, runId, conversationLine('insert', now, accountId, conversationId, last));
+      return;
+    }
     const obj = { id: conversationId };
     this.st.insertConversation!.run(accountId, conversationId, JSON.stringify(obj), now, now);
     this.st.insertChange!.run('conversations', 'insert', accountId, conversationId, conversationId, now, runId, conversationLine('insert', now, accountId, conversationId, obj));
   }
 
+  /**
+   * Forgets the change signal a conversation was last crawled at (`crawled_signal = NULL`), so the
+   * next incremental sync asks the API about it whatever its signal says (e.g. after it failed in
+   * a run). Its message count and messages are kept: that sync may still crawl incrementally.
+   * Nothing happens for an unknown conversation.
+   */
+  forgetCrawlBaseline(accountId: string, conversationId: string): void {
+    this.write(() => {
+      this.st.setCrawledSignal!.run(null, accountId, conversationId);
+    });
+  }
+
   /** Whether the mirror has a row (live or tombstoned) for this conversation. */
   hasConversation(accountId: string, conversationId: string): boolean {
-    return this.st.getConversation!.get(accountId, conversationId) !== undefined;
+    return this.guard(() => {
+      return this.st.getConversation!.get(accountId, conversationId) !== undefined;
+    });
   }
 
   /** Ids of conversations mirrored and not tombstoned. */
   liveConversationIds(accountId: string): string[] {
-    return (
-      this.db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`).all(accountId) as { id: string }[]
-    ).map((r) => r.id);
+    return this.guard(() => {
+      return (
+        this.db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`).all(accountId) as { id: string }[]
+      ).map((r) => r.id);
+    });
   }
 
   /**
@@ -379,52 +615,58 @@ export class Mirror {
    * with `delete` change-log rows. Nothing is hard-deleted.
    */
   tombstoneConversation(accountId: string, conversationId: string, runId: number | null): { conversation: boolean; messages: number } {
-    const now = isoNow(this.clock);
-    return this.db.transaction(() => {
-      const msgs = this.st.liveMessages!.all(accountId, conversationId) as { id: string; raw: string }[];
-      for (const m of msgs) {
-        this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
-        this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
-      }
-      const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
-      let conversation = false;
-      if (prev && prev.deleted_at === null) {
-        this.st.tombstoneConversation!.run(now, accountId, conversationId);
-        if (prev.raw !== null) {
-          this.st.insertChange!.run('conversations', 'delete', accountId, conversationId, conversationId, now, runId, conversationLine('delete', now, accountId, conversationId, JSON.parse(prev.raw)));
+    return this.write(() => {
+      const now = isoNow(this.clock);
+      return this.db.transaction(() => {
+        const msgs = this.st.liveMessages!.all(accountId, conversationId) as { id: string; raw: string }[];
+        for (const m of msgs) {
+          this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
+          this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
         }
-        conversation = true;
-      }
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-      return { conversation, messages: msgs.length };
-    }).immediate();
+        const prev = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null; deleted_at: string | null } | undefined;
+        let conversation = false;
+        if (prev && prev.deleted_at === null) {
+          this.st.tombstoneConversation!.run(now, accountId, conversationId);
+          if (prev.raw !== null) {
+            this.st.insertChange!.run('conversations', 'delete', accountId, conversationId, conversationId, now, runId, conversationLine('delete', now, accountId, conversationId, JSON.parse(prev.raw)));
+          }
+          conversation = true;
+        }
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+        return { conversation, messages: msgs.length };
+      }).immediate();
+    });
   }
 
   // ---------------------------------------------------------------- message crawls
 
   /** The committed checkpoint of an unfinished crawl, if any. */
   loadCheckpoint(accountId: string, conversationId: string): Checkpoint | undefined {
-    const cp = this.st.getCheckpoint!.get(accountId, conversationId) as
-      | { next_page: number; total_count: number; updated_at: string; run_id: number | null }
-      | undefined;
-    if (!cp) return undefined;
-    const seenIds = new Set<string>();
-    let lastPageIds: string[] = [];
-    for (const row of this.st.crawlIds!.all(accountId, conversationId) as { page: number; ids: string }[]) {
-      const ids = JSON.parse(row.ids) as string[];
-      for (const id of ids) seenIds.add(id);
-      if (row.page === cp.next_page - 1) lastPageIds = ids;
-    }
-    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at), runId: cp.run_id };
+    return this.guard(() => {
+      const cp = this.st.getCheckpoint!.get(accountId, conversationId) as
+        | { next_page: number; total_count: number; updated_at: string; run_id: number | null }
+        | undefined;
+      if (!cp) return undefined;
+      const seenIds = new Set<string>();
+      let lastPageIds: string[] = [];
+      for (const row of this.st.crawlIds!.all(accountId, conversationId) as { page: number; ids: string }[]) {
+        const ids = JSON.parse(row.ids) as string[];
+        for (const id of ids) seenIds.add(id);
+        if (row.page === cp.next_page - 1) lastPageIds = ids;
+      }
+      return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at), runId: cp.run_id };
+    });
   }
 
   /** Forgets a crawl's checkpoint and seen ids (the crawl restarts from page 1). */
   resetCrawl(accountId: string, conversationId: string): void {
-    this.db.transaction(() => {
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-    }).immediate();
+    return this.write(() => {
+      this.db.transaction(() => {
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+      }).immediate();
+    });
   }
 
   /**
@@ -435,54 +677,56 @@ export class Mirror {
    * Positions are `(page - 1) * 100 + index` (spec 4.1: chronological order, per_page=100).
    */
   commitMessagesPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null): WriteCounts {
-    const counts = zeroCounts();
-    const now = isoNow(this.clock);
-    const offset = (page.page - 1) * PER_PAGE;
-    this.db.transaction(() => {
-      this.ensureConversation(accountId, conversationId, now, runId);
-      const ids: string[] = [];
-      page.data.forEach((m, i) => {
-        const obj = page.raw[i]!;
-        const raw = JSON.stringify(obj);
-        const position = offset + i;
-        ids.push(m.id);
-        const prev = this.st.getMessage!.get(accountId, conversationId, m.id) as
-          | { raw: string; position: number; deleted_at: string | null; updated_at: string }
-          | undefined;
-        if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) {
-          counts.unchanged++;
-          return;
-        }
-        this.st.upsertMessage!.run({
-          account_id: accountId,
-          conversation_id: conversationId,
-          id: m.id,
-          position,
-          content: m.content,
-          visibility: m.visibility,
-          sender_id: m.sender.id,
-          sender_name: m.sender.name,
-          sender_type: m.sender.type,
-          attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
-          created_at: m.created_at,
-          raw,
-          now,
+    return this.write(() => {
+      const counts = zeroCounts();
+      const now = isoNow(this.clock);
+      const offset = (page.page - 1) * PER_PAGE;
+      this.db.transaction(() => {
+        this.ensureConversation(accountId, conversationId, now, runId);
+        const ids: string[] = [];
+        page.data.forEach((m, i) => {
+          const obj = page.raw[i]!;
+          const raw = JSON.stringify(obj);
+          const position = offset + i;
+          ids.push(m.id);
+          const prev = this.st.getMessage!.get(accountId, conversationId, m.id) as
+            | { raw: string; position: number; deleted_at: string | null; updated_at: string }
+            | undefined;
+          if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) {
+            counts.unchanged++;
+            return;
+          }
+          this.st.upsertMessage!.run({
+            account_id: accountId,
+            conversation_id: conversationId,
+            id: m.id,
+            position,
+            content: m.content,
+            visibility: m.visibility,
+            sender_id: m.sender.id,
+            sender_name: m.sender.name,
+            sender_type: m.sender.type,
+            attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
+            created_at: m.created_at,
+            raw,
+            now,
+          });
+          if (prev && prev.raw === raw && prev.deleted_at === null) {
+            counts.unchanged++; // only the position moved (an earlier message was deleted): not a change of the record
+            return;
+          }
+          const op = !prev || prev.deleted_at !== null ? 'insert' : 'update';
+          const r = this.st.insertChange!.run('messages', op, accountId, conversationId, m.id, now, runId, messageLine(op, now, accountId, conversationId, obj));
+          if (op === 'update') {
+            this.st.insertHistory!.run(accountId, conversationId, m.id, prev!.raw, prev!.updated_at, now, Number(r.lastInsertRowid));
+            counts.updated++;
+          } else counts.inserted++;
         });
-        if (prev && prev.raw === raw && prev.deleted_at === null) {
-          counts.unchanged++; // only the position moved (an earlier message was deleted): not a change of the record
-          return;
-        }
-        const op = !prev || prev.deleted_at !== null ? 'insert' : 'update';
-        const r = this.st.insertChange!.run('messages', op, accountId, conversationId, m.id, now, runId, messageLine(op, now, accountId, conversationId, obj));
-        if (op === 'update') {
-          this.st.insertHistory!.run(accountId, conversationId, m.id, prev!.raw, prev!.updated_at, now, Number(r.lastInsertRowid));
-          counts.updated++;
-        } else counts.inserted++;
-      });
-      this.st.saveCrawlPage!.run(accountId, conversationId, page.page, JSON.stringify(ids));
-      this.st.saveCheckpoint!.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
-    }).immediate();
-    return counts;
+        this.st.saveCrawlPage!.run(accountId, conversationId, page.page, JSON.stringify(ids));
+        this.st.saveCheckpoint!.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
+      }).immediate();
+      return counts;
+    });
   }
 
   /**
@@ -494,24 +738,26 @@ export class Mirror {
    * @returns messages tombstoned and the number served in this crawl
    */
   completeCrawl(accountId: string, conversationId: string, runId: number | null, changeField?: string): { deleted: number; messageCount: number } {
-    const now = isoNow(this.clock);
-    return this.db.transaction(() => {
-      const gone = this.st.unseenLive!.all({ account_id: accountId, conversation_id: conversationId }) as { id: string; raw: string }[];
-      for (const m of gone) {
-        this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
-        this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
-      }
-      const seen = this.st.crawlSeenCount!.get(accountId, conversationId) as { n: number };
-      this.ensureConversation(accountId, conversationId, now, runId);
-      this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
-      if (changeField) {
-        const conv = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null };
-        this.st.setCrawledSignal!.run(signalOf(conv.raw, changeField), accountId, conversationId);
-      }
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-      return { deleted: gone.length, messageCount: seen.n };
-    }).immediate();
+    return this.write(() => {
+      const now = isoNow(this.clock);
+      return this.db.transaction(() => {
+        const gone = this.st.unseenLive!.all({ account_id: accountId, conversation_id: conversationId }) as { id: string; raw: string }[];
+        for (const m of gone) {
+          this.st.tombstoneMessage!.run(now, accountId, conversationId, m.id);
+          this.st.insertChange!.run('messages', 'delete', accountId, conversationId, m.id, now, runId, messageLine('delete', now, accountId, conversationId, JSON.parse(m.raw)));
+        }
+        const seen = this.st.crawlSeenCount!.get(accountId, conversationId) as { n: number };
+        this.ensureConversation(accountId, conversationId, now, runId);
+        this.st.finishConversation!.run(seen.n, now, accountId, conversationId);
+        if (changeField) {
+          const conv = this.st.getConversation!.get(accountId, conversationId) as { raw: string | null };
+          this.st.setCrawledSignal!.run(signalOf(conv.raw, changeField), accountId, conversationId);
+        }
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+        return { deleted: gone.length, messageCount: seen.n };
+      }).immediate();
+    });
   }
 
   // ---------------------------------------------------------------- incremental sync
@@ -521,18 +767,22 @@ export class Mirror {
    * it was crawled at. `messageCount` is null when no crawl ever completed.
    */
   crawlState(accountId: string, conversationId: string): { messageCount: number | null; crawledSignal: string | null; raw: string | null } {
-    const r = this.db
-      .prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`)
-      .get(accountId, conversationId) as { message_count: number | null; crawled_signal: string | null; raw: string | null } | undefined;
-    return { messageCount: r?.message_count ?? null, crawledSignal: r?.crawled_signal ?? null, raw: r?.raw ?? null };
+    return this.guard(() => {
+      const r = this.db
+        .prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`)
+        .get(accountId, conversationId) as { message_count: number | null; crawled_signal: string | null; raw: string | null } | undefined;
+      return { messageCount: r?.message_count ?? null, crawledSignal: r?.crawled_signal ?? null, raw: r?.raw ?? null };
+    });
   }
 
   /** Id of the live message at `position` (0-based, chronological), if any. */
   messageIdAt(accountId: string, conversationId: string, position: number): string | undefined {
-    const r = this.db
-      .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position = ? AND deleted_at IS NULL LIMIT 1`)
-      .get(accountId, conversationId, position) as { id: string } | undefined;
-    return r?.id;
+    return this.guard(() => {
+      const r = this.db
+        .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position = ? AND deleted_at IS NULL LIMIT 1`)
+        .get(accountId, conversationId, position) as { id: string } | undefined;
+      return r?.id;
+    });
   }
 
   /**
@@ -543,17 +793,19 @@ export class Mirror {
    * @returns the seeded ids
    */
   seedIncrementalCrawl(accountId: string, conversationId: string, beforePosition: number): string[] {
-    return this.db.transaction(() => {
-      this.st.clearCheckpoint!.run(accountId, conversationId);
-      this.st.clearCrawlPages!.run(accountId, conversationId);
-      const ids = (
-        this.db
-          .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position < ? AND deleted_at IS NULL ORDER BY position`)
-          .all(accountId, conversationId, beforePosition) as { id: string }[]
-      ).map((r) => r.id);
-      this.st.saveCrawlPage!.run(accountId, conversationId, 0, JSON.stringify(ids));
-      return ids;
-    }).immediate();
+    return this.write(() => {
+      return this.db.transaction(() => {
+        this.st.clearCheckpoint!.run(accountId, conversationId);
+        this.st.clearCrawlPages!.run(accountId, conversationId);
+        const ids = (
+          this.db
+            .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position < ? AND deleted_at IS NULL ORDER BY position`)
+            .all(accountId, conversationId, beforePosition) as { id: string }[]
+        ).map((r) => r.id);
+        this.st.saveCrawlPage!.run(accountId, conversationId, 0, JSON.stringify(ids));
+        return ids;
+      }).immediate();
+    });
   }
 
 
@@ -561,30 +813,56 @@ export class Mirror {
 
   /** This mirror's random id (32 hex digits), fixed at creation. */
   mirrorId(): string {
-    return (this.db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`).get() as { value: string }).value;
+    return this.guard(() => {
+      return (this.db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`).get() as { value: string }).value;
+    });
   }
 
   /** Row counts for `status`. */
   counts(): Record<string, number> {
-    const one = (sql: string) => (this.db.prepare(sql).get() as { n: number }).n;
-    return {
-      conversations: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NULL`),
-      conversations_tombstoned: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`),
-      messages: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`),
-      messages_tombstoned: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`),
-      message_history: one(`SELECT count(*) AS n FROM message_history`),
-      change_log: one(`SELECT count(*) AS n FROM change_log`),
-      export_watermark: one(`SELECT watermark AS n FROM export_state WHERE id = 1`),
-      unexported_changes: one(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`),
-      export_files: one(`SELECT count(*) AS n FROM export_files`),
-      checkpoints: one(`SELECT count(*) AS n FROM checkpoints`),
-      runs: one(`SELECT count(*) AS n FROM runs`),
-    };
+    return this.guard(() => {
+      const one = (sql: string) => (this.db.prepare(sql).get() as { n: number }).n;
+      return {
+        conversations: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NULL`),
+        conversations_tombstoned: one(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`),
+        messages: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`),
+        messages_tombstoned: one(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`),
+        message_history: one(`SELECT count(*) AS n FROM message_history`),
+        change_log: one(`SELECT count(*) AS n FROM change_log`),
+        export_watermark: one(`SELECT watermark AS n FROM export_state WHERE id = 1`),
+        unexported_changes: one(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`),
+        export_files: one(`SELECT count(*) AS n FROM export_files`),
+        checkpoints: one(`SELECT count(*) AS n FROM checkpoints`),
+        runs: one(`SELECT count(*) AS n FROM runs`),
+      };
+    });
   }
 
-  /** Closes the database (checkpointing the WAL) and releases the writer lock. */
+  /**
+   * SQLite's `PRAGMA quick_check` of the whole file (every page and b-tree, not index contents).
+   *
+   * @returns the problems found; `[]` when the file is sound. A corruption error raised while
+   *   checking is reported as one problem.
+   * @throws {@link MirrorUnusableError} for an I/O error while reading
+   */
+  quickCheck(): string[] {
+    try {
+      const rows = this.db.pragma('quick_check') as { quick_check: string }[];
+      const problems = rows.map((r) => r.quick_check);
+      return problems.length === 1 && problems[0] === 'ok' ? [] : problems;
+    } catch (err) {
+      const code = (err as { code?: unknown } | null)?.code;
+      if (typeof code === 'string' && isCorruptionCode(code)) return [`${code}: ${(err as Error).message}`];
+      throw asMirrorError(err, this.file);
+    }
+  }
+
+  /** Closes the database (checkpointing the WAL unless read-only) and releases the writer lock. */
   close(): void {
-    if (this.db.open) this.db.close();
-    this.release();
+    try {
+      if (this.db.open) this.guard(() => this.db.close());
+    } finally {
+      this.release();
+    }
   }
 }

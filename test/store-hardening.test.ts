@@ -1,0 +1,595 @@
+/**
+ * Store hardening (issue 8): private file modes whatever the umask, read-only opens that create and
+ * change nothing, corrupt or full files stopping every write, conversations back from a tombstone,
+ * forgotten crawl baselines and resumed runs. Real SQLite files in temp dirs; umask tests run in a
+ * child `node` on the built `dist/` (the umask is process-wide, and process.umask() throws in worker threads).
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { Mirror } from '../src/store/mirror.js';
+import { MIGRATIONS } from '../src/store/migrations.js';
+import { MirrorUnusableError, StoreError } from '../src/errors.js';
+import type { Conversation, Message, Page } from '../src/api/schemas.js';
+import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+
+const pool = harnessPool();
+const dirs: string[] = [];
+const mirrors: Mirror[] = [];
+afterEach(async () => {
+  for (const m of mirrors.splice(0)) m.close();
+  await pool.closeAll();
+  for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+});
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
+
+function dir(): string {
+  const d = tempDir();
+  dirs.push(d);
+  return d;
+}
+
+function track(m: Mirror): Mirror {
+  mirrors.push(m);
+  return m;
+}
+
+/** What `f` throws (fails the test when it throws nothing). */
+function thrown(f: () => unknown): unknown {
+  try {
+    f();
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected an error, none was thrown');
+}
+
+// ------------------------------------------------------------------ synthetic API pages
+
+function messagePage(conversationId: string, page: number, count: number, total: number, contentBytes = 120): Page<Message> {
+  const data: Message[] = [];
+  for (let i = 0; i < count; i++) {
+    const n = (page - 1) * 100 + i;
+    data.push({
+      id: `${conversationId}-m${String(n).padStart(5, '0')}`,
+      content: `message ${n} `.padEnd(contentBytes, 'x'),
+      visibility: n % 7 === 0 ? 'internal' : 'global',
+      sender: { id: `s${n % 13}`, name: `Sender ${n % 13}`, type: n % 2 ? 'Customer' : 'Agent' },
+      created_at: new Date(Date.UTC(2025, 0, 1) + n * 60_000).toISOString(),
+    });
+  }
+  return { page, data, raw: data.map((m) => ({ ...m })), meta: { current_page: page, total_count: total, total_pages: Math.max(1, Math.ceil(total / 100)) } };
+}
+
+function conversationPage(convs: Record<string, unknown>[]): Page<Conversation> {
+  return { page: 1, data: convs as Conversation[], raw: convs, meta: { current_page: 1, total_count: convs.length, total_pages: 1 } };
+}
+
+/** Lists, crawls (every page) and completes `conversations` conversations of `perConversation` messages. */
+function fill(m: Mirror, conversations: number, perConversation: number, contentBytes = 120): string[] {
+  const ids = Array.from({ length: conversations }, (_, i) => `c${String(i).padStart(3, '0')}`);
+  m.upsertConversations(ACCOUNT_ID, conversationPage(ids.map((id) => ({ id, updated_at: '2025-06-01T00:00:00Z' }))), null);
+  for (const id of ids) {
+    for (let p = 1, left = perConversation; p === 1 || left > 0; p++, left -= 100) {
+      m.commitMessagesPage(ACCOUNT_ID, id, messagePage(id, p, Math.min(100, Math.max(0, left)), perConversation, contentBytes), null);
+    }
+    m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
+  }
+  return ids;
+}
+
+/** Every entry of `d` (recursively): relative path → bytes (files) and mtime. */
+function snapshot(d: string): Map<string, { bytes: Buffer | null; mtimeMs: number; mode: number }> {
+  const out = new Map<string, { bytes: Buffer | null; mtimeMs: number; mode: number }>();
+  const walk = (p: string, rel: string) => {
+    for (const e of fs.readdirSync(p, { withFileTypes: true })) {
+      const abs = path.join(p, e.name);
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      const st = fs.statSync(abs);
+      out.set(r, { bytes: e.isFile() ? fs.readFileSync(abs) : null, mtimeMs: st.mtimeMs, mode: st.mode });
+      if (e.isDirectory()) walk(abs, r);
+    }
+  };
+  out.set('.', { bytes: null, mtimeMs: fs.statSync(d).mtimeMs, mode: fs.statSync(d).mode });
+  walk(d, '');
+  return out;
+}
+
+const mode = (p: string) => fs.statSync(p).mode & 0o7777;
+
+// ------------------------------------------------------------------ 1. private files
+
+const distMirror = fileURLToPath(new URL('../dist/src/store/mirror.js', import.meta.url));
+const distPrivateFs = fileURLToPath(new URL('../dist/src/private-fs.js', import.meta.url));
+
+/**
+ * In a child `node` with `umask`, opens a mirror at `rel` (relative to `cwd`) as a writer with the
+ * given modes, writes a run (so -wal and -shm exist), and reports the mode of every entry under
+ * `cwd` while the mirror is open and after it is closed.
+ */
+function openInChild(cwd: string, rel: string, umask: number, modes: 'PRIVATE_MODES' | 'GROUP_READABLE_MODES'): {
+  open: Record<string, number>;
+  closed: Record<string, number>;
+  file: string;
+} {
+  const script = `
+    import fs from 'node:fs';
+    import path from 'node:path';
+    const { Mirror } = await import(${JSON.stringify(distMirror)});
+    const pfs = await import(${JSON.stringify(distPrivateFs)});
+    process.umask(${umask});
+    const modesOf = (d) => {
+      const out = {};
+      const walk = (p, rel) => {
+        for (const n of fs.readdirSync(p)) {
+          const abs = path.join(p, n), r = rel ? rel + '/' + n : n;
+          out[r] = fs.statSync(abs).mode & 0o7777;
+          if (fs.statSync(abs).isDirectory()) walk(abs, r);
+        }
+      };
+      walk(d, '');
+      return out;
+    };
+    const m = Mirror.open(${JSON.stringify(rel)}, { modes: pfs.${modes} });
+    m.finishRun(m.startRun('full', 'a'), { status: 'succeeded' });
+    const open = modesOf('.');
+    const file = m.file;
+    m.close();
+    process.stdout.write(JSON.stringify({ open, closed: modesOf('.'), file }));
+  `;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd, encoding: 'utf8', env: { PATH: process.env.PATH, HOME: process.env.HOME } });
+  if (r.status !== 0) throw new Error(`child node failed (status ${r.status}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as { open: Record<string, number>; closed: Record<string, number>; file: string };
+}
+
+describe('private files whatever the umask', () => {
+  for (const umask of [0o000, 0o077, 0o777]) {
+    for (const [name, file, dirMode] of [
+      ['PRIVATE_MODES', 0o600, 0o700],
+      ['GROUP_READABLE_MODES', 0o640, 0o750],
+    ] as const) {
+      it(`umask ${umask.toString(8).padStart(3, '0')}, ${name}: missing directories ${dirMode.toString(8)}, the database, -wal, -shm and lock files ${file.toString(8)}; an existing directory untouched`, () => {
+        const root = dir();
+        fs.chmodSync(root, 0o755);
+        fs.mkdirSync(path.join(root, 'existing'));
+        fs.chmodSync(path.join(root, 'existing'), 0o755);
+        const r = openInChild(root, 'existing/new/deeper/mirror.sqlite', umask, name);
+        expect(r.file).toBe(path.join(fs.realpathSync(root), 'existing/new/deeper/mirror.sqlite'));
+        expect(r.open['existing']).toBe(0o755);
+        expect(r.open['existing/new']).toBe(dirMode);
+        expect(r.open['existing/new/deeper']).toBe(dirMode);
+        const files = Object.keys(r.open).filter((k) => k.startsWith('existing/new/deeper/')).map((k) => k.slice('existing/new/deeper/'.length));
+        for (const f of ['mirror.sqlite', 'mirror.sqlite-wal', 'mirror.sqlite-shm', 'mirror.sqlite.lock', 'mirror.sqlite.lock.json']) expect(files).toContain(f);
+        for (const f of files) expect(r.open[`existing/new/deeper/${f}`], f).toBe(file);
+        // Closed: the WAL is checkpointed away, the holder info removed; what stays is still private.
+        expect(Object.keys(r.closed).filter((k) => k.startsWith('existing/new/deeper/')).sort()).toEqual(['existing/new/deeper/mirror.sqlite', 'existing/new/deeper/mirror.sqlite.lock']);
+        for (const [k, v] of Object.entries(r.closed)) expect(v, k).toBe(k === 'existing' ? 0o755 : k.endsWith('.sqlite') || k.endsWith('.lock') ? file : dirMode);
+        expect(mode(root)).toBe(0o755);
+      });
+    }
+  }
+
+  it('a path starting with file: is a plain relative path, never a URI', () => {
+    const root = dir();
+    const r = openInChild(root, 'file:mirror.sqlite', 0o022, 'PRIVATE_MODES');
+    expect(r.file).toBe(path.join(fs.realpathSync(root), 'file:mirror.sqlite'));
+    expect(Object.keys(r.closed).sort()).toEqual(['file:mirror.sqlite', 'file:mirror.sqlite.lock']);
+    const ro = track(Mirror.open(path.join(root, 'file:mirror.sqlite'), { readonly: true }));
+    expect(ro.lastRuns(5)).toHaveLength(1);
+  });
+
+  it('an existing database file and lock keep their mode; a leftover holder file is replaced by a private one', () => {
+    const d = dir();
+    const file = path.join(d, 'mirror.sqlite');
+    Mirror.open(file).close();
+    fs.chmodSync(file, 0o644);
+    fs.writeFileSync(`${file}.lock.json`, JSON.stringify({ pid: 1, host: 'gone', since: 'then' }), { mode: 0o644 });
+    fs.chmodSync(`${file}.lock.json`, 0o644);
+    const m = track(Mirror.open(file));
+    expect(mode(file)).toBe(0o644);
+    expect(mode(`${file}.lock`)).toBe(0o600);
+    expect(mode(`${file}.lock.json`)).toBe(0o600);
+    expect(JSON.parse(fs.readFileSync(`${file}.lock.json`, 'utf8'))).toMatchObject({ pid: process.pid });
+    m.close();
+    expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
+  });
+});
+
+// ------------------------------------------------------------------ 2. read-only opens
+
+describe('read-only open', () => {
+  function closedCopy(): { dir: string; file: string; ids: string[] } {
+    const src = path.join(dir(), 'mirror.sqlite');
+    const w = Mirror.open(src);
+    const ids = fill(w, 3, 150);
+    w.finishRun(w.startRun('full', ACCOUNT_ID), { status: 'succeeded', requests: 9 });
+    w.close();
+    const copyDir = path.join(dir(), 'auditor copy #1 ?x=%20');
+    fs.mkdirSync(copyDir);
+    fs.copyFileSync(src, path.join(copyDir, 'mirror.sqlite'));
+    return { dir: copyDir, file: path.join(copyDir, 'mirror.sqlite'), ids };
+  }
+
+  it('on a closed copy creates no file and changes no byte or mtime, and reads everything', () => {
+    const { dir: d, file } = closedCopy();
+    const before = snapshot(d);
+    const m = Mirror.open(file, { readonly: true });
+    expect(m.file).toBe(file);
+    expect(m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 453 });
+    expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 450 });
+    expect(m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
+    expect(m.lastRunFailures()).toEqual([]);
+    expect(m.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
+    expect(m.quickCheck()).toEqual([]);
+    expect(m.crawlState(ACCOUNT_ID, 'c001').messageCount).toBe(150);
+    expect(fs.readdirSync(d)).toEqual(['mirror.sqlite']);
+    // Writes are refused before SQLite is touched.
+    for (const write of [
+      () => m.startRun('full', ACCOUNT_ID),
+      () => m.markInterruptedRuns(),
+      () => m.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'new' }]), null),
+      () => m.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 3, 3), null),
+      () => m.forgetCrawlBaseline(ACCOUNT_ID, 'c000'),
+      () => m.resumeRun(1),
+    ]) {
+      const err = thrown(write);
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as StoreError).message).toContain('read-only');
+    }
+    m.close();
+    expect(snapshot(d)).toEqual(before);
+  });
+
+  it('with a writer open (its -wal present) sees the committed rows, and takes no lock', () => {
+    const d = dir();
+    const file = path.join(d, 'mirror.sqlite');
+    const w = track(Mirror.open(file));
+    fill(w, 2, 30);
+    expect(fs.existsSync(`${file}-wal`)).toBe(true);
+    const r = track(Mirror.open(file, { readonly: true }));
+    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
+    w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
+    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
+    // The writer keeps writing; the reader never blocked it.
+    expect(w.startRun('full', ACCOUNT_ID)).toBeGreaterThan(0);
+    expect(r.runStatus(1)).toBe('running');
+  });
+
+  it('a missing file is a StoreError naming it, and nothing is created', () => {
+    const d = dir();
+    const file = path.join(d, 'sub', 'missing.sqlite');
+    const err = thrown(() => Mirror.open(file, { readonly: true }));
+    expect(err).toBeInstanceOf(StoreError);
+    expect(err).not.toBeInstanceOf(MirrorUnusableError);
+    expect((err as StoreError).message).toContain(file);
+    expect(fs.readdirSync(d)).toEqual([]);
+  });
+
+  it('an older schema is refused (read-only commands never migrate) and left unchanged', () => {
+    const d = dir();
+    const file = path.join(d, 'old.sqlite');
+    const db = new Database(file);
+    db.pragma('journal_mode = WAL');
+    for (let v = 0; v < MIGRATIONS.length - 1; v++) db.exec(MIGRATIONS[v]!);
+    db.pragma(`user_version = ${MIGRATIONS.length - 1}`);
+    db.close();
+    const before = snapshot(d);
+    const err = thrown(() => Mirror.open(file, { readonly: true }));
+    expect(err).toBeInstanceOf(StoreError);
+    expect((err as StoreError).message).toContain(file);
+    expect((err as StoreError).message).toMatch(/read-only commands never migrate.*sync/);
+    expect(snapshot(d)).toEqual(before);
+    const after = new Database(file, { readonly: true });
+    expect(after.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length - 1);
+    after.close();
+    // The writer migrates it.
+    const w = Mirror.open(file);
+    expect(w.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
+    w.close();
+    track(Mirror.open(file, { readonly: true }));
+  });
+
+  it('a newer schema, a foreign SQLite file and an empty file are refused read-only, unchanged', () => {
+    const d = dir();
+    const newer = path.join(d, 'newer.sqlite');
+    Mirror.open(newer).close();
+    const db = new Database(newer);
+    db.pragma(`user_version = ${MIGRATIONS.length + 1}`);
+    db.close();
+    const foreign = path.join(d, 'foreign.sqlite');
+    const f = new Database(foreign);
+    f.exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY)`);
+    f.close();
+    const empty = path.join(d, 'empty.sqlite');
+    fs.writeFileSync(empty, '');
+    const before = snapshot(d);
+    for (const [file, text] of [
+      [newer, /newer than this convo-mirror/],
+      [foreign, /not a convo-mirror mirror/],
+      [empty, /not a convo-mirror mirror/],
+    ] as const) {
+      const err = thrown(() => Mirror.open(file, { readonly: true }));
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as Error).message).toMatch(text);
+      expect((err as Error).message).toContain(file);
+    }
+    expect(snapshot(d)).toEqual(before);
+  });
+
+  it('a writer refuses a foreign SQLite file without changing a byte of it', () => {
+    const d = dir();
+    const foreign = path.join(d, 'foreign.sqlite');
+    const f = new Database(foreign);
+    f.exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY)`);
+    f.close();
+    const bytes = fs.readFileSync(foreign);
+    expect(() => Mirror.open(foreign)).toThrow(/not a convo-mirror mirror/);
+    expect(fs.readFileSync(foreign).equals(bytes)).toBe(true);
+  });
+});
+
+// ------------------------------------------------------------------ 3. unusable files
+
+describe('corrupt and unusable files', () => {
+  it('a mirror with damaged middle pages: the next write throws MIRROR_CORRUPT, nothing more is written, quickCheck reports it', () => {
+    const file = path.join(dir(), 'mirror.sqlite');
+    const w = Mirror.open(file);
+    const ids = fill(w, 30, 120);
+    expect(w.liveCounts(ACCOUNT_ID).messages).toBe(3600);
+    w.close();
+    // Damage the root pages of the message and conversation b-trees and the middle third of the file.
+    const ro = Mirror.open(file, { readonly: true }).db; // creates no -wal (a plain read-only connection would)
+    const pageSize = ro.pragma('page_size', { simple: true }) as number;
+    const pageCount = ro.pragma('page_count', { simple: true }) as number;
+    const roots = (ro.prepare(`SELECT rootpage FROM sqlite_master WHERE tbl_name IN ('messages', 'conversations') AND rootpage > 0`).all() as { rootpage: number }[]).map((r) => r.rootpage);
+    ro.close();
+    expect(fs.existsSync(`${file}-wal`)).toBe(false);
+    const fd = fs.openSync(file, 'r+');
+    const garbage = Buffer.alloc(pageSize, 0xa5);
+    const pages = new Set([...roots, ...Array.from({ length: Math.floor(pageCount / 3) }, (_, i) => Math.floor(pageCount / 3) + i)]);
+    for (const p of pages) if (p > 1) fs.writeSync(fd, garbage, 0, pageSize, (p - 1) * pageSize);
+    fs.closeSync(fd);
+
+    let err: unknown;
+    let m: Mirror | undefined;
+    try {
+      m = track(Mirror.open(file));
+      m.commitMessagesPage(ACCOUNT_ID, ids[0]!, messagePage(ids[0]!, 2, 100, 200), null);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(MirrorUnusableError);
+    expect((err as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
+    expect((err as MirrorUnusableError).sqliteCode).toMatch(/^SQLITE_CORRUPT/);
+    expect((err as Error).message).toContain(file);
+    expect(m).toBeDefined(); // the schema page is sound: the damage shows at the first write
+    const problems = m!.quickCheck();
+    expect(problems.length).toBeGreaterThan(0);
+    expect(problems.join('\n')).not.toBe('ok');
+    // From now on this instance writes nothing, whatever the call.
+    const bytes = fs.readFileSync(file);
+    const walBytes = fs.readFileSync(`${file}-wal`);
+    for (const write of [
+      () => m!.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'zzz' }]), null),
+      () => m!.startRun('full', ACCOUNT_ID),
+      () => m!.resumeRun(1),
+      () => m!.forgetCrawlBaseline(ACCOUNT_ID, ids[0]!),
+    ]) {
+      const e = thrown(write);
+      expect(e).toBeInstanceOf(MirrorUnusableError);
+      expect((e as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
+    }
+    expect(fs.readFileSync(file).equals(bytes)).toBe(true);
+    expect(fs.readFileSync(`${file}-wal`).equals(walBytes)).toBe(true);
+    // A read-only open sees the same damage.
+    const r = track(Mirror.open(file, { readonly: true }));
+    expect(r.quickCheck().length).toBeGreaterThan(0);
+    expect(thrown(() => r.liveConversationIds(ACCOUNT_ID))).toBeInstanceOf(MirrorUnusableError);
+  });
+
+  it('a garbage header: MIRROR_CORRUPT (SQLITE_NOTADB) naming the file at open, writer or reader, and the file is left as it was', () => {
+    const d = dir();
+    const file = path.join(d, 'mirror.sqlite');
+    const w = Mirror.open(file);
+    fill(w, 2, 10);
+    w.close();
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.from('garbage, not a header '.repeat(5)), 0, 100, 0);
+    fs.closeSync(fd);
+    const bytes = fs.readFileSync(file);
+    for (const opts of [{}, { readonly: true }, { lock: false }]) {
+      const err = thrown(() => track(Mirror.open(file, opts)));
+      expect(err).toBeInstanceOf(MirrorUnusableError);
+      expect((err as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
+      expect((err as MirrorUnusableError).sqliteCode).toBe('SQLITE_NOTADB');
+      expect((err as Error).message).toContain(file);
+      expect((err as MirrorUnusableError).context['file']).toBe(file);
+    }
+    expect(fs.readFileSync(file).equals(bytes)).toBe(true);
+    expect(fs.existsSync(`${file}-wal`)).toBe(false);
+    // The writer lock was released: a sound file can be put back and opened.
+    expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
+  });
+
+  it('a full disk (max_page_count reached): MIRROR_UNWRITABLE with SQLITE_FULL, nothing half-written, and writing resumes once there is room', () => {
+    const file = path.join(dir(), 'mirror.sqlite');
+    const m = track(Mirror.open(file));
+    const ids = fill(m, 2, 50);
+    const pages = m.db.pragma('page_count', { simple: true }) as number;
+    expect(m.db.pragma('freelist_count', { simple: true })).toBe(0);
+    m.db.pragma(`max_page_count = ${pages}`);
+    const changes = m.counts().change_log;
+    const err = thrown(() => m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null));
+    expect(err).toBeInstanceOf(MirrorUnusableError);
+    expect((err as MirrorUnusableError).code).toBe('MIRROR_UNWRITABLE');
+    expect((err as MirrorUnusableError).sqliteCode).toBe('SQLITE_FULL');
+    expect((err as Error).message).toContain(file);
+    expect((err as Error).message).toContain('disk is full');
+    expect(m.liveCounts(ACCOUNT_ID).messages).toBe(100);
+    expect(m.counts().change_log).toBe(changes);
+    expect(m.loadCheckpoint(ACCOUNT_ID, ids[1]!)).toBeUndefined();
+    m.db.pragma(`max_page_count = ${pages * 100}`);
+    expect(m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null).inserted).toBe(50);
+  });
+});
+
+// ------------------------------------------------------------------ 4. back from a tombstone
+
+describe('a conversation back from a tombstone', () => {
+  it('listed again: revived with no completed crawl (message_count and crawled_signal NULL) and an insert line', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const [id] = fill(m, 1, 130);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+    m.tombstoneConversation(ACCOUNT_ID, id!, null);
+    const counts = m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
+    expect(counts).toMatchObject({ inserted: 1, updated: 0 });
+    expect(m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
+    const ops = m.db.prepare(`SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`).all(id) as { op: string }[];
+    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
+    // A live conversation listed again with a new raw keeps its crawl baseline.
+    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
+    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 2, 30, 130), null);
+    m.completeCrawl(ACCOUNT_ID, id!, null, 'updated_at');
+    m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-07-01T00:00:00Z' }]), null);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+  });
+
+  it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const [id] = fill(m, 1, 20);
+    m.tombstoneConversation(ACCOUNT_ID, id!, null);
+    expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([]);
+    const counts = m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+    expect(counts.inserted).toBe(20);
+    expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
+    const last = m.db.prepare(`SELECT op, run_id, line FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq DESC LIMIT 1`).get(id) as {
+      op: string;
+      run_id: number;
+      line: string;
+    };
+    expect(last.op).toBe('insert');
+    expect(last.run_id).toBe(7);
+    expect(JSON.parse(last.line)).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
+    // Committing more pages does not revive it twice.
+    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+    expect(m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
+    const ops = m.db.prepare(`SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`).all(id) as { op: string }[];
+    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
+    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
+  });
+
+  it('an incremental sync crawls a revived conversation in full although its change signal did not move', async () => {
+    const ws = FakeWorkspace.fromCounts([130, 5]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    expect(h.mirror.crawlState(ACCOUNT_ID, c.id).crawledSignal).not.toBeNull(); // a change signal is in use
+    // An earlier run saw it answer 404 (e.g. briefly); the API serves it again, unchanged.
+    h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    expect(h.fake.requests.slice(before).filter((r) => r.path === `/v1/conversations/${c.id}/messages`).map((r) => r.query['page'])).toEqual(['1', '2']);
+    expect(s.messages.inserted).toBe(130);
+    const eq = mirrorEqualsFake(h.mirror, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+  });
+
+  it('a named sync of a tombstoned conversation revives the conversation with its messages', async () => {
+    const ws = FakeWorkspace.fromCounts([40, 5]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const c = ws.list()[0]!;
+    h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+    const s = await h.sync({ conversationIds: [c.id] });
+    expect(s.status).toBe('succeeded');
+    const eq = mirrorEqualsFake(h.mirror, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+    expect(h.mirror.crawlState(ACCOUNT_ID, c.id).messageCount).toBe(40);
+  });
+});
+
+// ------------------------------------------------------------------ 5. forgotten crawl baselines
+
+describe('forgetCrawlBaseline', () => {
+  it('clears only the change signal, so the next incremental sync asks about that conversation again', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 30, 7]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const [a, b] = ws.list();
+    const signal = h.mirror.crawlState(ACCOUNT_ID, a!.id).crawledSignal;
+    expect(signal).not.toBeNull(); // the fake serves a change signal, so unchanged conversations are skipped
+    h.mirror.forgetCrawlBaseline(ACCOUNT_ID, a!.id);
+    h.mirror.forgetCrawlBaseline(ACCOUNT_ID, 'never-seen'); // nothing to forget: no error
+    expect(h.mirror.crawlState(ACCOUNT_ID, a!.id)).toMatchObject({ messageCount: 250, crawledSignal: null });
+    expect(h.mirror.crawlState(ACCOUNT_ID, b!.id).crawledSignal).not.toBeNull();
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    const asked = h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => [r.path, r.query['page']]);
+    // Only the forgotten one is asked about, incrementally (the page of its last known message).
+    expect(asked).toEqual([[`/v1/conversations/${a!.id}/messages`, '3']]);
+    expect(s.export.lines).toBe(0);
+    expect(h.mirror.crawlState(ACCOUNT_ID, a!.id).crawledSignal).toBe(signal);
+  });
+});
+
+// ------------------------------------------------------------------ 6. resumed runs
+
+describe('resumeRun', () => {
+  it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const dead = m.startRun('scheduled', ACCOUNT_ID);
+    const ok = m.startRun('full', ACCOUNT_ID);
+    m.finishRun(ok, { status: 'succeeded' });
+    const partial = m.startRun('full', ACCOUNT_ID);
+    m.finishRun(partial, { status: 'partial', error: 'some failed' });
+    const failed = m.startRun('full', ACCOUNT_ID);
+    m.finishRun(failed, { status: 'failed', error: 'boom' });
+    const row = (id: number) => m.db.prepare(`SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
+
+    expect(m.resumeRun(dead)).toBe('running');
+    expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 0 });
+    expect(m.markInterruptedRuns()).toBe(1);
+    m.db.prepare(`UPDATE runs SET error = 'process died' WHERE id = ?`).run(dead);
+    expect(m.runStatus(dead)).toBe('interrupted');
+    expect(m.runEnded(dead)).toBe(true);
+    expect(m.resumeRun(dead)).toBe('resumed');
+    expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 1 });
+    expect(m.runEnded(dead)).toBe(false);
+    expect(m.resumeRun(dead)).toBe('running');
+    m.markInterruptedRuns();
+    expect(m.resumeRun(dead)).toBe('resumed');
+    expect(row(dead)).toMatchObject({ status: 'running', resumes: 2 });
+    m.finishRun(dead, { status: 'succeeded' });
+    expect(m.resumeRun(dead)).toBe('ended');
+    expect(row(dead)).toMatchObject({ status: 'succeeded', resumes: 2 });
+
+    for (const id of [ok, partial, failed]) {
+      const before = row(id);
+      expect(m.resumeRun(id)).toBe('ended');
+      expect(row(id)).toEqual(before);
+    }
+    expect(m.runStatus(partial)).toBe('partial');
+    expect(m.resumeRun(9999)).toBe('ended');
+    expect(m.runStatus(9999)).toBeUndefined();
+    expect(m.db.prepare(`SELECT count(*) AS n FROM runs`).get()).toEqual({ n: 4 });
+  });
+
+  it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', () => {
+    const file = path.join(dir(), 'old.sqlite');
+    const db = new Database(file);
+    for (let v = 0; v < 3; v++) db.exec(MIGRATIONS[v]!);
+    db.pragma('user_version = 3');
+    db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES ('full', 'default', '2025-01-01T00:00:00.000Z', 'interrupted')`).run();
+    db.close();
+    const m = track(Mirror.open(file));
+    expect(m.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
+    expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'interrupted', resumes: 0 }]);
+    expect(m.resumeRun(1)).toBe('resumed');
+    expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'running', resumes: 1 }]);
+  });
+});
