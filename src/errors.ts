@@ -114,9 +114,12 @@ export class NotFoundError extends ConvoMirrorError {
  * it is tombstoned, and the next run (or job attempt) asks again. Retryable.
  */
 export class ListedButNotFoundError extends NotFoundError {
-  constructor(conversationId: string, path: string) {
+  /**
+   * @param why - why the 404 is not taken as a deletion, e.g. `the conversation list shows it`
+   */
+  constructor(conversationId: string, path: string, why = 'the conversation list shows it') {
     super(
-      `conversation ${conversationId}: GET ${path} answered 404 although the conversation list shows it; ` +
+      `conversation ${conversationId}: GET ${path} answered 404 although ${why}; ` +
         'treated as a failure, not a deletion (nothing was tombstoned); the next run asks again',
       { conversation_id: conversationId, path },
       { code: 'LISTED_BUT_NOT_FOUND', retryable: true },

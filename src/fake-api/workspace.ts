@@ -344,6 +344,23 @@ export class FakeWorkspace {
     this.convs.reverse();
   }
 
+  /**
+   * Puts back a conversation removed by {@link FakeWorkspace.deleteConversation}, unchanged (same
+   * id, data and messages): a conversation that was gone for a while and came back.
+   *
+   * @param conv - the object `get(id)` returned before the deletion
+   * @param where - `'front'` or `'back'` of the list. @defaultValue 'front'
+   * @throws Error when a conversation with that id exists
+   */
+  restoreConversation(conv: FakeConversation, where: 'front' | 'back' = 'front'): void {
+    if (this.byId.has(conv.id)) throw new Error(`restoreConversation: conversation ${conv.id} exists`);
+    this.byId.set(conv.id, conv);
+    const sender = conv.messages.find((m) => m.sender.type === 'Customer')?.sender;
+    this.contacts.set(conv.id, sender ? { id: sender.id, name: sender.name } : { id: `cus_${conv.id.slice(0, 8)}`, name: 'Restored Contact' });
+    if (where === 'front') this.convs.unshift(conv);
+    else this.convs.push(conv);
+  }
+
   // ---- internals ----------------------------------------------------------------------------
 
   private mustGet(id: string): FakeConversation {

@@ -8,12 +8,15 @@
  *   served twice, or the crawl ends with fewer distinct ids than `total_count`, the crawl restarts from
  *   page 1 (bounded: `maxRestarts`). If `total_count` grows, paging simply continues.
  * - After a complete crawl, messages no longer served are tombstoned (`deleted_at`), never deleted.
- * - A 404 tombstones the conversation and its messages: the API says it is gone; that is a result,
- *   not a failure. A 404 for a conversation never mirrored is a {@link NotFoundError}.
+ * - A 404 is evidence, not proof, of a deletion. It tombstones the conversation and its messages
+ *   only when a complete listing of this run no longer shows the conversation (`unlisted`); then it
+ *   is a result, not a failure. Otherwise (the listing still shows it, or it was named) it is a
+ *   {@link ListedButNotFoundError}: the conversation failed, nothing of it is tombstoned, and the
+ *   next run asks again. A 404 for a conversation never mirrored is a {@link NotFoundError}.
  * - Checkpoints resume only when `resume` is not false and they are younger than `checkpointMaxAgeMs`.
  * - Any other failure leaves everything mirrored as it was (and the checkpoint, to resume from).
  */
-import { AuthError, DriftError, HttpError, NotFoundError } from '../errors.js';
+import { AuthError, DriftError, HttpError, ListedButNotFoundError, NotFoundError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
 import { signalOf } from '../store/mirror.js';
 import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
@@ -57,8 +60,11 @@ class Drift extends Error {
  *
  * @param deps - api, mirror, logger, clock
  * @param conversationId - the conversation UUID (spec 2.4)
- * @returns the outcome; `status: 'deleted'` when the API answered 404
+ * @returns the outcome; `status: 'deleted'` when the API answered 404 for a conversation a complete
+ *   listing no longer shows (`opts.unlisted`)
  * @throws {@link AuthError} (401/403: the whole run must stop), {@link HttpError} after retries,
+ *   {@link ListedButNotFoundError} for a 404 that a listing contradicts, {@link NotFoundError} for a
+ *   404 of a conversation never mirrored,
  *   {@link SchemaError} for a page that is not JSON or breaks the documented shape,
  *   {@link DriftError} when the pages kept shifting beyond `maxRestarts`
  */
@@ -205,11 +211,18 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
             path: err.path,
           });
         }
+        if (opts.unlisted !== true) {
+          throw new ListedButNotFoundError(
+            conversationId,
+            err.path,
+            opts.named ? 'it is in the mirror (only a workspace sync whose complete listing no longer shows it tombstones it)' : 'the conversation list shows it',
+          );
+        }
         const gone = mirror.tombstoneConversation(accountId, conversationId, runId);
         result.status = 'deleted';
         result.deleted += gone.messages;
         if (progress) progress.messagesDeleted += gone.messages;
-        log.info({ messages_tombstoned: gone.messages }, 'conversation answered 404: tombstoned');
+        log.info({ messages_tombstoned: gone.messages }, 'conversation gone from the complete listing and answering 404: tombstoned');
         return result;
       }
       throw err;

@@ -3,8 +3,9 @@
  * its start, end, status, counts, requests, retries and failures stored in `runs`/`run_failures`,
  * so every run is provable after the fact.
  */
-import { RunError, describeError, type ConvoMirrorError } from '../errors.js';
+import { RunError, asMirrorError, describeError, type ConvoMirrorError } from '../errors.js';
 import { publishChanges, type ExportResult } from '../export/exporter.js';
+import type { FileModes } from '../private-fs.js';
 import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
 import { newProgress, type SyncDeps, type SyncProgress } from './types.js';
 import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
@@ -20,6 +21,8 @@ export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
   full?: boolean;
   /** Root directory of the JSONL exports. */
   exportDir: string;
+  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
+  modes?: FileModes | undefined;
 }
 
 /** Summary of a run, printed by the CLI and stored in `runs`. */
@@ -34,7 +37,16 @@ export interface RunSummary {
   durationMs: number;
   listPasses: number;
   listConfirmed: boolean;
-  conversations: { listed: number; synced: number; deleted: number; failed: number; inserted: number; updated: number };
+  conversations: {
+    listed: number;
+    synced: number;
+    deleted: number;
+    failed: number;
+    inserted: number;
+    updated: number;
+    /** Known conversations no crawl was started for, because the run was stopped early. */
+    notAttempted: number;
+  };
   messages: { served: number; inserted: number; updated: number; deleted: number; restarts: number };
   /** Requests sent (retries included), retries, and responses answered 429. */
   requests: number;
@@ -45,7 +57,11 @@ export interface RunSummary {
    * `ceil(listed/100)` (at least 1 when listing) + Σ `max(1, ceil(messages/100))` per conversation.
    */
   minimumRequests: number;
-  export: { files: number; lines: number; watermark: number; resumed: boolean };
+  /**
+   * Export publication. `error` is set when publication failed: nothing of this run was lost (the
+   * changes stay in the change log, above the unchanged watermark) and the next run publishes them.
+   */
+  export: { files: number; lines: number; watermark: number; resumed: boolean; error?: string };
   failures: { id: string; code: string; message: string }[];
 }
 
@@ -88,6 +104,9 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     };
     const d = { ...deps, logger: log };
     result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);
+    // Stopped early (credentials, configuration, unusable mirror, runaway list): the result still
+    // says what was committed before, and the summary shows it.
+    fatal = result.fatal;
   } catch (err) {
     fatal = err;
   }
@@ -99,6 +118,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     startedMs: started,
     accountId: opts.accountId,
     exportDir: opts.exportDir,
+    modes: opts.modes,
     result,
     fatal,
     interrupted: opts.signal?.aborted === true,
@@ -116,6 +136,8 @@ export interface RunOutcome {
   startedMs: number;
   accountId: string;
   exportDir: string;
+  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
+  modes?: FileModes | undefined;
   /** What the sync did (absent when it stopped before producing anything). */
   result?: WorkspaceResult | undefined;
   /** The error that stopped the run, if any. */
@@ -133,8 +155,11 @@ export interface RunOutcome {
 /**
  * Finishes a recorded run: publishes the exports, records failures and figures in `runs` and
  * `run_failures`, and returns the summary. Shared by `sync` and the daemon's workspace jobs.
+ * Whatever fails here (publication, or recording into a full or damaged mirror), the summary is
+ * still built and carried by the error, so the caller can always print it.
  *
- * @throws {@link RunError} carrying the summary when `fatal` is set or publication fails
+ * @throws {@link RunError} carrying the summary when `fatal` is set, publication fails, or the run
+ *   cannot be recorded (its cause is then the store's error, e.g. {@link MirrorUnusableError})
  */
 export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   const { runId, mode } = o;
@@ -142,9 +167,10 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   let exported: ExportResult | undefined;
   let exportError: unknown;
   try {
-    exported = publishChanges(deps.mirror, { exportDir: o.exportDir, runId, clock: deps.clock, logger: log });
+    exported = publishChanges(deps.mirror, { exportDir: o.exportDir, runId, clock: deps.clock, logger: log, ...(o.modes ? { modes: o.modes } : {}) });
   } catch (err) {
-    exportError = err;
+    // The exporter reads the change log with its own SQL: a damaged mirror surfaces here too.
+    exportError = asMirrorError(err, deps.mirror.file);
   }
   const result = o.result;
   const fatal = o.fatal;
@@ -163,13 +189,18 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
       (t, x) => ({ requests: t.requests + x.requests, retries: t.retries + x.retries, rateLimited: t.rateLimited + x.rateLimited }),
       newTally(),
     );
-  deps.mirror.recordFailures(runId, failures);
+  let storeError: unknown;
+  try {
+    deps.mirror.recordFailures(runId, failures);
+  } catch (err) {
+    storeError = err;
+  }
   const listed = result?.conversationsListed ?? 0;
   const minimumRequests =
     (mode !== 'conversations' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
     results.reduce((n, r) => n + Math.max(1, Math.ceil(r.messageCount / PER_PAGE)), 0);
   const status: RunSummary['status'] =
-    fatal || exportError ? 'failed' : o.interrupted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded';
+    fatal || exportError || storeError ? 'failed' : o.interrupted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded';
   const summary: RunSummary = {
     runId,
     mode,
@@ -185,6 +216,7 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
       failed: failures.filter((f) => f.id !== LIST_FAILURE_ID).length,
       inserted: result?.conversationsInserted ?? 0,
       updated: result?.conversationsUpdated ?? 0,
+      notAttempted: fatal && o.progress ? Math.max(0, o.progress.conversationsTotal - o.progress.conversationsDone) : 0,
     },
     messages: {
       served: progress.messagesServed,
@@ -197,11 +229,17 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
     retries: tally.retries,
     rateLimited: tally.rateLimited,
     minimumRequests,
-    export: { files: exported?.files.length ?? 0, lines: exported?.lines ?? 0, watermark: exported?.watermark ?? 0, resumed: exported?.resumed ?? false },
+    export: {
+      files: exported?.files.length ?? 0,
+      lines: exported?.lines ?? 0,
+      watermark: exported?.watermark ?? 0,
+      resumed: exported?.resumed ?? false,
+      ...(exportError ? { error: describeError(exportError) } : {}),
+    },
     failures: failures.map((f) => ({ id: f.id, code: (f.error as ConvoMirrorError).code ?? 'ERROR', message: f.error.message })),
   };
-  const firstError = fatal ?? exportError;
-  deps.mirror.finishRun(runId, {
+  let firstError = fatal ?? exportError ?? storeError;
+  const record = () => deps.mirror.finishRun(runId, {
     status,
     list_passes: summary.listPasses,
     conversations_listed: listed,
@@ -221,6 +259,14 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
     export_files: summary.export.files,
     error: firstError ? describeError(firstError) : null,
   });
+  try {
+    record();
+  } catch (err) {
+    // A full disk or a damaged mirror: the run cannot be recorded, but the summary is still told.
+    log.error({ err: describeError(err) }, 'could not record the run in the mirror');
+    firstError ??= err;
+    if (summary.status !== 'failed') summary.status = 'failed';
+  }
   log.info(
     { status, duration_ms: summary.durationMs, requests: summary.requests, minimum_requests: minimumRequests, export_lines: summary.export.lines },
     'run finished',

@@ -66,6 +66,15 @@ export interface SyncOptions {
    * skipped without a request. Undefined: never skip.
    */
   changeField?: string | undefined;
+  /**
+   * The conversation is gone from a complete (confirmed) listing of this run: a 404 on its messages
+   * then means it was deleted, and it is tombstoned with its messages. Without it a 404 is a
+   * failure (`ListedButNotFoundError`) and nothing is tombstoned: a listing that still shows a
+   * conversation contradicts the 404. @defaultValue false
+   */
+  unlisted?: boolean;
+  /** The conversation was named by the caller (`sync --conversation`), not found by a listing. @defaultValue false */
+  named?: boolean;
   /** Checkpoints older than this (ms) are discarded and the crawl starts over. @defaultValue 86400000 (24 h) */
   checkpointMaxAgeMs?: number;
   /** Stops taking new conversations when aborted. */

@@ -9,11 +9,15 @@
  * listing that never gets there is reported as a failure (the run is `partial`, exit 1).
  * Conversations start crawling as soon as the first pass lists them; each later pass starts when the
  * crawls before it are done. Conversations in the mirror that the
- * confirming pass no longer shows are crawled (again) too: a 404 tombstones them.
+ * confirming pass no longer shows are crawled (again) too: only for them does a 404 mean a deletion.
+ *
+ * Errors that make every further request or write pointless stop the run at once (no new crawl
+ * starts; crawls in flight finish): rejected credentials, a wrong base URL, an unusable mirror, and a
+ * conversation list that runs past its own total. What was committed before stays, and is reported.
  */
 import pLimit from 'p-limit';
 import { newTally, type RequestTally } from '../api/client.js';
-import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, describeError } from '../errors.js';
+import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
 import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
 
@@ -38,6 +42,20 @@ export interface WorkspaceResult {
   failures: ConversationFailure[];
   /** Requests the listing cost (zero when conversations were named). */
   listingTally?: RequestTally;
+  /**
+   * The error that stopped the run early, if any: an {@link AuthError}, a {@link ConfigError}, a
+   * {@link MirrorUnusableError}, or a {@link PageRunawayError} of the listing. The rest of the
+   * result still says what was done before it.
+   */
+  fatal?: Error;
+}
+
+/** Errors after which nothing more is attempted in a run. */
+export type FatalError = AuthError | ConfigError | MirrorUnusableError | PageRunawayError;
+
+/** Whether `err` must stop the whole run (bad credentials or configuration, an unusable mirror). */
+export function isFatal(err: unknown): err is FatalError {
+  return err instanceof AuthError || err instanceof ConfigError || err instanceof MirrorUnusableError;
 }
 
 /** Options of {@link syncWorkspace}. */
@@ -81,9 +99,11 @@ export const LIST_FAILURE_ID = '(conversation list)';
  * Full sync of a workspace: every page of the conversation list and of every conversation.
  *
  * @returns per-conversation results and failures; conversations that fail after retries are
- *   reported, the others go on
- * @throws {@link AuthError} as soon as the API rejects the credentials (nothing more is attempted);
- *   {@link ConfigError} when the conversation list answers 404 (wrong base URL)
+ *   reported, the others go on. `fatal` is set when the run was stopped early: the API rejected the
+ *   credentials ({@link AuthError}), the conversation list answered 404 ({@link ConfigError}: wrong
+ *   base URL), the mirror became unusable ({@link MirrorUnusableError}), or the listing ran past its
+ *   own total ({@link PageRunawayError}).
+ * @throws only unexpected programming errors
  */
 export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Promise<WorkspaceResult> {
   const progress = opts.progress ?? newProgress();
@@ -96,7 +116,7 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     conversationsInserted: 0,
     conversationsUpdated: 0,
     results: [],
-    failures: crawl.failures,
+    failures: [],
   };
   try {
     const listing = await listWorkspace(deps, opts, {
@@ -117,15 +137,20 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       conversationsUpdated: listing.updated,
       listingTally: listing.tally,
     });
-    if (listing.failure) crawl.failures.push({ id: LIST_FAILURE_ID, error: listing.failure });
-    // Re-checks always ask the API (no change-signal skip): the listing no longer shows them.
-    if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true, noSkip: true });
+    if (listing.failure) crawl.fail(LIST_FAILURE_ID, listing.failure);
+    // A list that runs past its own total is not trusted: stop, rather than crawl what it invented.
+    if (listing.failure instanceof PageRunawayError) crawl.stop(listing.failure);
+    // Re-checks always ask the API (no change-signal skip): the complete listing no longer shows
+    // them, so for them alone a 404 means the conversation was deleted.
+    if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true, noSkip: true, unlisted: true });
   } catch (err) {
-    if (err instanceof AuthError || err instanceof ConfigError) crawl.stop(err);
+    if (isFatal(err)) crawl.stop(err);
     else throw err;
   }
-  await crawl.drain();
+  await crawl.idle();
   out.results = crawl.results;
+  out.failures = crawl.failures;
+  if (crawl.fatal) out.fatal = crawl.fatal;
   return out;
 }
 
@@ -167,7 +192,9 @@ export interface ListingResult {
  * and at least `meta.total_count` ids have been seen (two passes at least, `maxListPasses` at most).
  *
  * @throws {@link AuthError} on 401/403; {@link ConfigError} when the list answers 404 (wrong base
- *   URL). Other failures are returned in `failure`, with what was listed so far.
+ *   URL); {@link MirrorUnusableError} when the mirror cannot be written. Other failures (including
+ *   a {@link PageRunawayError}: the list ran past its own total) are returned in `failure`, with
+ *   what was listed so far; then nothing is confirmed and nothing is re-checked.
  */
 export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hooks: ListHooks = {}): Promise<ListingResult> {
   const log = deps.logger;
@@ -230,7 +257,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       out.recheck = deps.mirror.liveConversationIds(opts.accountId).filter((id) => !lastPass.has(id));
     }
   } catch (err) {
-    if (err instanceof AuthError) throw err;
+    if (err instanceof AuthError || err instanceof MirrorUnusableError) throw err;
     if (err instanceof HttpError && err.status === 404) {
       // The list endpoint itself is missing: the base URL is wrong, not a transient failure.
       throw new ConfigError('CONVO_MIRROR_BASE_URL', `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`);
@@ -243,15 +270,18 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
 }
 
 /**
- * Syncs the named conversations only (every page of each), e.g. `sync --conversation ID`.
+ * Syncs the named conversations only, e.g. `sync --conversation ID`. A 404 never tombstones a
+ * named conversation (no listing confirms it is gone): it is a failure.
  *
- * @throws {@link AuthError} as soon as the API rejects the credentials
+ * @returns results and failures; `fatal` is set when the run was stopped early (see {@link syncWorkspace})
  */
 export async function syncConversations(deps: SyncDeps, ids: string[], opts: WorkspaceOptions): Promise<WorkspaceResult> {
-  const crawl = new Crawler(deps, { ...opts, progress: opts.progress ?? newProgress() });
+  const crawl = new Crawler(deps, { ...opts, named: true, progress: opts.progress ?? newProgress() });
   for (const id of new Set(ids)) crawl.enqueue(id);
-  await crawl.drain();
-  return namedConversationsResult(crawl.results, crawl.failures);
+  await crawl.idle();
+  const out = namedConversationsResult(crawl.results, crawl.failures);
+  if (crawl.fatal) out.fatal = crawl.fatal;
+  return out;
 }
 
 /** The outcome of a sync of named conversations (no listing): results and failures only. */
@@ -259,14 +289,14 @@ export function namedConversationsResult(results: ConversationResult[], failures
   return { listPasses: 0, listConfirmed: true, conversationsListed: 0, conversationsInserted: 0, conversationsUpdated: 0, results, failures };
 }
 
-/** Runs conversation crawls with a concurrency cap; stops everything on an auth error. */
+/** Runs conversation crawls with a concurrency cap; stops everything on a fatal error. */
 class Crawler {
   private readonly resultsById = new Map<string, ConversationResult>();
-  readonly failures: ConversationFailure[] = [];
+  private readonly failuresById = new Map<string, Error>();
   private readonly limit: ReturnType<typeof pLimit>;
   private readonly tasks: Promise<void>[] = [];
-  /** The error that stops the whole run (bad credentials or configuration). */
-  private authError: AuthError | ConfigError | undefined;
+  /** The error that stopped the whole run (see {@link isFatal}), if any. */
+  fatal: FatalError | undefined;
 
   constructor(
     private readonly deps: SyncDeps,
@@ -280,12 +310,26 @@ class Crawler {
     return [...this.resultsById.values()];
   }
 
-  get stopped(): boolean {
-    return this.authError !== undefined || this.opts.signal?.aborted === true;
+  /** Conversations (and the listing) whose last attempt failed. */
+  get failures(): ConversationFailure[] {
+    return [...this.failuresById].map(([id, error]) => ({ id, error }));
   }
 
-  stop(err: AuthError | ConfigError): void {
-    this.authError ??= err;
+  /** Records a failure of `id` (its last attempt's error counts). */
+  fail(id: string, error: Error): void {
+    this.resultsById.delete(id);
+    this.failuresById.set(id, error);
+  }
+
+  get stopped(): boolean {
+    return this.fatal !== undefined || this.opts.signal?.aborted === true;
+  }
+
+  /** No crawl starts after this; crawls in flight finish. The first error wins. */
+  stop(err: FatalError): void {
+    if (this.fatal) return;
+    this.fatal = err;
+    this.deps.logger.error({ err: describeError(err), code: err.code }, 'stopping the run: nothing more is attempted');
   }
 
   /** Crawl of each conversation enqueued so far (never two crawls of one conversation at once). */
@@ -295,23 +339,26 @@ class Crawler {
    * Schedules a crawl of `id`. A conversation already scheduled is not crawled twice, unless
    * `again` is set: then it is crawled once more after the earlier crawl has finished.
    */
-  enqueue(id: string, opts: { again?: boolean; noSkip?: boolean } = {}): void {
+  enqueue(id: string, opts: { again?: boolean; noSkip?: boolean; unlisted?: boolean } = {}): void {
     const earlier = this.byId.get(id);
     if (earlier && !opts.again) return;
     this.opts.progress.conversationsTotal++;
-    const task = (earlier ?? Promise.resolve()).then(() => this.limit(() => this.run(id, opts.noSkip === true)));
+    const task = (earlier ?? Promise.resolve()).then(() => this.limit(() => this.run(id, opts)));
     this.byId.set(id, task);
     this.tasks.push(task);
   }
 
-  private async run(id: string, noSkip = false): Promise<void> {
+  private async run(id: string, how: { noSkip?: boolean; unlisted?: boolean }): Promise<void> {
     if (this.stopped) return;
     const progress = this.opts.progress;
     try {
-      const r = await syncConversation(this.deps, id, noSkip ? { ...this.opts, changeField: undefined } : this.opts);
-      this.resultsById.set(r.id, r); // a conversation crawled again: its last result counts
+      const opts: SyncOptions = { ...this.opts, ...(how.noSkip ? { changeField: undefined } : {}), ...(how.unlisted ? { unlisted: true } : {}) };
+      const r = await syncConversation(this.deps, id, opts);
+      // A conversation crawled again (a re-check): its last outcome counts.
+      this.resultsById.set(r.id, r);
+      if (this.failuresById.delete(r.id)) progress.conversationsFailed--;
     } catch (err) {
-      if (err instanceof AuthError) {
+      if (isFatal(err)) {
         this.stop(err);
         return;
       }
@@ -320,8 +367,14 @@ class Crawler {
         this.deps.logger.info({ conversation_id: id }, 'crawl stopped by shutdown; checkpoint kept');
         return;
       }
-      progress.conversationsFailed++;
-      this.failures.push({ id, error: err as Error });
+      if (!this.failuresById.has(id)) progress.conversationsFailed++;
+      this.fail(id, err as Error);
+      // Ask the API about it again next run, whatever its change signal says.
+      try {
+        this.deps.mirror.forgetCrawlBaseline(this.opts.accountId, id);
+      } catch (e) {
+        if (isFatal(e)) this.stop(e);
+      }
       this.deps.logger.error(
         { conversation_id: id, err: describeError(err), code: (err as ConvoMirrorError).code, context: (err as ConvoMirrorError).context },
         'conversation failed after retries',
@@ -339,9 +392,4 @@ class Crawler {
     }
   }
 
-  /** Waits for every enqueued crawl; rethrows the auth error that stopped the run, if any. */
-  async drain(): Promise<void> {
-    await this.idle();
-    if (this.authError) throw this.authError;
-  }
 }

@@ -1,0 +1,203 @@
+/**
+ * Issue 8, the sync's side of "nothing lost": a 404 is evidence, not proof, of a deletion; a
+ * conversation that comes back after a tombstone is crawled in full; a run stopped early (401, a
+ * full or damaged mirror) still says what it committed. Real fake API over HTTP, real SQLite in
+ * temp dirs, real export files; nothing of ours is mocked.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { AuthError, MirrorUnusableError, RunError } from '../src/errors.js';
+import type { RunSummary } from '../src/sync/run.js';
+import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, readExportLines, replay, type Harness, type HarnessOptions } from './helpers.js';
+
+const pool = harnessPool();
+afterEach(() => pool.closeAll());
+const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
+
+const msgPath = (id: string): string => `/v1/conversations/${id}/messages`;
+
+function expectExact(h: Harness): void {
+  const eq = mirrorEqualsFake(h.mirror, h.fake.workspace);
+  expect(eq.ok, eq.detail).toBe(true);
+}
+
+/** Live messages and the tombstone of one conversation in the mirror. */
+function rowsOf(h: Harness, id: string): { liveMessages: number; deadMessages: number; conversationDeleted: boolean } {
+  const m = h.mirror.db
+    .prepare(`SELECT sum(deleted_at IS NULL) AS live, sum(deleted_at IS NOT NULL) AS dead FROM messages WHERE account_id = ? AND conversation_id = ?`)
+    .get(ACCOUNT_ID, id) as { live: number | null; dead: number | null };
+  const c = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE account_id = ? AND id = ?`).get(ACCOUNT_ID, id) as
+    | { deleted_at: string | null }
+    | undefined;
+  return { liveMessages: m.live ?? 0, deadMessages: m.dead ?? 0, conversationDeleted: c?.deleted_at != null };
+}
+
+/** The exports replayed equal the mirror's live messages (no line lost, none duplicated). */
+function expectExportsReplayToMirror(h: Harness): void {
+  const lines = readExportLines(h.exportDir, 'messages');
+  expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
+  const live = replay(lines, 'messages');
+  const mirrored = h.mirror.db.prepare(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`).get() as { n: number };
+  expect(live.size).toBe(mirrored.n);
+}
+
+async function rejected(p: Promise<RunSummary>): Promise<RunError<RunSummary>> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(RunError);
+  return err as RunError<RunSummary>;
+}
+
+describe('a 404 is not proof of a deletion', () => {
+  it('listed conversations answering 404 fail, keep every row, and the next incremental sync asks them again', async () => {
+    const ws = FakeWorkspace.fromCounts([120, 3, 40, 7, 250]);
+    const h = await start({ workspace: ws });
+    expect((await h.sync()).status).toBe('succeeded');
+    const flaky = [ws.list()[0]!.id, ws.list()[2]!.id, ws.list()[4]!.id];
+    for (const id of flaky) h.fake.injectFault({ kind: 'status', status: 404, match: { path: msgPath(id) }, times: Infinity });
+
+    const s = await h.sync({ full: true });
+    expect(s.status).toBe('partial');
+    expect(s.listConfirmed).toBe(true);
+    expect(s.conversations.deleted).toBe(0);
+    expect(s.messages.deleted).toBe(0);
+    expect(s.failures.map((f) => f.id).sort()).toEqual([...flaky].sort());
+    expect(new Set(s.failures.map((f) => f.code))).toEqual(new Set(['LISTED_BUT_NOT_FOUND']));
+    for (const id of flaky) {
+      expect(rowsOf(h, id)).toEqual({ liveMessages: ws.get(id)!.messages.length, deadMessages: 0, conversationDeleted: false });
+    }
+    expect(readExportLines(h.exportDir, 'messages').filter((l) => l.op === 'delete')).toEqual([]);
+    expect(readExportLines(h.exportDir, 'conversations').filter((l) => l.op === 'delete')).toEqual([]);
+    const recorded = h.mirror.db.prepare(`SELECT conversation_id, code FROM run_failures WHERE run_id = ?`).all(s.runId) as { conversation_id: string; code: string }[];
+    expect(recorded.map((r) => r.conversation_id).sort()).toEqual([...flaky].sort());
+
+    // Disarmed: a plain incremental sync asks each failed conversation again (whatever its change
+    // signal says) and leaves the mirror exact.
+    h.fake.clearFaults();
+    const before = h.fake.requests.length;
+    const s3 = await h.sync();
+    expect(s3.status).toBe('succeeded');
+    for (const id of flaky) expect(h.fake.requests.slice(before).some((r) => r.path === msgPath(id) && r.status === 200)).toBe(true);
+    expectExact(h);
+    expectExportsReplayToMirror(h);
+  });
+
+  it('a conversation gone from the complete listing and answering 404 is tombstoned', async () => {
+    const ws = FakeWorkspace.fromCounts([5, 6, 7]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const gone = ws.list()[1]!.id;
+    ws.deleteConversation(gone);
+    const s = await h.sync();
+    expect(s.status).toBe('succeeded');
+    expect(s.conversations.deleted).toBe(1);
+    expect(rowsOf(h, gone)).toEqual({ liveMessages: 0, deadMessages: 6, conversationDeleted: true });
+    expectExact(h);
+  });
+
+  it('a named conversation answering 404 is a failure, never a tombstone', async () => {
+    const ws = FakeWorkspace.fromCounts([5, 6]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const id = ws.list()[0]!.id;
+    h.fake.injectFault({ kind: 'status', status: 404, match: { path: msgPath(id) }, times: Infinity });
+    const s = await h.sync({ conversationIds: [id] });
+    expect(s.status).toBe('partial');
+    expect(s.failures.map((f) => [f.id, f.code])).toEqual([[id, 'LISTED_BUT_NOT_FOUND']]);
+    expect(rowsOf(h, id)).toEqual({ liveMessages: 5, deadMessages: 0, conversationDeleted: false });
+  });
+
+  it('a listing that is not confirmed complete tombstones nothing', async () => {
+    const ws = FakeWorkspace.fromCounts([2, 2, 2]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const gone = ws.list()[2]!.id;
+    ws.deleteConversation(gone);
+    // The list fails: nothing may be taken as gone from it.
+    h.fake.injectFault({ kind: 'status', status: 400, match: { path: '/v1/conversations', page: 1 }, times: Infinity });
+    const s = await h.sync({ full: true });
+    expect(s.listConfirmed).toBe(false);
+    expect(s.conversations.deleted).toBe(0);
+    expect(rowsOf(h, gone)).toEqual({ liveMessages: 2, deadMessages: 0, conversationDeleted: false });
+  });
+});
+
+describe('a conversation that comes back after a tombstone', () => {
+  it('gets a full crawl on the next incremental sync, whatever its change signal says', async () => {
+    const ws = FakeWorkspace.fromCounts([150, 4, 9]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const back = ws.list()[0]!;
+    ws.deleteConversation(back.id);
+    expect((await h.sync()).conversations.deleted).toBe(1);
+    expect(rowsOf(h, back.id)).toEqual({ liveMessages: 0, deadMessages: 150, conversationDeleted: true });
+
+    // It comes back exactly as it was: same id, same messages, same last_activity_at (the change
+    // signal the tombstoned row still remembers).
+    ws.restoreConversation(back, 'back');
+    const before = h.fake.requests.length;
+    const s = await h.sync();
+    expect(s.status).toBe('succeeded');
+    expect(h.fake.requests.slice(before).filter((r) => r.path === msgPath(back.id)).map((r) => Number(r.query['page']))).toEqual([1, 2]);
+    expect(rowsOf(h, back.id)).toEqual({ liveMessages: 150, deadMessages: 0, conversationDeleted: false });
+    expectExact(h);
+    expectExportsReplayToMirror(h);
+  });
+
+  it('named by id, it is revived with its messages', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 4]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    const back = ws.list()[1]!;
+    ws.deleteConversation(back.id);
+    await h.sync();
+    ws.restoreConversation(back);
+    const s = await h.sync({ conversationIds: [back.id] });
+    expect(s.status).toBe('succeeded');
+    expect(rowsOf(h, back.id)).toEqual({ liveMessages: 4, deadMessages: 0, conversationDeleted: false });
+    const convLines = replay(readExportLines(h.exportDir, 'conversations'), 'conversations');
+    expect(convLines.has(`${ACCOUNT_ID}/${back.id}`)).toBe(true);
+  });
+});
+
+describe('a run stopped early still tells what it committed', () => {
+  it('a 401 in the middle of a run: the summary counts the conversations and messages committed before it', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(12).fill(30));
+    const h = await start({ workspace: ws, client: {} });
+    let served = 0;
+    h.fake.beforeServe((req) => {
+      if (req.path.endsWith('/messages') && ++served === 6) {
+        h.fake.injectFault({ kind: 'status', status: 401, times: Infinity });
+      }
+    });
+    const err = await rejected(h.sync({ concurrency: 1 }));
+    expect(err.cause).toBeInstanceOf(AuthError);
+    const s = err.summary;
+    expect(s.status).toBe('failed');
+    expect(s.conversations.synced).toBe(5);
+    expect(s.messages.inserted).toBe(150);
+    expect(s.conversations.notAttempted).toBeGreaterThan(0);
+    expect(s.export.lines).toBeGreaterThanOrEqual(150);
+    const run = h.mirror.db.prepare(`SELECT status, conversations_synced, messages_inserted FROM runs WHERE id = ?`).get(s.runId);
+    expect(run).toEqual({ status: 'failed', conversations_synced: 5, messages_inserted: 150 });
+  });
+
+  it('a full mirror stops the run at once with the summary and a MirrorUnusableError, not per-conversation failures', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(6).fill(20));
+    const h = await start({ workspace: ws });
+    await h.sync();
+    for (const c of ws.list()) ws.appendMessages(c.id, 400);
+    // SQLite's own cap on the file's pages: the next page that needs room fails with SQLITE_FULL,
+    // exactly as on a full disk.
+    const pages = h.mirror.db.pragma('page_count', { simple: true }) as number;
+    h.mirror.db.pragma(`max_page_count = ${pages}`);
+    const err = await rejected(h.sync({ concurrency: 1 }));
+    expect(err.cause).toBeInstanceOf(MirrorUnusableError);
+    expect((err.cause as MirrorUnusableError).sqliteCode).toBe('SQLITE_FULL');
+    expect(err.summary.status).toBe('failed');
+    expect(err.summary.failures).toEqual([]);
+    expect(err.message).toMatch(/disk is full/);
+  });
+});
