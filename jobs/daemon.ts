@@ -8,7 +8,9 @@ import type { Config } from '../config/index.js';
 import { apiClientFromConfig } from '../src/api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock } from '../src/clock.js';
-import { describeError } from '../src/errors.js';
+import { MirrorUnusableError, describeError } from '../src/errors.js';
+import { fileModes } from '../src/private-fs.js';
+import { assertSafeExportDir } from '../src/export/exporter.js';
 import {
   QUEUE_NAME,
   WORKSPACE_JOB,
@@ -41,6 +43,11 @@ export interface DaemonExit {
   shutdownMs: number;
   /** True when running jobs had to be cut short at the grace period's end (they resume from their checkpoints). */
   forced: boolean;
+  /**
+   * Set when the daemon stopped by itself because no job could succeed any more: the mirror is
+   * damaged or cannot be written ({@link MirrorUnusableError}). The CLI exits 2 with its message.
+   */
+  fatal?: Error;
 }
 
 /**
@@ -54,8 +61,9 @@ export interface DaemonExit {
  */
 export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   const { config, logger } = o;
+  assertSafeExportDir(config.exportDir, config.db);
   await assertRedisReachable(config.redisUrl);
-  const mirror = Mirror.open(config.db);
+  const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
   // We hold the writer lock: runs still 'running' belong to a process that died.
   const swept = mirror.markInterruptedRuns();
   if (swept) logger.warn({ runs: swept }, 'runs left running by a dead process marked interrupted');
@@ -70,6 +78,9 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     },
   });
   const policy = { attempts: config.jobAttempts };
+  let fatal: Error | undefined;
+  let onFatalStop!: () => void;
+  const fatalStop = new Promise<void>((resolve) => (onFatalStop = resolve));
   const deps: JobDeps = {
     api,
     mirror,
@@ -78,10 +89,18 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     queue,
     accountId: config.accountId ?? DEFAULT_ACCOUNT,
     exportDir: config.exportDir,
+    modes: fileModes(config.groupReadable),
     policy,
     signal: abort.signal,
     locks: new KeyedMutex(),
     changeFieldSetting: config.changeField,
+    onFatal: (err) => {
+      // A damaged or unwritable mirror fails every job: stop rather than burn through the queue.
+      if (!(err instanceof MirrorUnusableError) || fatal) return;
+      fatal = err;
+      logger.fatal({ err: describeError(err), code: (err as MirrorUnusableError).code }, 'the mirror is unusable: stopping the daemon');
+      onFatalStop();
+    },
   };
   let worker: Worker | undefined;
   try {
@@ -125,7 +144,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     mirror.close();
     throw err;
   }
-  await o.stop;
+  await Promise.race([o.stop, fatalStop]);
 
   const t0 = Date.now();
   let forced = false;
@@ -150,7 +169,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   mirror.close();
   const shutdownMs = Date.now() - t0;
   logger.info({ shutdown_ms: shutdownMs, forced }, 'daemon stopped');
-  return { shutdownMs, forced };
+  return { shutdownMs, forced, ...(fatal ? { fatal } : {}) };
 }
 
 function jobFigures(value: unknown): Record<string, unknown> {

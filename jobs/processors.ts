@@ -1,15 +1,23 @@
 /**
  * Job processors: unpack a BullMQ job, call the src/sync processors, map errors to BullMQ's retry
- * semantics (design habit 2). Authentication, configuration and not-found errors become
- * `UnrecoverableError` (never retried); everything else is retried with backoff, and a retried
- * conversation job resumes from its last committed page.
+ * semantics (design habit 2). The error decides: one that is not `retryable` (authentication,
+ * configuration, a conversation never mirrored, a response over the byte cap, a page breaking the
+ * documented shape, an unusable mirror...) becomes `UnrecoverableError` and is never retried;
+ * everything else is retried with backoff, and a retried conversation job resumes from its last
+ * committed page.
+ *
+ * A run outlives the daemon that started it: after a crash, the restarted daemon marks it
+ * interrupted, and the first job of it that runs again reopens it (`resumeRun`). The remaining
+ * conversation jobs finish inside that same run, and its `finish` step publishes their changes in
+ * one batch.
  */
 import { DelayedError, UnrecoverableError, WaitingChildrenError, type Job, type Queue } from 'bullmq';
-import { AuthError, ConfigError, DriftError, NotFoundError, RunError, describeError } from '../src/errors.js';
+import { ConvoMirrorError, DriftError, PageRunawayError, RunError, describeError } from '../src/errors.js';
 import { syncConversation, type ConversationResult } from '../src/sync/conversation.js';
-import { LIST_FAILURE_ID, listWorkspace, namedConversationsResult, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
+import { LIST_FAILURE_ID, isFatal, listWorkspace, namedConversationsResult, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
 import { completeRun, type RunSummary } from '../src/sync/run.js';
 import type { SyncDeps } from '../src/sync/types.js';
+import type { FileModes } from '../src/private-fs.js';
 import {
   CONVERSATION_JOB,
   jobOptions,
@@ -24,6 +32,8 @@ export interface JobDeps extends SyncDeps {
   queue: Queue;
   accountId: string;
   exportDir: string;
+  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES */
+  modes?: FileModes | undefined;
   policy: JobPolicy;
   /** Aborted at the end of the shutdown grace period. */
   signal?: AbortSignal | undefined;
@@ -31,6 +41,11 @@ export interface JobDeps extends SyncDeps {
   locks: KeyedMutex;
   /** Change signal setting of regular workspace runs (`auto`, `none` or a field). */
   changeFieldSetting?: string;
+  /**
+   * Called with an error after which no job can succeed (an unusable mirror, rejected credentials):
+   * the daemon stops instead of failing job after job.
+   */
+  onFatal?: (err: Error) => void;
 }
 
 /** Runs tasks one at a time per key (two jobs for one conversation never crawl at once). */
@@ -50,11 +65,15 @@ export class KeyedMutex {
   }
 }
 
-/** Permanent errors must not be retried by BullMQ. */
-function toJobError(err: unknown): Error {
+/**
+ * The error decides retry: one that is not `retryable` must not be retried by BullMQ. A fatal one
+ * (an unusable mirror, say) is also reported to `onFatal`, so the daemon can stop.
+ */
+function toJobError(err: unknown, d?: JobDeps): Error {
   const cause = err instanceof RunError ? err.cause : err;
-  if (cause instanceof AuthError || cause instanceof ConfigError || cause instanceof NotFoundError) {
-    return new UnrecoverableError(describeError(cause));
+  if (d && isFatal(cause)) d.onFatal?.(cause);
+  if (cause instanceof ConvoMirrorError && !cause.retryable) {
+    return new UnrecoverableError(`[${cause.code}] ${describeError(cause)}`);
   }
   return err instanceof Error ? err : new Error(describeError(err));
 }
@@ -82,9 +101,11 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
   const log = d.logger.child({ job: job.id, conversation_id: conversationId });
   return d.locks.run(conversationId, async () => {
     const deps = { ...d, logger: log };
-    // A child whose workspace run has already ended (e.g. re-queued by retry-failed) would change
-    // the mirror with nobody to publish or record it: it runs as an on-demand job instead.
-    if (runId !== undefined && !d.mirror.runEnded(runId)) {
+    // A child of a workspace run crawls within it, also when a crashed daemon left the run
+    // interrupted (the run is reopened: its parent job is still waiting for its children). Only a
+    // child whose run has properly ended (e.g. re-queued by retry-failed) would change the mirror
+    // with nobody to publish or record it: it runs as an on-demand job instead.
+    if (runId !== undefined && d.mirror.resumeRun(runId) !== 'ended') {
       try {
         // A full refresh resumes only checkpoints of its own run (a retried attempt).
         const result = await syncConversation(deps, conversationId, {
@@ -94,33 +115,39 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
           incremental: !full,
           // A full child never skips (incremental is off) but records the signal as the next baseline.
           changeField: job.data.changeField,
+          unlisted: job.data.unlisted === true,
           signal: d.signal,
         });
         return { result };
       } catch (err) {
         if (d.signal?.aborted) return requeueAfterShutdown(job, token);
-        throw toJobError(err);
+        forgetBaseline(d, conversationId, err);
+        throw toJobError(err, d);
       }
     }
     const startedMs = d.clock.now();
-    // One run per job, kept across attempts, so a retried or stalled full job resumes its own checkpoint.
+    // One run per job, kept across attempts (and across a daemon crash), so a retried or stalled
+    // full job resumes its own checkpoint.
     let ownRun = job.data.ownRunId;
     if (ownRun === undefined) {
       ownRun = d.mirror.startRun('conversations', d.accountId);
       await job.updateData({ ...job.data, ownRunId: ownRun });
-    }
+    } else d.mirror.resumeRun(ownRun); // an attempt after a crash reopens the interrupted run
     let result: ConversationResult | undefined;
     let fatal: unknown;
     const failures: ConversationFailure[] = [];
     try {
-      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume: full ? 'same-run' : true, incremental: !full, signal: d.signal });
+      result = await syncConversation(deps, conversationId, { accountId: d.accountId, runId: ownRun, resume: full ? 'same-run' : true, incremental: !full, named: true, signal: d.signal });
     } catch (err) {
       if (d.signal?.aborted) {
         d.mirror.finishRun(ownRun, { status: 'interrupted', error: 'daemon shutting down; the job resumes from its checkpoint' });
         return requeueAfterShutdown(job, token);
       }
-      if (err instanceof AuthError || err instanceof ConfigError) fatal = err;
-      else failures.push({ id: conversationId, error: err as Error });
+      if (isFatal(err)) fatal = err;
+      else {
+        forgetBaseline(d, conversationId, err);
+        failures.push({ id: conversationId, error: err as Error });
+      }
     }
     const ws = namedConversationsResult(result ? [result] : [], failures);
     let summary: RunSummary;
@@ -130,18 +157,31 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
         mode: 'conversations',
         startedMs,
         accountId: d.accountId,
-        exportDir: d.exportDir,
+        exportDir: d.exportDir, modes: d.modes,
         result: ws,
         fatal,
         interrupted: d.signal?.aborted === true,
         full: full === true,
       });
     } catch (err) {
-      throw toJobError(err);
+      throw toJobError(err, d);
     }
-    if (failures[0]) throw toJobError(failures[0].error);
+    if (failures[0]) throw toJobError(failures[0].error, d);
     return { result: result!, summary };
   });
+}
+
+/**
+ * A conversation that failed is asked about again by the next incremental run, whatever its
+ * change signal says (a failure of the mirror itself changes nothing).
+ */
+function forgetBaseline(d: JobDeps, conversationId: string, err: unknown): void {
+  if (isFatal(err)) return;
+  try {
+    d.mirror.forgetCrawlBaseline(d.accountId, conversationId);
+  } catch {
+    /* the mirror's own failure is reported by the run */
+  }
 }
 
 /**
@@ -160,9 +200,10 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
   for (;;) {
     switch (data.step ?? 'list') {
       case 'list': {
-        const runId = data.runId ?? d.mirror.startRun(runMode, d.accountId);
-        const startedMs = data.startedMs ?? d.clock.now();
-        if (data.runId === undefined) {
+        // A list step cut short by a crash lists again within the same run (reopened).
+        const runId = data.runId !== undefined && d.mirror.resumeRun(data.runId) !== 'ended' ? data.runId : d.mirror.startRun(runMode, d.accountId);
+        const startedMs = data.runId === runId ? (data.startedMs ?? d.clock.now()) : d.clock.now();
+        if (data.runId !== runId) {
           data = { ...data, runId, startedMs, step: 'list' };
           await job.updateData(data);
         }
@@ -176,15 +217,24 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
             confirmListing: data.mode === 'full',
           });
         } catch (err) {
-          // Auth or config: record the run as failed, never retry.
+          // Auth, config or an unusable mirror: record the run as failed, never retry.
           try {
-            completeRun(deps, { runId, mode: runMode, startedMs, accountId: d.accountId, exportDir: d.exportDir, fatal: err });
+            completeRun(deps, { runId, mode: runMode, startedMs, accountId: d.accountId, exportDir: d.exportDir, modes: d.modes, fatal: err });
           } catch (runErr) {
-            throw toJobError(runErr);
+            throw toJobError(runErr, d);
           }
-          throw toJobError(err);
+          throw toJobError(err, d);
         }
         if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
+        if (listing.failure instanceof PageRunawayError) {
+          // The list ran past its own total: crawl nothing it listed; record the run as failed.
+          const ws = namedConversationsResult([], [{ id: LIST_FAILURE_ID, error: listing.failure }]);
+          try {
+            completeRun(deps, { runId, mode: runMode, startedMs, accountId: d.accountId, exportDir: d.exportDir, modes: d.modes, result: { ...ws, listPasses: listing.passes, listConfirmed: false, conversationsListed: listing.seen.length, listingTally: listing.tally }, fatal: listing.failure });
+          } catch (runErr) {
+            throw toJobError(runErr, d);
+          }
+        }
         if (listing.failure && !(listing.failure instanceof DriftError)) {
           // A transient failure of the list itself (after the client's retries): retry the step
           // rather than fan out a partial listing.
@@ -200,8 +250,10 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
               conversationId,
               runId,
               ...(data.mode === 'full' ? { full: true } : {}),
-              // Re-checks (gone from the listing) always ask the API: no change-signal skip.
+              // Re-checks (gone from the complete listing) always ask the API (no change-signal
+              // skip), and for them alone a 404 means a deletion.
               ...(listing.changeField && !recheck.has(conversationId) ? { changeField: listing.changeField } : {}),
+              ...(recheck.has(conversationId) ? { unlisted: true } : {}),
             } satisfies ConversationJobData,
             opts: {
               ...opts,
@@ -237,12 +289,13 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
       }
       case 'finish': {
         const runId = data.runId!;
+        d.mirror.resumeRun(runId); // finishing a run a crash left interrupted
         const values = await job.getChildrenValues<ConversationJobResult>();
         const failed = await job.getIgnoredChildrenFailures();
         const results = Object.values(values).map((v) => v.result);
         const failures: ConversationFailure[] = Object.entries(failed).map(([key, reason]) => ({
           id: key.replace(/^.*?run-\d+-c-/, ''),
-          error: new Error(reason),
+          error: failureFromReason(reason),
         }));
         if (data.listing?.failure) failures.push({ id: LIST_FAILURE_ID, error: new Error(data.listing.failure) });
         const l = data.listing;
@@ -257,11 +310,22 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           ...(l ? { listingTally: l.tally } : {}),
         };
         try {
-          return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, result: ws, full: data.mode === 'full' });
+          return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, modes: d.modes, result: ws, full: data.mode === 'full' });
         } catch (err) {
-          throw toJobError(err);
+          throw toJobError(err, d);
         }
       }
     }
   }
+}
+
+/**
+ * A child's failure as BullMQ kept it (its message only): the `[CODE] message` form written by
+ * {@link toJobError} keeps the error code, so `run_failures` records it rather than `ERROR`.
+ */
+function failureFromReason(reason: string): Error {
+  const m = /^\[([A-Z_]+)\] ([\s\S]*)$/.exec(reason);
+  const err = new Error(m ? m[2] : reason) as Error & { code?: string };
+  if (m) err.code = m[1];
+  return err;
 }

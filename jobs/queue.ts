@@ -49,6 +49,11 @@ export interface ConversationJobData {
   ownRunId?: number;
   /** Change signal of the workspace run (children of regular runs only). */
   changeField?: string;
+  /**
+   * The run's complete listing no longer shows this conversation (a re-check): only then does a
+   * 404 mean it was deleted, and tombstone it.
+   */
+  unlisted?: boolean;
 }
 
 /** Return value of a `sync-conversation` job. */

@@ -20,8 +20,9 @@ import { LIST_FAILURE_ID } from './sync/workspace.js';
 import { createLogger } from './logger.js';
 import { startProgress } from './progress.js';
 import { systemClock } from './clock.js';
-import { AuthError, ConfigError, RunError, StoreError, describeError } from './errors.js';
-import { verifyExports } from './export/exporter.js';
+import { AuthError, ConfigError, MirrorUnusableError, RunError, StoreError, asMirrorError, describeError } from './errors.js';
+import { assertSafeExportDir, verifyExports } from './export/exporter.js';
+import { fileModes } from './private-fs.js';
 import { FakeWorkspace, startFakeApi } from './fake-api/index.js';
 import { Job, QueueEvents } from 'bullmq';
 import { runDaemon } from '../jobs/daemon.js';
@@ -55,7 +56,9 @@ function withConfigFlags(cmd: Command, api: boolean): Command {
       .option('--max-rps <n>', 'requests per second cap for the process, 0 = none (env CONVO_MIRROR_MAX_RPS, default 10)')
       .option('--request-timeout <ms>', 'per-request timeout in ms (env CONVO_MIRROR_REQUEST_TIMEOUT_MS, default 30000)')
       .option('--max-retries <n>', 'retries per request for transient failures (env CONVO_MIRROR_MAX_RETRIES, default 6)')
-      .option('--change-field <field>', 'change signal of incremental syncs: auto, none or a field name (env CONVO_MIRROR_CHANGE_FIELD, default auto)');
+      .option('--change-field <field>', 'change signal of incremental syncs: auto, none or a field name (env CONVO_MIRROR_CHANGE_FIELD, default auto)')
+      .option('--max-response-bytes <n>', 'largest API response read, bytes; larger ones fail that conversation (env CONVO_MIRROR_MAX_RESPONSE_BYTES, default 33554432 = 32 MiB)')
+      .option('--group-readable', 'create files 0640 and directories 0750 instead of 0600 and 0700 (env CONVO_MIRROR_GROUP_READABLE, default false)');
   } else {
     cmd.option('--account-id <uuid>', 'workspace (env CONVO_MIRROR_ACCOUNT_ID)');
   }
@@ -93,6 +96,8 @@ function flagsOf(o: Record<string, unknown>): ConfigFlags {
     shutdownTimeoutMs: o.shutdownTimeout as string | undefined,
     jobLockMs: o.jobLock as string | undefined,
     changeField: o.changeField as string | undefined,
+    maxResponseBytes: o.maxResponseBytes as string | undefined,
+    groupReadable: o.groupReadable as boolean | undefined,
     baseUrl: o.baseUrl as string | undefined,
     apiKey: o.apiKey as string | undefined,
     accountId: o.accountId as string | undefined,
@@ -104,6 +109,21 @@ function flagsOf(o: Record<string, unknown>): ConfigFlags {
     maxRetries: o.maxRetries as string | undefined,
     logLevel: o.logLevel as string | undefined,
   };
+}
+
+/**
+ * Conversation ids given on the command line: each must be non-empty and usable as one path
+ * segment (`.` and `..` would be normalized out of `/v1/conversations/:id/messages`).
+ *
+ * @throws {@link ConfigError} naming `--conversation` and the id
+ */
+export function conversationIdsFrom(ids: string[] | undefined): string[] | undefined {
+  if (ids === undefined) return undefined;
+  for (const id of ids) {
+    if (id.trim() === '') throw new ConfigError('--conversation', 'must not be empty');
+    if (id === '.' || id === '..') throw new ConfigError('--conversation', `${JSON.stringify(id)} is not a conversation id`);
+  }
+  return ids;
 }
 
 /** Prints a one-line error to stderr and sets the exit code. */
@@ -118,6 +138,10 @@ function exitFor(err: unknown): number {
     const s = err.summary as RunSummary;
     printSummary(s, false);
     reportFailures(s);
+    // Already named among the failures (a conversation list that ran past its own total): once is enough.
+    if (s.failures.some((f) => f.message === describeError(err.cause)) && !(err.cause instanceof ConfigError || err.cause instanceof AuthError || err.cause instanceof StoreError)) {
+      return EXIT.FAILURES;
+    }
     return exitFor(err.cause);
   }
   if (err instanceof ConfigError) return fail(EXIT.CONFIG, `configuration error: ${err.message}`);
@@ -141,7 +165,8 @@ async function withExistingMirror(
       setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
       return;
     }
-    const mirror = Mirror.open(config.db, { lock: false });
+    // Read-only: no lock, no WAL switch, no migration, no file created (an auditor's copy, a backup).
+    const mirror = Mirror.open(config.db, { readonly: true });
     try {
       setExit(await fn(mirror, config));
     } finally {
@@ -173,9 +198,11 @@ async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
     logger.warn({ signal: sig }, 'stopping: no new conversations; re-run to resume from the checkpoints');
     abort.abort(new Error(`interrupted by ${sig}`));
   };
+  // Before any request or file: an export directory that would hold the mirror (or is /, or a file).
+  assertSafeExportDir(config.exportDir, config.db);
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const mirror = Mirror.open(config.db);
+  const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
   const api = apiClientFromConfig(config, { logger, signal: abort.signal });
   const progress = newProgress();
   const stop = startProgress({ progress, stats: api.stats, logger, tty });
@@ -189,6 +216,7 @@ async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
         full: opts.full ?? false,
         changeFieldSetting: config.changeField,
         exportDir: config.exportDir,
+        modes: fileModes(config.groupReadable),
         progress,
         signal: abort.signal,
       },
@@ -212,12 +240,17 @@ function printSummary(s: RunSummary, json: boolean): void {
   const lines = [
     `run ${s.runId} (${s.mode === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
     `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
+      (c.notAttempted ? `, ${c.notAttempted} not attempted (the run stopped early)` : '') +
       (s.mode === 'full' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
     `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
     `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
-    s.export.lines === 0
-      ? `  exports: no new lines: nothing changed since the last publication (watermark ${s.export.watermark})`
-      : `  exports: ${s.export.lines} new lines in ${s.export.files} files (watermark ${s.export.watermark})`,
+    s.export.error !== undefined
+      ? `  exports: publication FAILED (${s.export.error}); ` +
+        `${s.export.lines ? `${s.export.lines} lines in ${s.export.files} files were published before it; ` : ''}` +
+        'every committed change stays in the change log and the next run publishes it'
+      : s.export.lines === 0
+        ? `  exports: no new lines: nothing changed since the last publication (watermark ${s.export.watermark})`
+        : `  exports: ${s.export.lines} new lines in ${s.export.files} files (watermark ${s.export.watermark})`,
   ];
   process.stdout.write(lines.join('\n') + '\n');
 }
@@ -355,7 +388,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
   ).action(async (o) => {
     try {
       const config = loadConfig(process.env, flagsOf(o));
-      const s = await doSync({ config, conversationIds: o.conversation, full: o.full, json: o.json });
+      const s = await doSync({ config, conversationIds: conversationIdsFrom(o.conversation), full: o.full, json: o.json });
       printSummary(s, o.json === true);
       reportFailures(s);
       setExit(s.status === 'succeeded' ? EXIT.OK : s.status === 'interrupted' ? EXIT.INTERRUPTED : EXIT.FAILURES);
@@ -404,13 +437,35 @@ export function buildProgram(setExit: (code: number) => void): Command {
     }),
   );
 
-  withConfigFlags(program.command('verify').description('Check every published export file against its recorded size, line count and SHA-256'), false).action((o) =>
+  withConfigFlags(
+    program
+      .command('verify')
+      .description('Check the mirror database (PRAGMA quick_check), the manifest, and every published export file against its recorded size, line count and SHA-256; report unlisted files'),
+    false,
+  ).action((o) =>
     withExistingMirror(o, setExit, (mirror, config) => {
-      const problems = verifyExports(mirror, config.exportDir);
-      const files = (mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number });
+      // The database first: the export records are only as good as it is.
+      const dbProblems = mirror.quickCheck();
+      let problems: { path: string; problem: string; detail?: string | undefined }[] = [];
+      let files = { n: 0, l: 0 };
+      try {
+        problems = verifyExports(mirror, config.exportDir);
+        files = mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number };
+      } catch (err) {
+        const e = asMirrorError(err, mirror.file);
+        if (!(e instanceof MirrorUnusableError)) throw e;
+        dbProblems.push(describeError(e.cause));
+      }
+      for (const p of dbProblems) process.stderr.write(`problem: database ${mirror.file}: ${p}\n`);
       for (const p of problems) process.stderr.write(`problem: ${p.path}: ${p.problem}${p.detail ? ` (${p.detail})` : ''}\n`);
-      process.stdout.write(problems.length === 0 ? `exports intact: ${files.n} files, ${files.l} lines\n` : `${problems.length} problems in ${config.exportDir}\n`);
-      return problems.length === 0 ? EXIT.OK : EXIT.FAILURES;
+      const n = dbProblems.length + problems.length;
+      process.stdout.write(
+        n === 0
+          ? `exports intact: ${files.n} files, ${files.l} lines; database: quick_check ok\n`
+          : `${n} problem${n === 1 ? '' : 's'}: ${dbProblems.length ? `the database ${mirror.file} is damaged (restore a backup, or rebuild with sync --full into a new file)` : 'database: quick_check ok'}` +
+              `${problems.length ? `; ${problems.length} in ${config.exportDir}` : ''}\n`,
+      );
+      return n === 0 ? EXIT.OK : EXIT.FAILURES;
     }),
   );
 
@@ -437,7 +492,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
       });
       const exit = await runDaemon({ config, logger, stop });
       logger.info({ signal: stopSignal, shutdown_ms: exit.shutdownMs, forced: exit.forced }, 'exiting');
-      setExit(EXIT.OK);
+      setExit(exit.fatal ? exitFor(exit.fatal) : EXIT.OK);
     } catch (err) {
       setExit(exitFor(err));
     }
@@ -458,7 +513,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
       const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
       const timeoutMs = Number(o.timeout);
       if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new ConfigError('--timeout', `must be a whole number of ms (got ${JSON.stringify(String(o.timeout))})`);
-      setExit(await enqueueCommand(config, { conversationIds: o.conversation, full: o.full === true, wait: o.wait === true, timeoutMs }));
+      setExit(await enqueueCommand(config, { conversationIds: conversationIdsFrom(o.conversation), full: o.full === true, wait: o.wait === true, timeoutMs }));
     } catch (err) {
       setExit(exitFor(err));
     }
@@ -567,7 +622,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
           const s = await doSync({ config });
           printSummary(s, false);
           reportFailures(s);
-          const mirror = Mirror.open(config.db, { lock: false });
+          const mirror = Mirror.open(config.db, { readonly: true });
           let live: { conversations: number; messages: number };
           try {
             live = mirror.liveCounts(DEMO_ACCOUNT_ID);

@@ -1,0 +1,327 @@
+/**
+ * Issue 8 through the CLI as a process: a misbehaving API (404s it contradicts, a list that never
+ * ends, huge and endless bodies, hostile ids), bad input refused before any request or file, a
+ * damaged or full mirror, files private whatever the umask, and read-only commands on an auditor's
+ * copy. Each test spawns `node dist/src/cli.js` (built by `npm test`) against the fake API in this
+ * process on 127.0.0.1, with real SQLite and export files in temp dirs. Every wait is bounded and
+ * every child is killed afterwards.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
+import { CLI, assertBuilt, killLeftovers, run, type Ran } from './children.js';
+
+const dirs: string[] = [];
+function tempDir(): string {
+  const d = makeTempDir('convo-mirror-hardening-');
+  dirs.push(d);
+  return d;
+}
+const fakes: FakeApi[] = [];
+async function fakeApi(ws: FakeWorkspace): Promise<FakeApi> {
+  const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
+  fakes.push(fake);
+  return fake;
+}
+
+beforeAll(assertBuilt);
+afterEach(async () => {
+  await killLeftovers();
+  await Promise.all(fakes.splice(0).map((f) => f.close()));
+});
+afterAll(() => {
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
+
+const msgPath = (id: string): string => `/v1/conversations/${id}/messages`;
+
+function expectExact(db: string, ws: FakeWorkspace): void {
+  withMirror(db, (m) => {
+    const eq = mirrorEqualsFake(m, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+  });
+}
+
+/** Runs the CLI under `umask` (through sh, so the mask is the process's own from the start). */
+function runWithUmask(mask: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_000): Promise<Ran> {
+  const t0 = Date.now();
+  const child = spawn('sh', ['-c', 'umask "$1"; shift; exec "$@"', 'sh', mask, process.execPath, CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`convo-mirror ${args.join(' ')} under umask ${mask} did not exit within ${timeoutMs} ms: ${stderr.slice(-800)}`));
+    }, timeoutMs);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
+    });
+  });
+}
+
+describe('a 404 the listing contradicts is a failure, not a deletion', () => {
+  it('sync --full exits 1 naming the 3 conversations, keeps every row they had; disarmed, a plain sync leaves the mirror exact', async () => {
+    const ws = FakeWorkspace.generate({ seed: 5, conversations: 30 });
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const env = cliEnv(fake, dir);
+    const db = path.join(dir, 'mirror.sqlite');
+    const first = await run(['sync'], env);
+    expect(first.code, first.stderr).toBe(0);
+    const before = withMirror(db, (m) => m.liveCounts(ACCOUNT_ID));
+
+    const flaky = [ws.list()[3]!, ws.list()[11]!, ws.list()[27]!].map((c) => c.id);
+    for (const id of flaky) fake.injectFault({ kind: 'status', status: 404, match: { path: msgPath(id) }, times: Infinity });
+    const full = await run(['sync', '--full'], env);
+    expect(full.code, full.stderr).toBe(1);
+    for (const id of flaky) expect(full.stderr).toMatch(new RegExp(`failed: conversation ${id}: \\[LISTED_BUT_NOT_FOUND\\] .*404`));
+    expect(full.stdout).toMatch(/0 tombstoned/);
+    expect(withMirror(db, (m) => m.liveCounts(ACCOUNT_ID))).toEqual(before);
+    expect(readExportLines(path.join(dir, 'exports'), 'messages').filter((l) => l.op === 'delete')).toEqual([]);
+
+    fake.clearFaults();
+    const again = await run(['sync'], env);
+    expect(again.code, again.stderr).toBe(0);
+    expectExact(db, ws);
+  });
+});
+
+describe('bad input is refused before any request or file', () => {
+  const cases: [string, string[], Record<string, string>, RegExp][] = [
+    ['an API key with a line feed', [], { CONVO_MIRROR_API_KEY: `${API_KEY}\nX-Evil: 1` }, /CONVO_MIRROR_API_KEY: must be printable ASCII/],
+    ['an API key with a carriage return', [], { CONVO_MIRROR_API_KEY: `${API_KEY}\r` + 'x' }, /CONVO_MIRROR_API_KEY: must be printable ASCII/],
+    ['an API key with a tab', [], { CONVO_MIRROR_API_KEY: `ab\tcd` }, /CONVO_MIRROR_API_KEY: must be printable ASCII/],
+    ['a non-ASCII API key', [], { CONVO_MIRROR_API_KEY: 'clé-secrète' }, /CONVO_MIRROR_API_KEY: must be printable ASCII/],
+    ['--max-rps below 0.1', ['--max-rps', '0.05'], {}, /--max-rps: must be 0 \(no cap\) or at least 0.1/],
+    ['an empty --conversation', ['--conversation', ''], {}, /--conversation: must not be empty/],
+    ['--conversation ..', ['--conversation', '..'], {}, /--conversation: "\.\." is not a conversation id/],
+    ['--conversation .', ['--conversation', '.'], {}, /--conversation: "\." is not a conversation id/],
+  ];
+  it.each(cases)('%s: exit 2, one line naming it, no request, no file', async (_name, args, extra, message) => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([2]));
+    const dir = tempDir();
+    const r = await run(['sync', ...args], cliEnv(fake, path.join(dir, 'sub'), extra));
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(fake.requests).toEqual([]);
+    expect(fs.readdirSync(dir)).toEqual([]);
+    expect(r.stderr + r.stdout).not.toContain('secrète');
+  });
+
+  it('a base URL with credentials, a query or a fragment is refused and the password is never printed', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([2]));
+    const dir = tempDir();
+    const port = new URL(fake.url).port;
+    const urls = [
+      [`http://admin:hunter2-secret@127.0.0.1:${port}`, /must not carry a user name or password/],
+      [`http://127.0.0.1:${port}/api?token=hunter2-secret`, /must not carry a query string/],
+      [`http://127.0.0.1:${port}/api#hunter2-secret`, /must not carry a fragment/],
+      [`http://admin:hunter2-secret@[not-a-host/`, /must be an absolute http\(s\) URL/],
+      [`admin:hunter2-secret@127.0.0.1`, /must be an absolute http\(s\) URL|must use http or https/],
+    ] as const;
+    for (const [url, why] of urls) {
+      const r = await run(['sync'], cliEnv(fake, path.join(dir, 'sub'), { CONVO_MIRROR_BASE_URL: url }));
+      expect(r.code, `${url}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).toMatch(why);
+      expect(r.stderr).toMatch(/CONVO_MIRROR_BASE_URL/);
+      if (!url.includes('?') && !url.includes('#')) expect(r.stderr + r.stdout).not.toContain('hunter2');
+    }
+    expect(fake.requests).toEqual([]);
+    expect(fs.readdirSync(dir)).toEqual([]);
+  });
+
+  it('an export directory that is /, a file, the database directory or one of its ancestors is refused', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([2]));
+    const dir = tempDir();
+    const data = path.join(dir, 'data');
+    fs.mkdirSync(data);
+    const aFile = path.join(dir, 'a-file');
+    fs.writeFileSync(aFile, 'not a directory');
+    for (const exportDir of ['/', aFile, data, dir]) {
+      const r = await run(['sync', '--export-dir', exportDir], cliEnv(fake, data));
+      expect(r.code, `${exportDir}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).toMatch(/CONVO_MIRROR_EXPORT_DIR/);
+    }
+    expect(fake.requests).toEqual([]);
+    expect(fs.readdirSync(data)).toEqual([]);
+    expect(fs.readFileSync(aFile, 'utf8')).toBe('not a directory');
+  });
+});
+
+describe('the run summary tells the truth', () => {
+  it('a 401 in the middle of a run: exit 2, and the summary shows what had been committed', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(10).fill(25));
+    const fake = await fakeApi(ws);
+    let served = 0;
+    fake.beforeServe((req) => {
+      if (req.path.endsWith('/messages') && ++served === 4) fake.injectFault({ kind: 'status', status: 401, times: Infinity });
+    });
+    const dir = tempDir();
+    const r = await run(['sync', '--concurrency', '1'], cliEnv(fake, dir));
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stdout).toMatch(/conversations: 3 synced, 0 tombstoned, 0 failed, \d+ not attempted/);
+    expect(r.stdout).toMatch(/messages: 75 served; 75 inserted/);
+    expect(r.stdout).toMatch(/exports: \d+ new lines/);
+    expect(r.stderr).toMatch(/authentication error: .*401.*CONVO_MIRROR_API_KEY/);
+  });
+
+  it('a failed publication says it failed, and the next run publishes every line', async () => {
+    const ws = FakeWorkspace.fromCounts([5, 5]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const env = cliEnv(fake, dir);
+    expect((await run(['sync'], env)).code).toBe(0);
+    ws.appendMessages(ws.list()[0]!.id, 3);
+    // The reserved temp directory of publication is taken by a file: nothing can be written.
+    const blocker = path.join(dir, 'exports', '.convo-mirror-tmp');
+    fs.rmSync(blocker, { recursive: true, force: true });
+    fs.writeFileSync(blocker, 'in the way');
+    const failed = await run(['sync'], env);
+    expect(failed.code, failed.stderr).toBe(1);
+    expect(failed.stdout).toMatch(/exports: publication FAILED \(.*\.convo-mirror-tmp.*\); every committed change stays in the change log/);
+    expect(failed.stdout).not.toMatch(/nothing changed/);
+    fs.rmSync(blocker);
+    const next = await run(['sync'], env);
+    expect(next.code, next.stderr).toBe(0);
+    const lines = readExportLines(path.join(dir, 'exports'), 'messages');
+    expect(replay(lines, 'messages').size).toBe(13);
+    expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
+  });
+});
+
+describe('a damaged mirror stops the run', () => {
+  it('SQLITE_CORRUPT in the messages table: exit 2 saying the mirror is damaged and how to recover, no per-conversation failures', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(20).fill(60));
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const env = cliEnv(fake, dir);
+    const db = path.join(dir, 'mirror.sqlite');
+    expect((await run(['sync'], env)).code).toBe(0);
+    // Overwrite the root page of the messages table (and of its index) with garbage.
+    const pages = withMirror(db, (m) => {
+      const size = m.db.pragma('page_size', { simple: true }) as number;
+      const roots = m.db.prepare(`SELECT rootpage FROM sqlite_master WHERE tbl_name = 'messages' AND rootpage > 0`).all() as { rootpage: number }[];
+      return { size, roots: roots.map((r) => r.rootpage) };
+    });
+    const fd = fs.openSync(db, 'r+');
+    for (const p of pages.roots) fs.writeSync(fd, Buffer.alloc(pages.size, 0xa5), 0, pages.size, (p - 1) * pages.size);
+    fs.closeSync(fd);
+    for (const c of ws.list()) ws.appendMessages(c.id, 2);
+
+    const r = await run(['sync'], env);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/mirror error: the mirror .*mirror\.sqlite is damaged \(SQLITE_CORRUPT/);
+    expect(r.stderr).toMatch(/restoring a backup/);
+    expect(r.stderr).toMatch(/sync --full/);
+    expect(r.stderr).not.toMatch(/failed: conversation/);
+
+    const v = await run(['verify'], env);
+    expect(v.code, v.stderr).toBe(1);
+    expect(v.stderr + v.stdout).toMatch(/database/);
+  });
+});
+
+describe('files are private whatever the umask', () => {
+  it.each(['000', '022', '077'])('under umask %s: database, WAL, lock, exports and their directories are 0600/0700', async (mask) => {
+    const ws = FakeWorkspace.fromCounts([3, 120]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const home = path.join(dir, 'home');
+    fs.mkdirSync(home);
+    const env = cliEnv(fake, home, { CONVO_MIRROR_DB: path.join(home, 'data', 'mirror.sqlite'), CONVO_MIRROR_EXPORT_DIR: path.join(home, 'data', 'exports') });
+    // A slow request keeps the writer alive long enough to see its WAL, SHM and lock files.
+    fake.injectFault({ kind: 'slow', delayMs: 400, match: { path: msgPath(ws.list()[1]!.id), page: 2 } });
+    const r = await runWithUmask(mask, ['sync'], env);
+    expect(r.code, r.stderr).toBe(0);
+    const modes: Record<string, string> = {};
+    const walk = (p: string, rel: string) => {
+      const st = fs.lstatSync(p);
+      modes[rel] = (st.mode & 0o7777).toString(8);
+      if (st.isDirectory()) for (const n of fs.readdirSync(p)) walk(path.join(p, n), rel ? `${rel}/${n}` : n);
+    };
+    walk(path.join(home, 'data'), 'data');
+    const files = Object.entries(modes).filter(([rel]) => !fs.statSync(path.join(home, rel)).isDirectory());
+    const dirsSeen = Object.entries(modes).filter(([rel]) => fs.statSync(path.join(home, rel)).isDirectory());
+    expect(files.length).toBeGreaterThanOrEqual(4); // mirror, manifest, two export files
+    for (const [rel, m] of files) expect(`${rel} ${m}`).toBe(`${rel} 600`);
+    for (const [rel, m] of dirsSeen) expect(`${rel} ${m}`).toBe(`${rel} 700`);
+  });
+
+  it('--group-readable: files 0640, directories 0750', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
+    const dir = tempDir();
+    const r = await runWithUmask('077', ['sync', '--group-readable'], cliEnv(fake, path.join(dir, 'data')));
+    expect(r.code, r.stderr).toBe(0);
+    expect((fs.statSync(path.join(dir, 'data')).mode & 0o777).toString(8)).toBe('750');
+    expect((fs.statSync(path.join(dir, 'data', 'mirror.sqlite')).mode & 0o777).toString(8)).toBe('640');
+    expect((fs.statSync(path.join(dir, 'data', 'exports', 'manifest.json')).mode & 0o777).toString(8)).toBe('640');
+  });
+});
+
+describe('status and verify on a read-only copy', () => {
+  it('read an auditor\'s copy without creating, changing or migrating anything', async () => {
+    const ws = FakeWorkspace.fromCounts([4, 7]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const env = cliEnv(fake, dir);
+    expect((await run(['sync'], env)).code).toBe(0);
+    const copy = path.join(tempDir(), 'copy');
+    fs.cpSync(dir, copy, { recursive: true });
+    const before = snapshotFiles(copy);
+    const mtimes = new Map([...before.keys()].map((rel) => [rel, fs.statSync(path.join(copy, rel)).mtimeMs]));
+    const copyEnv = cliEnv(fake, copy, { REDIS_URL: 'redis://127.0.0.1:1' });
+    // Read-only for real: no write bit anywhere in the copy. Root ignores permission bits, so as
+    // root the copy is handed to an unprivileged user (65534) who then reads it without write access.
+    const dropPrivileges = os.userInfo().uid === 0 && fs.existsSync('/usr/bin/setpriv');
+    if (dropPrivileges) {
+      execFileSync('chown', ['-R', '65534:65534', copy]);
+      execFileSync('chmod', ['a+x', path.dirname(copy)]);
+    }
+    execFileSync('chmod', ['-R', 'a-w', copy]);
+    const asReader = (args: string[]) =>
+      dropPrivileges
+        ? runAs(['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, CLI, ...args], copyEnv)
+        : run(args, copyEnv);
+    const st = await asReader(['status', '--json']);
+    expect(st.code, st.stderr).toBe(0);
+    expect(JSON.parse(st.stdout).counts.messages).toBe(11);
+    const v = await asReader(['verify']);
+    expect(v.code, v.stderr + v.stdout).toBe(0);
+    expect(v.stdout).toMatch(/intact/);
+    execFileSync('chmod', ['-R', 'u+w', copy]);
+    const after = snapshotFiles(copy);
+    expect([...after.keys()].sort()).toEqual([...before.keys()].sort());
+    for (const [rel, bytes] of before) {
+      expect(after.get(rel)!.equals(bytes), rel).toBe(true);
+      expect(fs.statSync(path.join(copy, rel)).mtimeMs, rel).toBe(mtimes.get(rel));
+    }
+  });
+});
+
+/** Runs an arbitrary command (e.g. the CLI under setpriv), bounded. */
+function runAs(argv: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Promise<Ran> {
+  const t0 = Date.now();
+  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${argv.join(' ')} did not exit within ${timeoutMs} ms: ${stderr.slice(-800)}`));
+    }, timeoutMs);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
+    });
+  });
+}
