@@ -11,12 +11,16 @@
  * - A process-wide request-rate cap ({@link RateLimiter}): `maxRps` is an upper bound; below it the
  *   cap adapts to the server (lowered after a 429 to 90 % of the rate achieved in the last second;
  *   paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
+ * - Every response body is read under a byte cap (`maxResponseBytes`): a larger `content-length` is
+ *   refused before reading, and a body that crosses the cap while streaming is cut off at once
+ *   ({@link ResponseTooLargeError}, never retried). Bodies of failed requests are read at most
+ *   {@link ERROR_BODY_LIMIT_BYTES}, then dropped. The per-request timeout covers the body too.
  * - Responses are validated with zod ({@link parsePage}); pages flow out as async generators.
  */
-import { Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import pRetry, { AbortError } from 'p-retry';
 import type { Logger } from 'pino';
-import { AuthError, HttpError, SchemaError } from '../errors.js';
+import { AuthError, HttpError, ResponseTooLargeError, SchemaError, type HttpErrorDetails } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
 import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate-limit.js';
 import { fullJitterDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
@@ -31,6 +35,12 @@ import {
 
 /** Records per page for every list request: the documented maximum (spec 4.1, 8). */
 export const PER_PAGE = 100;
+
+/** Default of {@link ApiClientOptions.maxResponseBytes}: 33554432 bytes (32 MiB). */
+export const DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+
+/** Most bytes read from the body of a non-2xx answer (65536, 64 KiB) before it is dropped; it is never used. */
+export const ERROR_BODY_LIMIT_BYTES = 64 * 1024;
 
 /** Options of {@link ApiClient}. */
 export interface ApiClientOptions {
@@ -49,8 +59,19 @@ export interface ApiClientOptions {
   rateLimit?: AdaptiveOptions;
   /** Keep-alive connections to the API. @defaultValue 8 */
   connections?: number;
-  /** Per-attempt timeout in ms, from sending to the last body byte. @defaultValue 30000 */
+  /**
+   * Per-attempt timeout in ms, from sending to the last body byte: a body that trickles in slower
+   * is cut off (a timeout, retried like one). @defaultValue 30000
+   */
   requestTimeoutMs?: number;
+  /**
+   * Largest response body read, in bytes. A `content-length` above it is refused without reading;
+   * a body crossing it while streaming is cut off as soon as the cap is crossed. Either way the
+   * request fails with {@link ResponseTooLargeError}, never retried. At most this much (plus one
+   * chunk) is buffered per request in flight. @defaultValue 33554432 (32 MiB,
+   * {@link DEFAULT_MAX_RESPONSE_BYTES})
+   */
+  maxResponseBytes?: number;
   /** Retries after the first attempt for transient failures. @defaultValue 6 */
   maxRetries?: number;
   /** Backoff shape for retries without `Retry-After`. */
@@ -120,7 +141,9 @@ export class ApiClient {
   private readonly timeoutMs: number;
   private readonly maxRetries: number;
   private readonly maxRetryAfterMs: number;
+  private readonly maxResponseBytes: number;
 
+  /** @throws RangeError when `maxResponseBytes` is not a positive safe integer */
   constructor(private readonly opts: ApiClientOptions) {
     const url = new URL(opts.baseUrl);
     this.basePath = url.pathname.replace(/\/+$/, '');
@@ -128,6 +151,10 @@ export class ApiClient {
     this.timeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxRetries = opts.maxRetries ?? 6;
     this.maxRetryAfterMs = opts.maxRetryAfterMs ?? 120_000;
+    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    if (!(Number.isSafeInteger(this.maxResponseBytes) && this.maxResponseBytes > 0)) {
+      throw new RangeError(`ApiClient: maxResponseBytes must be a positive integer, got ${this.maxResponseBytes}`);
+    }
     this.limiter = new RateLimiter(opts.maxRps ?? 10, this.clock, opts.rateLimit);
     this.pool = new Pool(url.origin, {
       connections: opts.connections ?? 8,
@@ -150,13 +177,14 @@ export class ApiClient {
    * while `page < meta.total_pages`, re-reading `total_pages` on every page so a growing list keeps
    * paging. Stops early at an empty page.
    *
-   * @throws {@link HttpError}, {@link AuthError}, {@link SchemaError}
+   * @throws {@link HttpError}, {@link AuthError}, {@link ResponseTooLargeError}, {@link SchemaError}
    */
   async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
     for (let page = startPage; ; page++) {
       const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}`;
-      const res = await this.getJson(path, {}, tally);
-      const parsed = parsePage(ConversationsPageSchema, res.body, page, `conversation list page ${page}`, { path, page });
+      const what = `conversation list page ${page}`;
+      const res = await this.getJson(path, {}, tally, what);
+      const parsed = parsePage(ConversationsPageSchema, res.body, page, what, { path, page });
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
     }
@@ -167,14 +195,16 @@ export class ApiClient {
    * `per_page=100`, while `page < meta.total_pages` (re-read on every page). Stops early at an
    * empty page. The caller checks drift (`meta.total_count` changes) and may stop iterating.
    *
-   * @throws {@link HttpError} (404 when the conversation is gone), {@link AuthError}, {@link SchemaError}
+   * @throws {@link HttpError} (404 when the conversation is gone), {@link AuthError},
+   *   {@link ResponseTooLargeError}, {@link SchemaError}
    */
   async *messages(conversationId: string, startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Message>> {
     const id = encodeURIComponent(conversationId);
     for (let page = startPage; ; page++) {
       const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
-      const res = await this.getJson(path, { conversation_id: conversationId }, tally);
-      const parsed = parsePage(MessagesPageSchema, res.body, page, `conversation ${conversationId} messages page ${page}`, {
+      const what = `conversation ${conversationId} messages page ${page}`;
+      const res = await this.getJson(path, { conversation_id: conversationId }, tally, what);
+      const parsed = parsePage(MessagesPageSchema, res.body, page, what, {
         path,
         page,
         conversation_id: conversationId,
@@ -191,12 +221,18 @@ export class ApiClient {
   }
 
   /**
-   * GET `path` (relative to the base URL, starting `/v1/`) with retries; parses the JSON body.
+   * GET `path` (relative to the base URL, starting `/v1/`) with retries; parses the JSON body, read
+   * under the `maxResponseBytes` cap.
    *
-   * @throws {@link AuthError} on 401/403 (not retried), {@link HttpError} on other failures once
-   *   retries are exhausted or for non-retryable statuses, {@link SchemaError} when a 2xx body is not JSON
+   * @param context - loggable fields added to errors and logs (e.g. `conversation_id`)
+   * @param tally - per-caller counters, added to as attempts are sent
+   * @param label - what is being read, for error messages, e.g. `conversation 1b2c… messages page 3`
+   *   @defaultValue `GET <path>`
+   * @throws {@link AuthError} on 401/403 (not retried), {@link ResponseTooLargeError} when the body
+   *   exceeds `maxResponseBytes` (not retried), {@link HttpError} on other failures once retries are
+   *   exhausted or for non-retryable statuses, {@link SchemaError} when a 2xx body is not JSON
    */
-  async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally): Promise<JsonResponse> {
+  async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally, label?: string): Promise<JsonResponse> {
     let attempts = 0;
     const log = this.opts.logger;
     try {
@@ -208,7 +244,7 @@ export class ApiClient {
             if (tally) tally.retries++;
           }
           try {
-            return await this.attempt(path, attempts, context, tally);
+            return await this.attempt(path, attempts, context, label ?? `GET ${path}`, tally);
           } catch (err) {
             if (err instanceof HttpError) err.attempts = attempts;
             if (err instanceof HttpError && err.retryable && !this.opts.signal?.aborted) throw err;
@@ -244,42 +280,45 @@ export class ApiClient {
     }
   }
 
-  /** One attempt: rate cap, request, status mapping, JSON parse. */
-  private async attempt(path: string, attempt: number, context: Record<string, unknown>, tally?: RequestTally): Promise<JsonResponse> {
+  /** One attempt: rate cap, request, status mapping, capped body read, JSON parse. */
+  private async attempt(
+    path: string,
+    attempt: number,
+    context: Record<string, unknown>,
+    label: string,
+    tally?: RequestTally,
+  ): Promise<JsonResponse> {
     await this.limiter.acquire(this.opts.signal);
     const sentSeq = this.limiter.sentCount;
     this.stats.requests++;
     if (tally) tally.requests++;
     const details = { method: 'GET', path, attempts: attempt };
-    let statusCode: number;
-    let headers: Record<string, string | string[] | undefined>;
-    let text: string;
+    // One signal bounds the whole attempt: undici keeps it armed until the body stream closes.
+    const signal = this.opts.signal
+      ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
+      : AbortSignal.timeout(this.timeoutMs);
+    let res: Dispatcher.ResponseData;
     try {
-      const signal = this.opts.signal
-        ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
-        : AbortSignal.timeout(this.timeoutMs);
-      const res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
-      statusCode = res.statusCode;
-      headers = res.headers;
-      text = await res.body.text();
+      res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
     } catch (err) {
-      this.stats.networkErrors++;
-      const e = err as Error & { code?: string };
-      const what = this.opts.signal?.aborted
-        ? 'aborted (shutting down)'
-        : e.name === 'TimeoutError' || /timeout/i.test(e.code ?? '') ? `timed out after ${this.timeoutMs} ms` : `network error (${e.code ?? e.name}: ${e.message})`;
-      throw new HttpError(`GET ${path}: ${what}`, details, { cause: err });
+      throw this.transportError(path, details, err);
     }
+    const { statusCode, headers } = res;
     this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
     this.limiter.observe(statusCode, parseRateLimitHeaders(headers, this.clock.now()), sentSeq);
     if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
     if (statusCode >= 200 && statusCode < 300) {
+      const text = await this.readBody(res, label, { ...details, status: statusCode });
       try {
         return { status: statusCode, body: JSON.parse(text) };
       } catch (err) {
-        throw new SchemaError(`GET ${path}: answered ${statusCode} with a body that is not JSON`, { ...context, path }, err);
+        const why = err instanceof RangeError ? 'JSON nested too deeply to parse' : 'a body that is not JSON';
+        throw new SchemaError(`GET ${path}: answered ${statusCode} with ${why}`, { ...context, path }, err);
       }
     }
+    // The body of a failure is never used: read a little (so a short one keeps the connection
+    // reusable), then drop it. Bounded in bytes and by the request's signal.
+    await res.body.dump({ limit: ERROR_BODY_LIMIT_BYTES }).catch(() => undefined);
     if (statusCode === 401 || statusCode === 403) throw new AuthError({ ...details, status: statusCode });
     if (statusCode === 429) {
       this.stats.rateLimited++;
@@ -293,10 +332,84 @@ export class ApiClient {
     throw new HttpError(`GET ${path}: ${reason}`, { ...details, status: statusCode, ...(retryAfterMs !== undefined ? { retryAfterMs } : {}) });
   }
 
+  /**
+   * Reads a 2xx body as UTF-8 (a leading BOM skipped), at most `maxResponseBytes`: a larger
+   * `content-length` is refused unread, and the stream is destroyed (closing the connection) the
+   * moment the running total crosses the cap.
+   *
+   * @throws {@link ResponseTooLargeError}; {@link HttpError} without status when the stream fails
+   *   (network error, timeout, shutdown); {@link SchemaError} when the body is too long for a string
+   */
+  private async readBody(res: Dispatcher.ResponseData, label: string, details: HttpErrorDetails): Promise<string> {
+    const cap = this.maxResponseBytes;
+    const body = res.body;
+    const declared = firstHeader(res.headers['content-length']);
+    if (declared !== undefined && /^\d+$/.test(declared.trim()) && Number(declared.trim()) > cap) {
+      discard(body);
+      throw this.tooLarge(label, details, `its content-length is ${declared.trim()} bytes`);
+    }
+    const chunks: Buffer[] = [];
+    let total = 0;
+    try {
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        total += chunk.length;
+        if (total > cap) {
+          discard(body);
+          throw this.tooLarge(label, details, `reading stopped at ${total} bytes`);
+        }
+        chunks.push(chunk);
+      }
+    } catch (err) {
+      if (err instanceof ResponseTooLargeError) throw err;
+      throw this.transportError(details.path, details, err);
+    }
+    const buf = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
+    const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf;
+    try {
+      return buf.toString('utf8', bom ? 3 : 0);
+    } catch (err) {
+      // ERR_STRING_TOO_LONG: only possible with a cap above V8's longest string (about 512 MiB).
+      throw new SchemaError(`${label}: GET ${details.path} answered a body of ${total} bytes, too long to decode as text`, { path: details.path }, err);
+    }
+  }
+
+  private tooLarge(label: string, details: HttpErrorDetails, how: string): ResponseTooLargeError {
+    const cap = this.maxResponseBytes;
+    const mib = Math.round((cap / (1024 * 1024)) * 100) / 100;
+    return new ResponseTooLargeError(
+      `${label}: GET ${details.path} answered ${details.status} with a body larger than the limit of ${cap} bytes (${mib} MiB); ${how}, ` +
+        'the rest was not read. If the API really serves responses this large, raise CONVO_MIRROR_MAX_RESPONSE_BYTES',
+      { ...details, limitBytes: cap },
+    );
+  }
+
+  /** The {@link HttpError} (no status, retryable) of a request or body read that failed in transport. */
+  private transportError(path: string, details: HttpErrorDetails, err: unknown): HttpError {
+    this.stats.networkErrors++;
+    const e = err as Error & { code?: string };
+    const what = this.opts.signal?.aborted
+      ? 'aborted (shutting down)'
+      : e.name === 'TimeoutError' || /timeout/i.test(e.code ?? '')
+        ? `timed out after ${this.timeoutMs} ms`
+        : `network error (${e.code ?? e.name}: ${e.message})`;
+    return new HttpError(`GET ${path}: ${what}`, { method: details.method, path: details.path, attempts: details.attempts }, { cause: err });
+  }
+
   /** Closes the connection pool. */
   async close(): Promise<void> {
     await this.pool.close();
   }
+}
+
+/** The first value of a header that may repeat. */
+function firstHeader(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Destroys a response body we will not read (closing its connection), swallowing the abort error. */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => undefined);
+  body.destroy();
 }
 
 /** The configuration fields an {@link ApiClient} is built from. */
@@ -308,11 +421,13 @@ export interface ApiConfig {
   concurrency: number;
   requestTimeoutMs: number;
   maxRetries: number;
+  /** Largest response body read, bytes (`CONVO_MIRROR_MAX_RESPONSE_BYTES`); see {@link ApiClientOptions.maxResponseBytes}. */
+  maxResponseBytes: number;
 }
 
 /**
- * Builds the client from the frozen configuration: rate cap, timeouts and retries as configured,
- * two keep-alive connections per conversation in flight.
+ * Builds the client from the frozen configuration: rate cap, timeouts, retries and the response
+ * byte cap as configured, two keep-alive connections per conversation in flight.
  *
  * @throws Error when `baseUrl` or `apiKey` is missing (config/ requires them for API commands)
  */
@@ -329,6 +444,7 @@ export function apiClientFromConfig(
     connections: Math.max(2, config.concurrency * 2),
     requestTimeoutMs: config.requestTimeoutMs,
     maxRetries: config.maxRetries,
+    maxResponseBytes: config.maxResponseBytes,
     ...extra,
   });
 }
