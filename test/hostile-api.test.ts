@@ -1,5 +1,7 @@
 /**
- * ApiClient against a misbehaving API (issue 8): oversized and endless bodies, bodies that trickle. Real HTTP on 127.0.0.1 to the in-process fake (a tiny
+ * ApiClient against a misbehaving API (issue 8): oversized and endless bodies, bodies that trickle,
+ * page loops that never end, pages of more than per_page records, and ids URL normalization would
+ * rewrite. Real HTTP on 127.0.0.1 to the in-process fake (a tiny
  * node:http server only for answers the fake cannot give); nothing of ours is mocked. Outcomes are
  * asserted on the fake's request log and its byte counters, never on elapsed time alone.
  */
@@ -12,9 +14,10 @@ import {
   DEFAULT_MAX_RESPONSE_BYTES,
   PER_PAGE,
   apiClientFromConfig,
+  pageBound,
   type ApiClientOptions,
 } from '../src/api/client.js';
-import { HttpError, ResponseTooLargeError } from '../src/errors.js';
+import { HttpError, PageRunawayError, ResponseTooLargeError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 
 const API_KEY = 'sk-live-HOSTILE-5e1d77a0b3';
@@ -82,6 +85,17 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 
 const msgRe = (id: string): string => `/v1/conversations/${id}/messages`;
 const msgPath = (id: string, page = 1): string => `${msgRe(id)}?page=${page}&per_page=100`;
+
+function validMessage(id: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    id,
+    content: 'hello',
+    visibility: 'global',
+    sender: { id: 'cus_1', name: 'Ann', type: 'Customer' },
+    created_at: '2025-01-01T00:00:00.000Z',
+    ...extra,
+  };
+}
 
 /** Asserts the common shape of a {@link ResponseTooLargeError}. */
 function expectTooLarge(err: unknown, what: string, path: string, cap = CAP): ResponseTooLargeError {
@@ -274,5 +288,138 @@ describe('response byte cap', () => {
     expect(elapsed).toBeLessThan(5_000);
     expect(api.stats.networkErrors).toBe(1);
     expect(api.stats.byStatus).toEqual({ 200: 1 });
+  });
+});
+
+// ---- page loops ------------------------------------------------------------------------------
+
+describe('every page loop ends', () => {
+  it('pageBound: ceil(expected * 1.1) + 10 pages, expected from total_pages or total_count', () => {
+    const b = (total_pages: number, total_count: number): number => pageBound({ current_page: 1, total_pages, total_count });
+    expect(b(0, 0)).toBe(10);
+    expect(b(1, 100)).toBe(12);
+    expect(b(2, 200)).toBe(13);
+    expect(b(10, 1000)).toBe(21); // not 22: 10 * 1.1 is 11.000000000000002 in floating point
+    expect(b(100, 10_000)).toBe(120);
+    expect(b(1, 1000)).toBe(21); // total_count says 10 pages
+    expect(b(30, 5)).toBe(43); // total_pages says 30
+  });
+
+  it('a conversation list that never ends stops with PageRunawayError after exactly pageBound pages', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    fake.injectFault({ kind: 'runaway', match: { path: '/v1/conversations' }, times: Infinity });
+    let served = 0;
+    const err = await rejection(
+      (async () => {
+        for await (const p of api.conversations()) served += p.data.length;
+      })(),
+    );
+    // The first page says 200 records in 2 pages: ceil(2 * 1.1) + 10 = 13 pages at most.
+    const maxPage = 13;
+    expect(pageBound({ current_page: 1, total_pages: 2, total_count: 200 })).toBe(maxPage);
+    expect(err).toBeInstanceOf(PageRunawayError);
+    const e = err as PageRunawayError;
+    expect(e.code).toBe('PAGE_RUNAWAY');
+    expect(e.retryable).toBe(false);
+    expect(e.message).toBe(
+      `conversation list: the API kept serving pages past its own total (its first page said 200 records in 2 pages; stopped after page ${maxPage})`,
+    );
+    expect(e.context).toEqual({ path: `/v1/conversations?page=${maxPage}&per_page=100`, page: maxPage });
+    expect(fake.requests).toHaveLength(maxPage);
+    expect(fake.requests.map((r) => Number(r.query['page']))).toEqual(Array.from({ length: maxPage }, (_, i) => i + 1));
+    expect(served).toBe(maxPage * PER_PAGE);
+  });
+
+  it("a conversation whose messages never end stops after exactly pageBound pages, naming the conversation", async () => {
+    const ws = FakeWorkspace.fromCounts([5]);
+    const fake = await fakeApi(ws);
+    const conv = ws.list()[0]!;
+    const api = client(fake.url);
+    fake.injectFault({ kind: 'runaway', match: { path: msgRe(conv.id) }, times: Infinity });
+    const err = await rejection(collect(api.messages(conv.id)));
+    const maxPage = 13;
+    expect(err).toBeInstanceOf(PageRunawayError);
+    expect((err as PageRunawayError).message).toBe(
+      `conversation ${conv.id} messages: the API kept serving pages past its own total (its first page said 200 records in 2 pages; stopped after page ${maxPage})`,
+    );
+    expect((err as PageRunawayError).context).toEqual({ path: msgPath(conv.id, maxPage), page: maxPage, conversation_id: conv.id });
+    expect(fake.requests).toHaveLength(maxPage);
+  });
+
+  it('the bound comes from the first page fetched, also when starting later (incremental crawls)', async () => {
+    const ws = FakeWorkspace.fromCounts([5]);
+    const fake = await fakeApi(ws);
+    const conv = ws.list()[0]!;
+    const api = client(fake.url);
+    fake.injectFault({ kind: 'runaway', match: { path: msgRe(conv.id) }, times: Infinity });
+    const err = await rejection(collect(api.messages(conv.id, 5)));
+    // Page 5 says 600 records in 6 pages: ceil(6 * 1.1) + 10 = 17, so pages 5..17.
+    expect(pageBound({ current_page: 5, total_pages: 6, total_count: 600 })).toBe(17);
+    expect(err).toBeInstanceOf(PageRunawayError);
+    expect((err as PageRunawayError).message).toContain('its first page said 600 records in 6 pages; stopped after page 17');
+    expect(fake.requests.map((r) => Number(r.query['page']))).toEqual(Array.from({ length: 13 }, (_, i) => i + 5));
+  });
+
+  it('a conversation that grows while it is read, but catches up, is read to the end', async () => {
+    const ws = FakeWorkspace.fromCounts([250]);
+    const fake = await fakeApi(ws);
+    const conv = ws.list()[0]!;
+    fake.beforeServe((req) => {
+      if (req.path === msgRe(conv.id)) ws.appendMessages(conv.id, 50);
+    });
+    const api = client(fake.url);
+    const pages = await collect(api.messages(conv.id));
+    // Page k sees 250 + 50k messages; it ends at page 5 (500 messages, 5 pages).
+    expect(pages.map((p) => p.meta.total_count)).toEqual([300, 350, 400, 450, 500]);
+    expect(pages.flatMap((p) => p.data.map((m) => m.id))).toEqual(ws.get(conv.id)!.messages.map((m) => m.id));
+  });
+
+  it('a page of more than 100 records is a SchemaError naming what and the count', async () => {
+    const tiny = await tinyServer((req, res) => {
+      const list = req.url?.startsWith('/v1/conversations?') ?? false;
+      const data = Array.from({ length: 101 }, (_, i) => (list ? { id: `c-${i}` } : validMessage(`m-${i}`)));
+      json(res, 200, { data, meta: { current_page: 1, total_pages: 2, total_count: 101 } });
+    });
+    const api = client(tiny.url);
+    const m = (await rejection(collect(api.messages('c-7')))) as SchemaError;
+    expect(m).toBeInstanceOf(SchemaError);
+    expect(m.message).toBe(
+      'conversation c-7 messages page 1: the API served 101 records on one page, more than per_page=100 (their positions would overlap the next page)',
+    );
+    expect(m.context).toMatchObject({ conversation_id: 'c-7', page: 1, field: 'data', count: 101 });
+    const l = (await rejection(collect(api.conversations()))) as SchemaError;
+    expect(l).toBeInstanceOf(SchemaError);
+    expect(l.message).toMatch(/^conversation list page 1: the API served 101 records on one page/);
+    expect(tiny.hits).toHaveLength(2);
+  });
+});
+
+// ---- ids -------------------------------------------------------------------------------------
+
+describe('conversation ids that URL normalization would rewrite', () => {
+  it.each(['..', '.', ''])('%j is refused before any request', async (id) => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    const err = await rejection(collect(api.messages(id)));
+    expect(err).toBeInstanceOf(SchemaError);
+    expect((err as SchemaError).message).toBe(`conversation id ${JSON.stringify(id)} cannot be used in a request path`);
+    expect((err as SchemaError).context).toEqual({ conversation_id: id });
+    expect(fake.requests).toHaveLength(0);
+    expect(api.stats.requests).toBe(0);
+  });
+
+  it('ids with dots and slashes are encoded and reach the fake as one path segment', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    for (const id of ['../x', '...', 'a/../b']) {
+      const err = (await rejection(collect(api.messages(id)))) as HttpError;
+      expect(err.status).toBe(404);
+    }
+    expect(fake.requests.map((r) => r.path)).toEqual([
+      '/v1/conversations/..%2Fx/messages',
+      '/v1/conversations/.../messages',
+      '/v1/conversations/a%2F..%2Fb/messages',
+    ]);
   });
 });

@@ -20,7 +20,7 @@
 import { Pool, type Dispatcher } from 'undici';
 import pRetry, { AbortError } from 'p-retry';
 import type { Logger } from 'pino';
-import { AuthError, HttpError, ResponseTooLargeError, SchemaError, type HttpErrorDetails } from '../errors.js';
+import { AuthError, HttpError, PageRunawayError, ResponseTooLargeError, SchemaError, type HttpErrorDetails } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
 import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate-limit.js';
 import { fullJitterDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
@@ -30,6 +30,7 @@ import {
   parsePage,
   type Conversation,
   type Message,
+  type Meta,
   type Page,
 } from './schemas.js';
 
@@ -177,16 +178,26 @@ export class ApiClient {
    * while `page < meta.total_pages`, re-reading `total_pages` on every page so a growing list keeps
    * paging. Stops early at an empty page.
    *
+   * Bounded: the first page fetched fixes the most pages this pass may read, {@link pageBound} of its
+   * meta (its own total plus 10 % plus 10 pages). A server that keeps announcing more pages beyond
+   * that gets a {@link PageRunawayError} instead of another request.
+   *
    * @throws {@link HttpError}, {@link AuthError}, {@link ResponseTooLargeError}, {@link SchemaError}
+   *   (also for a page of more than {@link PER_PAGE} records), {@link PageRunawayError}
    */
   async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
+    let bound: { maxPage: number; meta: Meta } | undefined;
     for (let page = startPage; ; page++) {
       const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}`;
+      const context = { path, page };
       const what = `conversation list page ${page}`;
       const res = await this.getJson(path, {}, tally, what);
-      const parsed = parsePage(ConversationsPageSchema, res.body, page, what, { path, page });
+      const parsed = parsePage(ConversationsPageSchema, res.body, page, what, context);
+      checkPageSize(parsed, what, context);
+      bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
+      if (page + 1 > bound.maxPage) throw runaway('conversation list', bound.meta, page, context);
     }
   }
 
@@ -195,28 +206,40 @@ export class ApiClient {
    * `per_page=100`, while `page < meta.total_pages` (re-read on every page). Stops early at an
    * empty page. The caller checks drift (`meta.total_count` changes) and may stop iterating.
    *
-   * @throws {@link HttpError} (404 when the conversation is gone), {@link AuthError},
-   *   {@link ResponseTooLargeError}, {@link SchemaError}
+   * Bounded like {@link ApiClient.conversations}: at most {@link pageBound} of the first fetched
+   * page's meta, then {@link PageRunawayError}. An id that URL normalization would rewrite (empty,
+   * `.` or `..`) is refused before any request.
+   *
+   * @throws {@link SchemaError} for such an id (no request is sent), for a page that is not JSON,
+   *   breaks the documented shape, holds more than {@link PER_PAGE} records or whose
+   *   `meta.current_page` is not the page asked for; {@link HttpError} (404 when the conversation is
+   *   gone), {@link AuthError}, {@link ResponseTooLargeError}, {@link PageRunawayError}
    */
   async *messages(conversationId: string, startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Message>> {
-    const id = encodeURIComponent(conversationId);
-    for (let page = startPage; ; page++) {
-      const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
-      const what = `conversation ${conversationId} messages page ${page}`;
-      const res = await this.getJson(path, { conversation_id: conversationId }, tally, what);
-      const parsed = parsePage(MessagesPageSchema, res.body, page, what, {
-        path,
-        page,
+    if (conversationId === '' || conversationId === '.' || conversationId === '..') {
+      throw new SchemaError(`conversation id ${JSON.stringify(conversationId)} cannot be used in a request path`, {
         conversation_id: conversationId,
       });
+    }
+    const id = encodeURIComponent(conversationId);
+    let bound: { maxPage: number; meta: Meta } | undefined;
+    for (let page = startPage; ; page++) {
+      const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
+      const context = { path, page, conversation_id: conversationId };
+      const what = `conversation ${conversationId} messages page ${page}`;
+      const res = await this.getJson(path, { conversation_id: conversationId }, tally, what);
+      const parsed = parsePage(MessagesPageSchema, res.body, page, what, context);
       if (parsed.meta.current_page !== page) {
         throw new SchemaError(
           `conversation ${conversationId} messages page ${page}: meta.current_page is ${parsed.meta.current_page}, expected ${page} (spec 4.1 rule 2)`,
-          { path, page, conversation_id: conversationId, field: 'meta.current_page' },
+          { ...context, field: 'meta.current_page' },
         );
       }
+      checkPageSize(parsed, what, context);
+      bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
+      if (page + 1 > bound.maxPage) throw runaway(`conversation ${conversationId} messages`, bound.meta, page, context);
     }
   }
 
@@ -398,6 +421,44 @@ export class ApiClient {
   /** Closes the connection pool. */
   async close(): Promise<void> {
     await this.pool.close();
+  }
+}
+
+/**
+ * The last page a paging pass may request, given the meta of the first page it fetched:
+ * `ceil(expected * 1.1) + 10` where `expected = max(meta.total_pages, ceil(meta.total_count / 100))`.
+ * The slack lets a list or conversation grow by 10 % plus 1,000 records during one pass; a server
+ * still announcing more pages beyond it is running away. E.g. a first page saying 1 page allows
+ * 12 pages, 2 pages allow 13, 100 pages allow 120.
+ */
+export function pageBound(meta: Meta): number {
+  const expected = Math.max(meta.total_pages, Math.ceil(meta.total_count / PER_PAGE));
+  // Integer arithmetic: expected * 1.1 in floating point would round 10 pages up to 12.
+  return Math.ceil((expected * 11) / 10) + 10;
+}
+
+/** The {@link PageRunawayError} of a pass stopped after `page`. */
+function runaway(what: string, first: Meta, page: number, context: Record<string, unknown>): PageRunawayError {
+  return new PageRunawayError(
+    `${what}: the API kept serving pages past its own total (its first page said ${first.total_count} records in ` +
+      `${first.total_pages} pages; stopped after page ${page})`,
+    context,
+  );
+}
+
+/**
+ * A page of more than {@link PER_PAGE} records breaks paging: record (page-1)*100+i would overlap
+ * the next page's positions.
+ *
+ * @throws {@link SchemaError} naming `what` and the count
+ */
+function checkPageSize(page: Page<unknown>, what: string, context: Record<string, unknown>): void {
+  if (page.data.length > PER_PAGE) {
+    throw new SchemaError(
+      `${what}: the API served ${page.data.length} records on one page, more than per_page=${PER_PAGE} ` +
+        '(their positions would overlap the next page)',
+      { ...context, field: 'data', count: page.data.length },
+    );
   }
 }
 
