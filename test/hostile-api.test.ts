@@ -1,7 +1,7 @@
 /**
  * ApiClient against a misbehaving API (issue 8): oversized and endless bodies, bodies that trickle,
- * page loops that never end, pages of more than per_page records, and ids URL normalization would
- * rewrite. Real HTTP on 127.0.0.1 to the in-process fake (a tiny
+ * page loops that never end, pages of more than per_page records, ids URL normalization would
+ * rewrite, and JSON nested too deeply to store. Real HTTP on 127.0.0.1 to the in-process fake (a tiny
  * node:http server only for answers the fake cannot give); nothing of ours is mocked. Outcomes are
  * asserted on the fake's request log and its byte counters, never on elapsed time alone.
  */
@@ -17,6 +17,7 @@ import {
   pageBound,
   type ApiClientOptions,
 } from '../src/api/client.js';
+import { MAX_JSON_DEPTH } from '../src/api/schemas.js';
 import { HttpError, PageRunawayError, ResponseTooLargeError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 
@@ -95,6 +96,15 @@ function validMessage(id: string, extra: Record<string, unknown> = {}): Record<s
     created_at: '2025-01-01T00:00:00.000Z',
     ...extra,
   };
+}
+
+/** JSON text of arrays nested `levels` deep (`1` → `[]`, `2` → `[[]]`), built without recursion. */
+const nestedArrayJson = (levels: number): string => '['.repeat(levels) + ']'.repeat(levels);
+
+/** A one-message page whose message carries `attachments` nested `levels` deep (record depth 1 + levels). */
+function deepMessagePage(levels: number): string {
+  const msg = JSON.stringify(validMessage('m-deep', { attachments: '@@' }));
+  return `{"data":[${msg.replace('"@@"', nestedArrayJson(levels))}],"meta":{"current_page":1,"total_pages":1,"total_count":1}}`;
 }
 
 /** Asserts the common shape of a {@link ResponseTooLargeError}. */
@@ -421,5 +431,66 @@ describe('conversation ids that URL normalization would rewrite', () => {
       '/v1/conversations/.../messages',
       '/v1/conversations/a%2F..%2Fb/messages',
     ]);
+  });
+});
+
+// ---- nesting ---------------------------------------------------------------------------------
+
+describe('JSON nested too deeply', () => {
+  it('an attachment nested 100,000 levels is a SchemaError naming the conversation, page and field path', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const conv = ws.list()[0]!;
+    const api = client(fake.url, { maxResponseBytes: 4 * MiB });
+    fake.injectFault({ kind: 'status', status: 200, body: deepMessagePage(100_000), times: Infinity });
+    const err = await rejection(collect(api.messages(conv.id)));
+    expect(err).toBeInstanceOf(SchemaError);
+    const e = err as SchemaError;
+    // The record is level 1, `attachments` level 2, each [0] one more: level 65 is 63 [0]s in.
+    const field = `data[0].attachments${'[0]'.repeat(63)}`;
+    expect(e.message).toBe(
+      `conversation ${conv.id} messages page 1: JSON nested deeper than 64 levels at ${field} (a record this deep cannot be stored or exported)`,
+    );
+    expect(e.context).toMatchObject({ conversation_id: conv.id, page: 1, field, max_depth: 64 });
+    expect(() => JSON.stringify(e.context)).not.toThrow();
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('a message nested 60 levels passes, 64 passes, 65 is refused', async () => {
+    expect(MAX_JSON_DEPTH).toBe(64);
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    for (const depth of [60, 64]) {
+      fake.injectFault({ kind: 'status', status: 200, body: deepMessagePage(depth - 1) });
+      const pages = await collect(api.messages('c-deep'));
+      expect(pages[0]!.data).toHaveLength(1);
+      expect(JSON.stringify(pages[0]!.raw[0])).toContain('['.repeat(depth - 1));
+    }
+    fake.injectFault({ kind: 'status', status: 200, body: deepMessagePage(64) });
+    const err = (await rejection(collect(api.messages('c-deep')))) as SchemaError;
+    expect(err).toBeInstanceOf(SchemaError);
+    expect(err.context['field']).toBe(`data[0].attachments${'[0]'.repeat(63)}`);
+  });
+
+  it('deep nesting in a listed conversation or in meta is refused too', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    fake.injectFault({
+      kind: 'status',
+      status: 200,
+      body: `{"data":[{"id":"c1"},{"id":"c2","custom":{"tree":${nestedArrayJson(5_000)}}}],"meta":{"current_page":1,"total_pages":1,"total_count":2}}`,
+    });
+    const list = (await rejection(collect(api.conversations()))) as SchemaError;
+    expect(list).toBeInstanceOf(SchemaError);
+    expect(list.message).toMatch(/^conversation list page 1: JSON nested deeper than 64 levels at data\[1\]\.custom\.tree\[0\]/);
+
+    fake.injectFault({
+      kind: 'status',
+      status: 200,
+      body: `{"data":[],"meta":{"current_page":1,"total_pages":0,"total_count":0,"x":${nestedArrayJson(70)}}}`,
+    });
+    const meta = (await rejection(collect(api.conversations()))) as SchemaError;
+    expect(meta).toBeInstanceOf(SchemaError);
+    expect(meta.context['field']).toBe(`meta.x${'[0]'.repeat(63)}`);
   });
 });
