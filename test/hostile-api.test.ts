@@ -138,7 +138,7 @@ describe('response byte cap', () => {
 
     const err = await rejection(collect(api.messages(a!.id)));
     const e = expectTooLarge(err, `conversation ${a!.id} messages page 1`, msgPath(a!.id));
-    expect(e.message).toContain(`content-length is ${300 * MiB} bytes`);
+    expect(e.message).toContain(`(1 MiB): its content-length is ${300 * MiB} bytes, so none of it was read. If the API`);
     expect(fake.requests).toHaveLength(1);
     await fake.whenStreamsEnd();
     expect(fake.requests[0]!.closedEarly).toBe(true);
@@ -165,7 +165,7 @@ describe('response byte cap', () => {
     );
     expect(pages).toEqual([1]);
     const e = expectTooLarge(err, `conversation ${conv.id} messages page 2`, msgPath(conv.id, 2));
-    expect(e.message).toMatch(/reading stopped at \d+ bytes/);
+    expect(e.message).toMatch(/\(1 MiB\): reading stopped at \d+ bytes and the rest was not read\. If the API/);
     expect(e.context).toMatchObject({ method: 'GET', path: msgPath(conv.id, 2), status: 200 });
     expect(fake.requests.map((r) => r.query['page'])).toEqual(['1', '2']);
     await fake.whenStreamsEnd();

@@ -369,7 +369,7 @@ export class ApiClient {
     const declared = firstHeader(res.headers['content-length']);
     if (declared !== undefined && /^\d+$/.test(declared.trim()) && Number(declared.trim()) > cap) {
       discard(body);
-      throw this.tooLarge(label, details, `its content-length is ${declared.trim()} bytes`);
+      throw this.tooLarge(label, details, `its content-length is ${declared.trim()} bytes, so none of it was read`);
     }
     const chunks: Buffer[] = [];
     let total = 0;
@@ -378,7 +378,7 @@ export class ApiClient {
         total += chunk.length;
         if (total > cap) {
           discard(body);
-          throw this.tooLarge(label, details, `reading stopped at ${total} bytes`);
+          throw this.tooLarge(label, details, `reading stopped at ${total} bytes and the rest was not read`);
         }
         chunks.push(chunk);
       }
@@ -396,12 +396,13 @@ export class ApiClient {
     }
   }
 
+  /** The {@link ResponseTooLargeError} of `label`; `how` says what gave the size away. */
   private tooLarge(label: string, details: HttpErrorDetails, how: string): ResponseTooLargeError {
     const cap = this.maxResponseBytes;
     const mib = Math.round((cap / (1024 * 1024)) * 100) / 100;
     return new ResponseTooLargeError(
-      `${label}: GET ${details.path} answered ${details.status} with a body larger than the limit of ${cap} bytes (${mib} MiB); ${how}, ` +
-        'the rest was not read. If the API really serves responses this large, raise CONVO_MIRROR_MAX_RESPONSE_BYTES',
+      `${label}: GET ${details.path} answered ${details.status} with a body larger than the limit of ${cap} bytes (${mib} MiB): ${how}. ` +
+        'If the API really serves responses this large, raise CONVO_MIRROR_MAX_RESPONSE_BYTES',
       { ...details, limitBytes: cap },
     );
   }
