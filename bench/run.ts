@@ -8,22 +8,29 @@
  * - the HTTP ceiling: the same fetches with no store and no export;
  * - the storage ceiling: the same rows written straight into a fresh SQLite mirror, no HTTP;
  * - incremental with nothing changed, and with 1 % of conversations given 3 new messages;
- * - under a server-side limit of 20 requests/s (a smaller workspace, see `--limited-conversations`).
+ * - under a server-side limit of 20 requests/s (a smaller workspace, see `--limited-conversations`);
+ * - hostile API (issue 8; about 10 s): the real CLI (`node dist/src/cli.js sync`, a child process
+ *   with `--import dist/bench/rss-probe.js` recording its peak RSS) against a fake with faults armed
+ *   (dist/bench/hostile-fake.js, its own process): one conversation serving a 300 MiB page and another
+ *   an endless body, together and each alone (peak RSS, exit code); a conversation list that never
+ *   ends and a conversation whose messages never end (exit code, requests the fake saw).
  *
- * Prints one table and writes the same as JSON to bench/results/latest.json.
+ * Prints one table and writes the same as JSON to bench/results/latest.json
+ * (`--hostile-only`: bench/results/hostile.json).
  *
  * Flags: `--large`, `--conversations N`, `--limited-conversations N` (default 200), `--seed N`,
- * `--concurrency N`, `--skip-limited`, `--out FILE`.
+ * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--hostile-only` (only the hostile section),
+ * `--out FILE`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import pLimit from 'p-limit';
 import { pino } from 'pino';
-import { ApiClient, PER_PAGE } from '../src/api/client.js';
+import { ApiClient, PER_PAGE, pageBound } from '../src/api/client.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { systemClock } from '../src/clock.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
@@ -34,6 +41,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */
 const root = path.resolve(here, '..', '..');
 const cliJs = path.join(root, 'dist', 'src', 'cli.js');
+const hostileFakeJs = path.join(root, 'dist', 'bench', 'hostile-fake.js');
+const rssProbeJs = path.join(root, 'dist', 'bench', 'rss-probe.js');
 const API_KEY = 'bench-key-0123456789abcdef';
 const ACCOUNT = 'default';
 
@@ -49,7 +58,9 @@ const limitedConversations = Number(argValue('--limited-conversations') ?? 200);
 const seed = Number(argValue('--seed') ?? 7);
 const concurrency = Number(argValue('--concurrency') ?? 8);
 const skipLimited = process.argv.includes('--skip-limited');
-const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', 'latest.json'));
+const hostileOnly = process.argv.includes('--hostile-only');
+const skipHostile = process.argv.includes('--skip-hostile') && !hostileOnly;
+const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : 'latest.json'));
 const LIMIT_RPS = 20;
 
 // ------------------------------------------------------------------ helpers
@@ -265,16 +276,199 @@ async function appendMessages(url: string, id: string, count: number): Promise<v
   if (res.status !== 201) throw new Error(`append to ${id}: HTTP ${res.status}`);
 }
 
+// ------------------------------------------------------------------ hostile API
+
+/** Peak RSS target of a CLI sync facing a 300 MiB page or an endless body, MiB. */
+const HOSTILE_RSS_TARGET_MIB = 400;
+/** List requests a never-ending conversation list may cost before the CLI stops listing. */
+const HOSTILE_LIST_TARGET = 300;
+/** Wall time target of the whole hostile section, ms. */
+const HOSTILE_WALL_TARGET_MS = 30_000;
+/** `target ... met` or `target MISSED: ...`, for the table's notes. */
+const target = (ok: boolean, what: string): string => (ok ? `target ${what} met` : `target ${what} MISSED`);
+const MiB = 1024 * 1024;
+
+interface HostileFake {
+  url: string;
+  ids: string[];
+  /** SIGTERMs the fake and resolves with what it saw (see bench/hostile-fake.ts). */
+  stop(): Promise<HostileReport>;
+}
+
+/** What bench/hostile-fake.ts prints on SIGTERM. */
+interface HostileReport {
+  requests: number;
+  listRequests: number;
+  messageRequests: Record<string, number>;
+  bytesSent: number;
+  streamed: { path: string; bytesSent: number; closedEarly: boolean }[];
+}
+
+/** Starts dist/bench/hostile-fake.js with `args` and waits for its `{url, ids}` line. */
+async function startHostileFake(args: string[]): Promise<HostileFake> {
+  const child = spawn(process.execPath, [hostileFakeJs, '--api-key', API_KEY, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  const lines: string[] = [];
+  let onLine: (() => void) | undefined;
+  child.stdout!.on('data', (b: Buffer) => {
+    out += b.toString();
+    for (let i = out.indexOf('\n'); i >= 0; i = out.indexOf('\n')) {
+      lines.push(out.slice(0, i));
+      out = out.slice(i + 1);
+      onLine?.();
+    }
+  });
+  const nextLine = (): Promise<string> =>
+    new Promise((resolve, reject) => {
+      const check = (): void => {
+        const line = lines.shift();
+        if (line !== undefined) {
+          onLine = undefined;
+          child.off('exit', onExit);
+          resolve(line);
+        }
+      };
+      const onExit = (code: number | null): void => reject(new Error(`hostile fake exited with ${code}`));
+      onLine = check;
+      child.once('exit', onExit);
+      check();
+    });
+  const hello = JSON.parse(await nextLine()) as { url: string; ids: string[] };
+  return {
+    ...hello,
+    stop: async () => {
+      const report = nextLine();
+      child.kill('SIGTERM');
+      return JSON.parse(await report) as HostileReport;
+    },
+  };
+}
+
+interface CliRun {
+  exitCode: number | null;
+  /** Peak RSS of the CLI process (`process.resourceUsage().maxRSS` at exit), MiB. */
+  peakRssMib: number;
+  wallMs: number;
+  /** The last lines of its stderr (pino JSON logs), for the record. */
+  stderrTail: string;
+}
+
+/** Runs `node --import rss-probe dist/src/cli.js sync` against `url` in a fresh temp dir. */
+async function cliSync(url: string): Promise<CliRun> {
+  const dir = tempDir();
+  const rssFile = path.join(dir, 'maxrss');
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    CONVO_MIRROR_BASE_URL: url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '2',
+    LOG_LEVEL: 'warn',
+    CONVO_MIRROR_BENCH_RSS_FILE: rssFile,
+  };
+  const t0 = performance.now();
+  const child = spawn(process.execPath, ['--import', pathToFileURL(rssProbeJs).href, cliJs, 'sync'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (b: Buffer) => {
+    stderr = (stderr + b.toString()).slice(-4096);
+  });
+  const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  const exitCode = await new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  clearTimeout(guard);
+  const wallMs = performance.now() - t0;
+  const kib = fs.existsSync(rssFile) ? Number(fs.readFileSync(rssFile, 'utf8')) : NaN;
+  fs.rmSync(dir, { recursive: true, force: true });
+  return { exitCode, peakRssMib: round(kib / 1024, 1), wallMs: round(wallMs, 0), stderrTail: stderr.split('\n').slice(-4).join('\n') };
+}
+
+/** One CLI sync against a fresh hostile fake (3 conversations of 3 messages) armed with `args`. */
+async function hostileRun(args: string[]): Promise<{ run: CliRun; report: HostileReport; ids: string[] }> {
+  const fake = await startHostileFake(['--counts', '3,3,3', ...args]);
+  try {
+    const run = await cliSync(fake.url);
+    return { run, report: await fake.stop(), ids: fake.ids };
+  } catch (err) {
+    await fake.stop().catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * The hostile-API section: the real CLI against a fake with faults armed, each scenario in a fresh
+ * fake process and mirror. Appends rows and returns the figures.
+ */
+async function hostileSection(rows: [string, string, string][]): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  const t0 = performance.now();
+  const huge = 300 * MiB;
+  const memoryScenarios: [string, string, string[]][] = [
+    ['bigAndEndless', '300 MiB page + endless body', ['--huge', `0:${huge}:chunked`, '--endless', '1']],
+    ['bigPage', '300 MiB page (chunked)', ['--huge', `0:${huge}:chunked`]],
+    ['bigPageSized', '300 MiB page (content-length)', ['--huge', `0:${huge}`]],
+    ['endlessBody', 'endless body', ['--endless', '0']],
+  ];
+  for (const [key, label, args] of memoryScenarios) {
+    log(`hostile: ${label}…`);
+    const { run, report } = await hostileRun(args);
+    const maxWritten = Math.max(0, ...report.streamed.map((r) => r.bytesSent));
+    out[key] = { ...run, fakeRequests: report.requests, streamed: report.streamed };
+    rows.push([
+      `hostile: ${label}`,
+      `peak RSS ${run.peakRssMib} MiB, exit ${run.exitCode}`,
+      `${target(run.peakRssMib < HOSTILE_RSS_TARGET_MIB, `< ${HOSTILE_RSS_TARGET_MIB} MiB`)}; the fake wrote at most ${mb(maxWritten)} MiB ` +
+        `of a body before the CLI hung up; ${report.requests} requests; ${round(run.wallMs / 1000, 1)} s`,
+    ]);
+  }
+
+  log('hostile: a conversation list that never ends…');
+  const { run: listRun, report: listReport } = await hostileRun(['--runaway-list']);
+  out.endlessList = { ...listRun, fakeRequests: listReport.requests, listRequests: listReport.listRequests };
+  // The runaway fake's first page says 2 pages (200 records).
+  const bound = pageBound({ current_page: 1, total_pages: 2, total_count: 200 });
+  rows.push([
+    'hostile: conversation list never ends',
+    `exit ${listRun.exitCode}, ${listReport.listRequests} list requests`,
+    `${target(listReport.listRequests <= HOSTILE_LIST_TARGET, `≤ ${HOSTILE_LIST_TARGET}`)} (pageBound ${bound}); ` +
+      `+${listReport.requests - listReport.listRequests} requests for the synthetic conversations it listed (404); ` +
+      `peak RSS ${listRun.peakRssMib} MiB; ${round(listRun.wallMs / 1000, 1)} s`,
+  ]);
+
+  log('hostile: a conversation whose messages never end…');
+  const { run: convRun, report: convReport, ids } = await hostileRun(['--runaway', '0']);
+  const convRequests = convReport.messageRequests[ids[0]!] ?? 0;
+  out.endlessConversation = { ...convRun, fakeRequests: convReport.requests, conversationRequests: convRequests };
+  rows.push([
+    'hostile: one conversation never ends',
+    `exit ${convRun.exitCode}, ${convRequests} requests for it`,
+    `${target(convRequests === bound, `= pageBound ${bound}`)}; ${convReport.requests} requests in all; ${round(convRun.wallMs / 1000, 1)} s`,
+  ]);
+  const wallMs = round(performance.now() - t0, 0);
+  out.wallMs = wallMs;
+  rows.push(['hostile section: wall time', `${round(wallMs / 1000, 1)} s`, target(wallMs < HOSTILE_WALL_TARGET_MS, '< 30 s')]);
+  return out;
+}
+
 // ------------------------------------------------------------------ main
 
+interface Machine {
+  cpus: number;
+  model: string;
+  memoryGb: number;
+  platform: string;
+  node: string;
+  date: string;
+}
+
 async function main(): Promise<void> {
-  if (!fs.existsSync(cliJs)) throw new Error(`${cliJs} not found: run npm run build first`);
+  for (const f of [cliJs, hostileFakeJs, rssProbeJs]) if (!fs.existsSync(f)) throw new Error(`${f} not found: run npm run build first`);
   const startedAt = new Date();
-  const dir = tempDir();
   const results: Record<string, unknown> = {};
   const rows: [string, string, string][] = [];
   const cpus = os.cpus();
-  const machine = {
+  const machine: Machine = {
     cpus: cpus.length,
     model: cpus[0]?.model ?? 'unknown',
     memoryGb: round(os.totalmem() / 1024 ** 3, 1),
@@ -282,6 +476,15 @@ async function main(): Promise<void> {
     node: process.version,
     date: startedAt.toISOString(),
   };
+
+  if (hostileOnly) {
+    results.hostile = await hostileSection(rows);
+    const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
+    writeReport(report, rows, 'convo-mirror benchmark — hostile API only', machine);
+    return;
+  }
+
+  const dir = tempDir();
 
   log(`starting the fake API (${conversations} conversations, seed ${seed}) in a child process`);
   let fake = await startFakeProcess(conversations);
@@ -390,7 +593,10 @@ async function main(): Promise<void> {
     }
   }
 
-  // 6. Storage ceiling (last: it holds the generated workspace in this process).
+  // 6. A hostile API, against the real CLI in child processes.
+  if (!skipHostile) results.hostile = await hostileSection(rows);
+
+  // 7. Storage ceiling (last: it holds the generated workspace in this process).
   log('storage ceiling…');
   const store = storageCeiling(conversations);
   const full = results.fullSync as SyncFigures;
@@ -408,13 +614,23 @@ async function main(): Promise<void> {
     results,
     table: rows.map(([metric, value, note]) => ({ metric, value, note })),
   };
+  writeReport(
+    report,
+    rows,
+    `convo-mirror benchmark — ${conversations} conversations (seed ${seed}), ${full.messagesServed} messages, concurrency ${concurrency}`,
+    machine,
+  );
+}
+
+/** Writes `report` to the output file and prints `rows` as a table under `title`. */
+function writeReport(report: unknown, rows: [string, string, string][], title: string, machine: Machine): void {
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
   fs.writeFileSync(outFile, JSON.stringify(report, null, 2) + '\n');
 
   const w0 = Math.max(...rows.map((r) => r[0].length), 6);
   const w1 = Math.max(...rows.map((r) => r[1].length), 5);
   const out: string[] = [];
-  out.push(`convo-mirror benchmark — ${conversations} conversations (seed ${seed}), ${full.messagesServed} messages, concurrency ${concurrency}`);
+  out.push(title);
   out.push(`machine: ${machine.cpus} × ${machine.model}, ${machine.memoryGb} GB, ${machine.platform}, node ${machine.node}, ${machine.date}`);
   out.push('');
   out.push(`${'metric'.padEnd(w0)}  ${'value'.padEnd(w1)}  note`);

@@ -1,5 +1,7 @@
+import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { FakeWorkspace, mulberry32, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
+import { ConversationsPageSchema, MessagesPageSchema } from '../src/api/schemas.js';
+import { FakeWorkspace, MIN_HUGE_BYTES, mulberry32, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 
 const KEY = 'test-key';
 const ACCOUNT = '0b7e6a52-1c3d-4f8e-9a2b-5c6d7e8f9a0b';
@@ -35,6 +37,46 @@ async function get(api: FakeApi, path: string, headers: Record<string, string> =
 }
 
 const msgs = (id: string, q = ''): string => `/v1/conversations/${id}/messages${q}`;
+
+interface PartialRead {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  /** Body bytes received before the client hung up. */
+  received: number;
+  /** Whether the body ended normally before `stopAfter` bytes. */
+  complete: boolean;
+}
+
+/**
+ * GET over node:http that reads at most `stopAfter` body bytes, then destroys the request (the
+ * client hangs up). Resolves when the response ends or the request is destroyed.
+ */
+function getPartial(api: FakeApi, path: string, stopAfter: number): Promise<PartialRead> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(api.url + path, { headers: { 'X-Api-Key': KEY }, agent: false }, (res) => {
+      let received = 0;
+      let settled = false;
+      const done = (complete: boolean): void => {
+        if (settled) return;
+        settled = true;
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, received, complete });
+      };
+      res.on('data', (c: Buffer) => {
+        received += c.length;
+        if (received >= stopAfter) {
+          req.destroy();
+          done(false);
+        }
+      });
+      res.on('end', () => done(true));
+      res.on('error', () => done(false));
+      res.on('close', () => done(false));
+    });
+    req.on('error', (err) => {
+      if (!req.destroyed) reject(err);
+    });
+  });
+}
 
 describe('prng', () => {
   it('mulberry32 is deterministic and in [0, 1)', () => {
@@ -246,6 +288,153 @@ describe('fault injection', () => {
     expect(() => api.injectFault({ kind: 'drop', times: 0 })).toThrow(RangeError);
     expect(() => api.injectFault({ kind: 'status', status: 42 })).toThrow(RangeError);
     expect(() => api.injectFault({ kind: 'slow', delayMs: -1 })).toThrow(RangeError);
+  });
+});
+
+describe('hostile faults: huge, endless, runaway', () => {
+  it('records bytesSent for ordinary answers', async () => {
+    const api = await start(FakeWorkspace.fromCounts([3]));
+    const r = await get(api, '/v1/conversations');
+    expect(api.requests[0]!.bytesSent).toBe(Buffer.byteLength(r.text));
+    expect(api.requests[0]!.closedEarly).toBe(false);
+  });
+
+  it('huge: exactly `bytes` bytes of valid JSON with content-length, or chunked without', async () => {
+    const ws = FakeWorkspace.fromCounts([3]);
+    const api = await start(ws);
+    const id = ws.list()[0]!.id;
+    const bytes = 300_000;
+    api.injectFault({ kind: 'huge', bytes, match: { page: 2 } });
+    const sized = await get(api, msgs(id, '?page=2&per_page=100'));
+    expect(sized.status).toBe(200);
+    expect(sized.headers.get('content-length')).toBe(String(bytes));
+    expect(Buffer.byteLength(sized.text)).toBe(bytes);
+    expect(sized.json.data).toEqual([]);
+    expect(sized.json.meta).toEqual({ current_page: 2, total_pages: 0, total_count: 0 });
+    expect(sized.json.padding).toMatch(/^x+$/);
+
+    api.injectFault({ kind: 'huge', bytes, contentLength: false });
+    const chunked = await get(api, '/v1/conversations');
+    expect(chunked.headers.get('content-length')).toBeNull();
+    expect(chunked.headers.get('transfer-encoding')).toBe('chunked');
+    expect(Buffer.byteLength(chunked.text)).toBe(bytes);
+    expect(chunked.json.meta.current_page).toBe(1);
+
+    expect(api.requests.map((q) => [q.status, q.bytesSent, q.closedEarly])).toEqual([
+      [200, bytes, false],
+      [200, bytes, false],
+    ]);
+    // Consumed: the next request is ordinary.
+    expect((await get(api, '/v1/conversations')).json.data).toHaveLength(1);
+  });
+
+  it('huge: stops writing soon after the client hangs up (backpressure)', async () => {
+    const api = await start(FakeWorkspace.fromCounts([1]));
+    const bytes = 1024 * 1024 * 1024;
+    api.injectFault({ kind: 'huge', bytes, contentLength: false });
+    const r = await getPartial(api, '/v1/conversations', 256 * 1024);
+    expect(r.status).toBe(200);
+    expect(r.complete).toBe(false);
+    await api.whenStreamsEnd();
+    const rec = api.requests[0]!;
+    expect(rec.closedEarly).toBe(true);
+    expect(rec.bytesSent).toBeGreaterThanOrEqual(r.received);
+    // Only what the socket buffers hold beyond what was read, far below the 1 GiB body.
+    expect(rec.bytesSent).toBeLessThan(32 * 1024 * 1024);
+  });
+
+  it('endless: chunked filler until the client hangs up', async () => {
+    const api = await start(FakeWorkspace.fromCounts([1]));
+    api.injectFault({ kind: 'endless' });
+    const r = await getPartial(api, '/v1/conversations?page=4', 2 * 1024 * 1024);
+    expect(r.status).toBe(200);
+    expect(r.headers['content-length']).toBeUndefined();
+    expect(r.headers['transfer-encoding']).toBe('chunked');
+    expect(r.received).toBeGreaterThanOrEqual(2 * 1024 * 1024);
+    await api.whenStreamsEnd();
+    const rec = api.requests[0]!;
+    expect(rec.closedEarly).toBe(true);
+    expect(rec.bytesSent).toBeGreaterThanOrEqual(r.received);
+    expect(rec.bytesSent).toBeLessThan(r.received + 32 * 1024 * 1024);
+  });
+
+  it('close() stops an endless writer blocked by backpressure, and resolves', async () => {
+    const api = await startFakeApi({ workspace: FakeWorkspace.fromCounts([1]), apiKey: KEY });
+    api.injectFault({ kind: 'endless' });
+    // Read the head, then stop reading (the socket fills up and the writer waits for 'drain').
+    let res!: http.IncomingMessage;
+    await new Promise<void>((resolve) => {
+      http.get(api.url + '/v1/conversations', { headers: { 'X-Api-Key': KEY }, agent: false }, (r) => {
+        res = r;
+        r.once('data', (c: Buffer) => {
+          expect(c.toString()).toMatch(/^\{"data":\[\],"meta":\{"current_page":1,/);
+          r.pause();
+          resolve();
+        });
+      });
+    });
+    await api.close();
+    await api.whenStreamsEnd();
+    expect(api.requests[0]!.closedEarly).toBe(true);
+    // The client, reading again, drains what was buffered and then sees the connection end.
+    const ended = new Promise<void>((resolve) => res.on('close', resolve));
+    res.on('error', () => {});
+    res.resume();
+    await ended;
+  });
+
+  it('runaway: full pages of unique schema-valid records, always one page more', async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const api = await start(ws);
+    api.injectFault({ kind: 'runaway', match: { path: '/v1/conversations' }, times: Infinity });
+    const p3 = await get(api, '/v1/conversations?page=3&per_page=100');
+    const p4 = await get(api, '/v1/conversations?page=4&per_page=100');
+    for (const [p, page] of [[p3, 3], [p4, 4]] as const) {
+      expect(p.status).toBe(200);
+      expect(ConversationsPageSchema.safeParse(p.json).success).toBe(true);
+      expect(p.json.data).toHaveLength(100);
+      expect(p.json.meta).toEqual({ current_page: page, total_pages: page + 1, total_count: (page + 1) * 100 });
+      for (const c of p.json.data) expect(c.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-8[0-9a-f]{3}-[0-9a-f]{12}$/);
+    }
+    const ids = [...p3.json.data, ...p4.json.data].map((c: { id: string }) => c.id);
+    expect(new Set(ids).size).toBe(200);
+    expect((await get(api, '/v1/conversations?per_page=7')).json.data).toHaveLength(7);
+    // Deterministic.
+    expect((await get(api, '/v1/conversations?page=3&per_page=100')).text).toBe(p3.text);
+    // Other routes are handled normally by a runaway fault that matches them (it is consumed).
+    api.clearFaults();
+    api.injectFault({ kind: 'runaway' });
+    expect((await get(api, '/v1/nope')).status).toBe(404);
+    const real = await get(api, msgs(ws.list()[0]!.id, '?per_page=100'));
+    expect(real.json.meta).toEqual({ current_page: 1, total_pages: 1, total_count: 2 });
+  });
+
+  it('runaway: messages of any conversation id, created_at increasing across pages', async () => {
+    const api = await start(FakeWorkspace.fromCounts([1]));
+    api.injectFault({ kind: 'runaway', match: { path: /\/messages$/ }, times: 2 });
+    const id = '00000000-0000-4000-8000-00000000abcd';
+    const p1 = await get(api, msgs(id, '?page=1&per_page=100'));
+    const p2 = await get(api, msgs(id, '?page=2&per_page=100'));
+    for (const p of [p1, p2]) expect(MessagesPageSchema.safeParse(p.json).success).toBe(true);
+    expect(p2.json.meta).toEqual({ current_page: 2, total_pages: 3, total_count: 300 });
+    const all = [...p1.json.data, ...p2.json.data];
+    expect(new Set(all.map((m: { id: string }) => m.id)).size).toBe(200);
+    const times = all.map((m: { created_at: string }) => m.created_at);
+    expect([...times].sort()).toEqual(times);
+    expect(new Set(times).size).toBe(200);
+    // times: 2 used up: an unknown conversation is a 404 again.
+    expect((await get(api, msgs(id))).status).toBe(404);
+  });
+
+  it('validates huge faults', async () => {
+    const api = await start(FakeWorkspace.fromCounts([1]));
+    expect(() => api.injectFault({ kind: 'huge', bytes: MIN_HUGE_BYTES - 1 })).toThrow(RangeError);
+    expect(() => api.injectFault({ kind: 'huge', bytes: 1.5e3 + 0.5 })).toThrow(RangeError);
+    expect(() => api.injectFault({ kind: 'endless', times: 0 })).toThrow(RangeError);
+    api.injectFault({ kind: 'huge', bytes: MIN_HUGE_BYTES });
+    const r = await get(api, '/v1/conversations');
+    expect(Buffer.byteLength(r.text)).toBe(MIN_HUGE_BYTES);
+    expect(r.json.data).toEqual([]);
   });
 });
 

@@ -11,12 +11,16 @@
  * - A process-wide request-rate cap ({@link RateLimiter}): `maxRps` is an upper bound; below it the
  *   cap adapts to the server (lowered after a 429 to 90 % of the rate achieved in the last second;
  *   paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
+ * - Every response body is read under a byte cap (`maxResponseBytes`): a larger `content-length` is
+ *   refused before reading, and a body that crosses the cap while streaming is cut off at once
+ *   ({@link ResponseTooLargeError}, never retried). Bodies of failed requests are read at most
+ *   {@link ERROR_BODY_LIMIT_BYTES}, then dropped. The per-request timeout covers the body too.
  * - Responses are validated with zod ({@link parsePage}); pages flow out as async generators.
  */
-import { Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import pRetry, { AbortError } from 'p-retry';
 import type { Logger } from 'pino';
-import { AuthError, HttpError, SchemaError } from '../errors.js';
+import { AuthError, HttpError, PageRunawayError, ResponseTooLargeError, SchemaError, type HttpErrorDetails } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
 import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate-limit.js';
 import { fullJitterDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
@@ -26,11 +30,18 @@ import {
   parsePage,
   type Conversation,
   type Message,
+  type Meta,
   type Page,
 } from './schemas.js';
 
 /** Records per page for every list request: the documented maximum (spec 4.1, 8). */
 export const PER_PAGE = 100;
+
+/** Default of {@link ApiClientOptions.maxResponseBytes}: 33554432 bytes (32 MiB). */
+export const DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+
+/** Most bytes read from the body of a non-2xx answer (65536, 64 KiB) before it is dropped; it is never used. */
+export const ERROR_BODY_LIMIT_BYTES = 64 * 1024;
 
 /** Options of {@link ApiClient}. */
 export interface ApiClientOptions {
@@ -49,8 +60,19 @@ export interface ApiClientOptions {
   rateLimit?: AdaptiveOptions;
   /** Keep-alive connections to the API. @defaultValue 8 */
   connections?: number;
-  /** Per-attempt timeout in ms, from sending to the last body byte. @defaultValue 30000 */
+  /**
+   * Per-attempt timeout in ms, from sending to the last body byte: a body that trickles in slower
+   * is cut off (a timeout, retried like one). @defaultValue 30000
+   */
   requestTimeoutMs?: number;
+  /**
+   * Largest response body read, in bytes. A `content-length` above it is refused without reading;
+   * a body crossing it while streaming is cut off as soon as the cap is crossed. Either way the
+   * request fails with {@link ResponseTooLargeError}, never retried. At most this much (plus one
+   * chunk) is buffered per request in flight. @defaultValue 33554432 (32 MiB,
+   * {@link DEFAULT_MAX_RESPONSE_BYTES})
+   */
+  maxResponseBytes?: number;
   /** Retries after the first attempt for transient failures. @defaultValue 6 */
   maxRetries?: number;
   /** Backoff shape for retries without `Retry-After`. */
@@ -120,7 +142,9 @@ export class ApiClient {
   private readonly timeoutMs: number;
   private readonly maxRetries: number;
   private readonly maxRetryAfterMs: number;
+  private readonly maxResponseBytes: number;
 
+  /** @throws RangeError when `maxResponseBytes` is not a positive safe integer */
   constructor(private readonly opts: ApiClientOptions) {
     const url = new URL(opts.baseUrl);
     this.basePath = url.pathname.replace(/\/+$/, '');
@@ -128,6 +152,10 @@ export class ApiClient {
     this.timeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxRetries = opts.maxRetries ?? 6;
     this.maxRetryAfterMs = opts.maxRetryAfterMs ?? 120_000;
+    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    if (!(Number.isSafeInteger(this.maxResponseBytes) && this.maxResponseBytes > 0)) {
+      throw new RangeError(`ApiClient: maxResponseBytes must be a positive integer, got ${this.maxResponseBytes}`);
+    }
     this.limiter = new RateLimiter(opts.maxRps ?? 10, this.clock, opts.rateLimit);
     this.pool = new Pool(url.origin, {
       connections: opts.connections ?? 8,
@@ -150,15 +178,26 @@ export class ApiClient {
    * while `page < meta.total_pages`, re-reading `total_pages` on every page so a growing list keeps
    * paging. Stops early at an empty page.
    *
-   * @throws {@link HttpError}, {@link AuthError}, {@link SchemaError}
+   * Bounded: the first page fetched fixes the most pages this pass may read, {@link pageBound} of its
+   * meta (its own total plus 10 % plus 10 pages). A server that keeps announcing more pages beyond
+   * that gets a {@link PageRunawayError} instead of another request.
+   *
+   * @throws {@link HttpError}, {@link AuthError}, {@link ResponseTooLargeError}, {@link SchemaError}
+   *   (also for a page of more than {@link PER_PAGE} records), {@link PageRunawayError}
    */
   async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
+    let bound: { maxPage: number; meta: Meta } | undefined;
     for (let page = startPage; ; page++) {
       const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}`;
-      const res = await this.getJson(path, {}, tally);
-      const parsed = parsePage(ConversationsPageSchema, res.body, page, `conversation list page ${page}`, { path, page });
+      const context = { path, page };
+      const what = `conversation list page ${page}`;
+      const res = await this.getJson(path, {}, tally, what);
+      const parsed = parsePage(ConversationsPageSchema, res.body, page, what, context);
+      checkPageSize(parsed, what, context);
+      bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
+      if (page + 1 > bound.maxPage) throw runaway('conversation list', bound.meta, page, context);
     }
   }
 
@@ -167,36 +206,56 @@ export class ApiClient {
    * `per_page=100`, while `page < meta.total_pages` (re-read on every page). Stops early at an
    * empty page. The caller checks drift (`meta.total_count` changes) and may stop iterating.
    *
-   * @throws {@link HttpError} (404 when the conversation is gone), {@link AuthError}, {@link SchemaError}
+   * Bounded like {@link ApiClient.conversations}: at most {@link pageBound} of the first fetched
+   * page's meta, then {@link PageRunawayError}. An id that URL normalization would rewrite (empty,
+   * `.` or `..`) is refused before any request.
+   *
+   * @throws {@link SchemaError} for such an id (no request is sent), for a page that is not JSON,
+   *   breaks the documented shape, holds more than {@link PER_PAGE} records or whose
+   *   `meta.current_page` is not the page asked for; {@link HttpError} (404 when the conversation is
+   *   gone), {@link AuthError}, {@link ResponseTooLargeError}, {@link PageRunawayError}
    */
   async *messages(conversationId: string, startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Message>> {
-    const id = encodeURIComponent(conversationId);
-    for (let page = startPage; ; page++) {
-      const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
-      const res = await this.getJson(path, { conversation_id: conversationId }, tally);
-      const parsed = parsePage(MessagesPageSchema, res.body, page, `conversation ${conversationId} messages page ${page}`, {
-        path,
-        page,
+    if (conversationId === '' || conversationId === '.' || conversationId === '..') {
+      throw new SchemaError(`conversation id ${JSON.stringify(conversationId)} cannot be used in a request path`, {
         conversation_id: conversationId,
       });
+    }
+    const id = encodeURIComponent(conversationId);
+    let bound: { maxPage: number; meta: Meta } | undefined;
+    for (let page = startPage; ; page++) {
+      const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
+      const context = { path, page, conversation_id: conversationId };
+      const what = `conversation ${conversationId} messages page ${page}`;
+      const res = await this.getJson(path, { conversation_id: conversationId }, tally, what);
+      const parsed = parsePage(MessagesPageSchema, res.body, page, what, context);
       if (parsed.meta.current_page !== page) {
         throw new SchemaError(
           `conversation ${conversationId} messages page ${page}: meta.current_page is ${parsed.meta.current_page}, expected ${page} (spec 4.1 rule 2)`,
-          { path, page, conversation_id: conversationId, field: 'meta.current_page' },
+          { ...context, field: 'meta.current_page' },
         );
       }
+      checkPageSize(parsed, what, context);
+      bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
+      if (page + 1 > bound.maxPage) throw runaway(`conversation ${conversationId} messages`, bound.meta, page, context);
     }
   }
 
   /**
-   * GET `path` (relative to the base URL, starting `/v1/`) with retries; parses the JSON body.
+   * GET `path` (relative to the base URL, starting `/v1/`) with retries; parses the JSON body, read
+   * under the `maxResponseBytes` cap.
    *
-   * @throws {@link AuthError} on 401/403 (not retried), {@link HttpError} on other failures once
-   *   retries are exhausted or for non-retryable statuses, {@link SchemaError} when a 2xx body is not JSON
+   * @param context - loggable fields added to errors and logs (e.g. `conversation_id`)
+   * @param tally - per-caller counters, added to as attempts are sent
+   * @param label - what is being read, for error messages, e.g. `conversation 1b2c… messages page 3`
+   *   @defaultValue `GET <path>`
+   * @throws {@link AuthError} on 401/403 (not retried), {@link ResponseTooLargeError} when the body
+   *   exceeds `maxResponseBytes` (not retried), {@link HttpError} on other failures once retries are
+   *   exhausted or for non-retryable statuses, {@link SchemaError} when a 2xx body is not JSON
    */
-  async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally): Promise<JsonResponse> {
+  async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally, label?: string): Promise<JsonResponse> {
     let attempts = 0;
     const log = this.opts.logger;
     try {
@@ -208,7 +267,7 @@ export class ApiClient {
             if (tally) tally.retries++;
           }
           try {
-            return await this.attempt(path, attempts, context, tally);
+            return await this.attempt(path, attempts, context, label ?? `GET ${path}`, tally);
           } catch (err) {
             if (err instanceof HttpError) err.attempts = attempts;
             if (err instanceof HttpError && err.retryable && !this.opts.signal?.aborted) throw err;
@@ -244,42 +303,45 @@ export class ApiClient {
     }
   }
 
-  /** One attempt: rate cap, request, status mapping, JSON parse. */
-  private async attempt(path: string, attempt: number, context: Record<string, unknown>, tally?: RequestTally): Promise<JsonResponse> {
+  /** One attempt: rate cap, request, status mapping, capped body read, JSON parse. */
+  private async attempt(
+    path: string,
+    attempt: number,
+    context: Record<string, unknown>,
+    label: string,
+    tally?: RequestTally,
+  ): Promise<JsonResponse> {
     await this.limiter.acquire(this.opts.signal);
     const sentSeq = this.limiter.sentCount;
     this.stats.requests++;
     if (tally) tally.requests++;
     const details = { method: 'GET', path, attempts: attempt };
-    let statusCode: number;
-    let headers: Record<string, string | string[] | undefined>;
-    let text: string;
+    // One signal bounds the whole attempt: undici keeps it armed until the body stream closes.
+    const signal = this.opts.signal
+      ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
+      : AbortSignal.timeout(this.timeoutMs);
+    let res: Dispatcher.ResponseData;
     try {
-      const signal = this.opts.signal
-        ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
-        : AbortSignal.timeout(this.timeoutMs);
-      const res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
-      statusCode = res.statusCode;
-      headers = res.headers;
-      text = await res.body.text();
+      res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
     } catch (err) {
-      this.stats.networkErrors++;
-      const e = err as Error & { code?: string };
-      const what = this.opts.signal?.aborted
-        ? 'aborted (shutting down)'
-        : e.name === 'TimeoutError' || /timeout/i.test(e.code ?? '') ? `timed out after ${this.timeoutMs} ms` : `network error (${e.code ?? e.name}: ${e.message})`;
-      throw new HttpError(`GET ${path}: ${what}`, details, { cause: err });
+      throw this.transportError(path, details, err);
     }
+    const { statusCode, headers } = res;
     this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
     this.limiter.observe(statusCode, parseRateLimitHeaders(headers, this.clock.now()), sentSeq);
     if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
     if (statusCode >= 200 && statusCode < 300) {
+      const text = await this.readBody(res, label, { ...details, status: statusCode });
       try {
         return { status: statusCode, body: JSON.parse(text) };
       } catch (err) {
-        throw new SchemaError(`GET ${path}: answered ${statusCode} with a body that is not JSON`, { ...context, path }, err);
+        const why = err instanceof RangeError ? 'JSON nested too deeply to parse' : 'a body that is not JSON';
+        throw new SchemaError(`GET ${path}: answered ${statusCode} with ${why}`, { ...context, path }, err);
       }
     }
+    // The body of a failure is never used: read a little (so a short one keeps the connection
+    // reusable), then drop it. Bounded in bytes and by the request's signal.
+    await res.body.dump({ limit: ERROR_BODY_LIMIT_BYTES }).catch(() => undefined);
     if (statusCode === 401 || statusCode === 403) throw new AuthError({ ...details, status: statusCode });
     if (statusCode === 429) {
       this.stats.rateLimited++;
@@ -293,10 +355,123 @@ export class ApiClient {
     throw new HttpError(`GET ${path}: ${reason}`, { ...details, status: statusCode, ...(retryAfterMs !== undefined ? { retryAfterMs } : {}) });
   }
 
+  /**
+   * Reads a 2xx body as UTF-8 (a leading BOM skipped), at most `maxResponseBytes`: a larger
+   * `content-length` is refused unread, and the stream is destroyed (closing the connection) the
+   * moment the running total crosses the cap.
+   *
+   * @throws {@link ResponseTooLargeError}; {@link HttpError} without status when the stream fails
+   *   (network error, timeout, shutdown); {@link SchemaError} when the body is too long for a string
+   */
+  private async readBody(res: Dispatcher.ResponseData, label: string, details: HttpErrorDetails): Promise<string> {
+    const cap = this.maxResponseBytes;
+    const body = res.body;
+    const declared = firstHeader(res.headers['content-length']);
+    if (declared !== undefined && /^\d+$/.test(declared.trim()) && Number(declared.trim()) > cap) {
+      discard(body);
+      throw this.tooLarge(label, details, `its content-length is ${declared.trim()} bytes, so none of it was read`);
+    }
+    const chunks: Buffer[] = [];
+    let total = 0;
+    try {
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        total += chunk.length;
+        if (total > cap) {
+          discard(body);
+          throw this.tooLarge(label, details, `reading stopped at ${total} bytes and the rest was not read`);
+        }
+        chunks.push(chunk);
+      }
+    } catch (err) {
+      if (err instanceof ResponseTooLargeError) throw err;
+      throw this.transportError(details.path, details, err);
+    }
+    const buf = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
+    const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf;
+    try {
+      return buf.toString('utf8', bom ? 3 : 0);
+    } catch (err) {
+      // ERR_STRING_TOO_LONG: only possible with a cap above V8's longest string (about 512 MiB).
+      throw new SchemaError(`${label}: GET ${details.path} answered a body of ${total} bytes, too long to decode as text`, { path: details.path }, err);
+    }
+  }
+
+  /** The {@link ResponseTooLargeError} of `label`; `how` says what gave the size away. */
+  private tooLarge(label: string, details: HttpErrorDetails, how: string): ResponseTooLargeError {
+    const cap = this.maxResponseBytes;
+    const mib = Math.round((cap / (1024 * 1024)) * 100) / 100;
+    return new ResponseTooLargeError(
+      `${label}: GET ${details.path} answered ${details.status} with a body larger than the limit of ${cap} bytes (${mib} MiB): ${how}. ` +
+        'If the API really serves responses this large, raise CONVO_MIRROR_MAX_RESPONSE_BYTES',
+      { ...details, limitBytes: cap },
+    );
+  }
+
+  /** The {@link HttpError} (no status, retryable) of a request or body read that failed in transport. */
+  private transportError(path: string, details: HttpErrorDetails, err: unknown): HttpError {
+    this.stats.networkErrors++;
+    const e = err as Error & { code?: string };
+    const what = this.opts.signal?.aborted
+      ? 'aborted (shutting down)'
+      : e.name === 'TimeoutError' || /timeout/i.test(e.code ?? '')
+        ? `timed out after ${this.timeoutMs} ms`
+        : `network error (${e.code ?? e.name}: ${e.message})`;
+    return new HttpError(`GET ${path}: ${what}`, { method: details.method, path: details.path, attempts: details.attempts }, { cause: err });
+  }
+
   /** Closes the connection pool. */
   async close(): Promise<void> {
     await this.pool.close();
   }
+}
+
+/**
+ * The last page a paging pass may request, given the meta of the first page it fetched:
+ * `ceil(expected * 1.1) + 10` where `expected = max(meta.total_pages, ceil(meta.total_count / 100))`.
+ * The slack lets a list or conversation grow by 10 % plus 1,000 records during one pass; a server
+ * still announcing more pages beyond it is running away. E.g. a first page saying 1 page allows
+ * 12 pages, 2 pages allow 13, 100 pages allow 120.
+ */
+export function pageBound(meta: Meta): number {
+  const expected = Math.max(meta.total_pages, Math.ceil(meta.total_count / PER_PAGE));
+  // Integer arithmetic: expected * 1.1 in floating point would round 10 pages up to 12.
+  return Math.ceil((expected * 11) / 10) + 10;
+}
+
+/** The {@link PageRunawayError} of a pass stopped after `page`. */
+function runaway(what: string, first: Meta, page: number, context: Record<string, unknown>): PageRunawayError {
+  return new PageRunawayError(
+    `${what}: the API kept serving pages past its own total (its first page said ${first.total_count} records in ` +
+      `${first.total_pages} pages; stopped after page ${page})`,
+    context,
+  );
+}
+
+/**
+ * A page of more than {@link PER_PAGE} records breaks paging: record (page-1)*100+i would overlap
+ * the next page's positions.
+ *
+ * @throws {@link SchemaError} naming `what` and the count
+ */
+function checkPageSize(page: Page<unknown>, what: string, context: Record<string, unknown>): void {
+  if (page.data.length > PER_PAGE) {
+    throw new SchemaError(
+      `${what}: the API served ${page.data.length} records on one page, more than per_page=${PER_PAGE} ` +
+        '(their positions would overlap the next page)',
+      { ...context, field: 'data', count: page.data.length },
+    );
+  }
+}
+
+/** The first value of a header that may repeat. */
+function firstHeader(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Destroys a response body we will not read (closing its connection), swallowing the abort error. */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => undefined);
+  body.destroy();
 }
 
 /** The configuration fields an {@link ApiClient} is built from. */
@@ -308,11 +483,13 @@ export interface ApiConfig {
   concurrency: number;
   requestTimeoutMs: number;
   maxRetries: number;
+  /** Largest response body read, bytes (`CONVO_MIRROR_MAX_RESPONSE_BYTES`); see {@link ApiClientOptions.maxResponseBytes}. */
+  maxResponseBytes: number;
 }
 
 /**
- * Builds the client from the frozen configuration: rate cap, timeouts and retries as configured,
- * two keep-alive connections per conversation in flight.
+ * Builds the client from the frozen configuration: rate cap, timeouts, retries and the response
+ * byte cap as configured, two keep-alive connections per conversation in flight.
  *
  * @throws Error when `baseUrl` or `apiKey` is missing (config/ requires them for API commands)
  */
@@ -329,6 +506,7 @@ export function apiClientFromConfig(
     connections: Math.max(2, config.concurrency * 2),
     requestTimeoutMs: config.requestTimeoutMs,
     maxRetries: config.maxRetries,
+    maxResponseBytes: config.maxResponseBytes,
     ...extra,
   });
 }

@@ -62,10 +62,95 @@ export interface Page<T> {
 }
 
 /**
- * Validates a parsed body against a page schema.
+ * Deepest nesting accepted in a record, in levels: the record object is level 1, each object or
+ * array inside it one more (`{"attachments": [{}]}` is 3 levels). JSON nested far deeper parses fine
+ * but later overflows the stack of every recursive consumer (`JSON.stringify`, SQLite JSON
+ * functions, exporters), so {@link parsePage} refuses it. Envelope fields other than `data` (e.g.
+ * `meta`) are held to the same limit, counted from the envelope's child.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * The path (e.g. `data[3].attachments[0][0]`) of the first object or array nested deeper than
+ * `maxDepth` levels in `value`, or `undefined`. `value` itself is level `rootDepth` (1 for a record;
+ * 0 for an array of records, so each record is level 1). Iterative: no recursion, so it is safe on
+ * any nesting depth, and it stops as soon as the limit is crossed. The common case (not too deep)
+ * allocates nothing per container; the path is worked out only on failure.
+ */
+export function tooDeep(value: unknown, rootPath: string, maxDepth = MAX_JSON_DEPTH, rootDepth = 1): string | undefined {
+  if (value === null || typeof value !== 'object') return undefined;
+  const values: object[] = [value];
+  const depths: number[] = [rootDepth];
+  while (values.length > 0) {
+    const v = values.pop()!;
+    const depth = depths.pop()! + 1;
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const child: unknown = v[i];
+        if (child === null || typeof child !== 'object') continue;
+        if (depth > maxDepth) return deepPath(value, rootPath, maxDepth, rootDepth);
+        values.push(child);
+        depths.push(depth);
+      }
+    } else {
+      for (const k in v) {
+        const child: unknown = (v as Record<string, unknown>)[k];
+        if (child === null || typeof child !== 'object') continue;
+        if (depth > maxDepth) return deepPath(value, rootPath, maxDepth, rootDepth);
+        values.push(child);
+        depths.push(depth);
+      }
+    }
+  }
+  return undefined;
+}
+
+/** A container on the walk of {@link deepPath}; parents link back to build the path. */
+interface Frame {
+  value: object;
+  depth: number;
+  parent: Frame | undefined;
+  key: string | number;
+}
+
+/**
+ * The path of the first container deeper than `maxDepth` in `root` (known to exist), found by the
+ * same walk as {@link tooDeep} but remembering parents. Only runs when a page is refused.
+ */
+function deepPath(root: object, rootPath: string, maxDepth: number, rootDepth: number): string {
+  const stack: Frame[] = [{ value: root, depth: rootDepth, parent: undefined, key: rootPath }];
+  for (let frame = stack.pop(); frame !== undefined; frame = stack.pop()) {
+    const v = frame.value as Record<string, unknown>;
+    const keys: (string | number)[] = Array.isArray(v) ? v.map((_, i) => i) : Object.keys(v);
+    for (const k of keys) {
+      const child: unknown = v[k];
+      if (child === null || typeof child !== 'object') continue;
+      const f: Frame = { value: child, depth: frame.depth + 1, parent: frame, key: k };
+      if (f.depth > maxDepth) return framePath(f);
+      stack.push(f);
+    }
+  }
+  return rootPath;
+}
+
+function framePath(f: Frame): string {
+  const keys: (string | number)[] = [];
+  for (let x: Frame | undefined = f; x; x = x.parent) keys.push(x.key);
+  let out = '';
+  for (let i = keys.length - 1; i >= 0; i--) {
+    const k = keys[i]!;
+    out += typeof k === 'number' ? `[${k}]` : out === '' ? k : `.${k}`;
+  }
+  return out;
+}
+
+/**
+ * Validates a parsed body against a page schema. First checks, iteratively, that no record (and no
+ * other envelope field) nests deeper than {@link MAX_JSON_DEPTH} levels.
  *
  * @param what - human label for errors, e.g. `conversation 1b2c... messages page 3`
- * @throws {@link SchemaError} naming `what` and the first offending field path (e.g. `data[4].sender.type`)
+ * @throws {@link SchemaError} naming `what` and the first offending field path (e.g. `data[4].sender.type`,
+ *   or for nesting `data[0].attachments[0][0]…`)
  */
 export function parsePage<T>(
   schema: z.ZodType<{ data: T[]; meta: Meta }>,
@@ -74,6 +159,19 @@ export function parsePage<T>(
   what: string,
   context: Record<string, unknown>,
 ): Page<T> {
+  if (body !== null && typeof body === 'object' && !Array.isArray(body)) {
+    for (const key in body) {
+      const value = (body as Record<string, unknown>)[key];
+      // Records (the elements of `data`) are level 1; so is any other envelope field.
+      const deep = key === 'data' && Array.isArray(value) ? tooDeep(value, 'data', MAX_JSON_DEPTH, 0) : tooDeep(value, key);
+      if (deep !== undefined) {
+        throw new SchemaError(
+          `${what}: JSON nested deeper than ${MAX_JSON_DEPTH} levels at ${deep} (a record this deep cannot be stored or exported)`,
+          { ...context, field: deep, max_depth: MAX_JSON_DEPTH },
+        );
+      }
+    }
+  }
   const result = schema.safeParse(body);
   if (!result.success) {
     const issue = result.error.issues[0];

@@ -15,6 +15,7 @@ export {
 export {
   startFakeApi,
   DEFAULT_FAKE_ACCOUNT_ID,
+  MIN_HUGE_BYTES,
   type RequestRecord,
   type Fault,
   type FaultMatch,

@@ -15,6 +15,9 @@
  * 4. run the {@link FakeApi.beforeServe} hooks;
  * 5. apply the first matching injected {@link Fault}, if any;
  * 6. handle it normally (400 for bad paging, 404 for an unknown conversation, else 200/201).
+ *
+ * Response bodies are counted as they are written ({@link RequestRecord.bytesSent}); the `huge` and
+ * `endless` faults stream with backpressure and never hold their body in memory.
  */
 import { createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -40,6 +43,18 @@ export interface RequestRecord {
   status: number | 'dropped';
   /** Arrival time, `Date.now()` in ms. */
   at: number;
+  /**
+   * Body bytes the fake has written for this request so far (handed to the socket; the client may
+   * not have read them all). Updated as a streamed (`huge`, `endless`) body is written. `0` until
+   * the answer is written.
+   */
+  bytesSent: number;
+  /**
+   * `true` when the connection closed before the whole body was written: the client went away (or
+   * {@link FakeApi.close} ran) during a `huge` or `endless` answer. An `endless` answer always ends
+   * this way.
+   */
+  closedEarly: boolean;
 }
 
 /** Which requests a {@link Fault} applies to. Every given criterion must hold; none given = all requests. */
@@ -63,11 +78,29 @@ export interface FaultMatch {
  * - `drop`: destroy the socket without answering (the client sees a connection reset / `fetch` rejects).
  * - `slow`: wait `delayMs` ms, then handle the request normally (the response reflects the workspace
  *   as it is after the wait).
+ * - `huge`: answer 200 with a body of exactly `bytes` bytes: a valid JSON page with no records
+ *   (`{"data":[],"meta":{"current_page":<page>,"total_pages":0,"total_count":0},"padding":"xxx…"}`),
+ *   padded to length inside `padding`. It is streamed in 64 KiB chunks, waiting for `'drain'` whenever
+ *   the socket is full, so it is never held in memory; it stops when the client disconnects or the
+ *   fake closes. Sent with `content-length` unless `contentLength` is false (then chunked).
+ * - `endless`: answer 200, chunked, with the same JSON prefix followed by filler forever (64 KiB
+ *   chunks, with backpressure) until the client disconnects or the fake closes.
+ * - `runaway`: on `GET /v1/conversations` or a conversation's messages (any id, known or not), answer
+ *   200 with a full page of `per_page` synthetic, schema-valid records and meta claiming one page more
+ *   than requested: `{current_page: page, total_pages: page + 1, total_count: (page + 1) * per_page}`.
+ *   Records are deterministic and their ids unique across pages: conversations
+ *   `{id, status: 'open', messages_count: 0}` with UUID-shaped ids derived from the page and index;
+ *   messages `msg_` + 16 hex digits, `created_at` increasing with page and index. With
+ *   `times: Infinity` it models a list or a conversation that never ends. On any other route the
+ *   request is handled normally (the fault is still consumed).
  */
 export type Fault =
   | { kind: 'status'; status: number; retryAfter?: string; body?: string; match?: FaultMatch; times?: number }
   | { kind: 'drop'; match?: FaultMatch; times?: number }
-  | { kind: 'slow'; delayMs: number; match?: FaultMatch; times?: number };
+  | { kind: 'slow'; delayMs: number; match?: FaultMatch; times?: number }
+  | { kind: 'huge'; bytes: number; contentLength?: boolean; match?: FaultMatch; times?: number }
+  | { kind: 'endless'; match?: FaultMatch; times?: number }
+  | { kind: 'runaway'; match?: FaultMatch; times?: number };
 
 /** Options of {@link startFakeApi}. */
 export interface FakeApiOptions {
@@ -118,7 +151,8 @@ export interface FakeApi {
   /**
    * Queues a fault (see {@link Fault}).
    * @throws RangeError when `times` is not a positive integer or `Infinity`, a `status` is not an
-   *   integer in 100..599, or `delayMs` is negative or not finite
+   *   integer in 100..599, `delayMs` is negative or not finite, or a `huge` fault's `bytes` is not a
+   *   safe integer >= {@link MIN_HUGE_BYTES}
    */
   injectFault(f: Fault): void;
   /** Removes all pending faults. */
@@ -131,9 +165,20 @@ export interface FakeApi {
    * @returns a function that unregisters the hook
    */
   beforeServe(hook: (req: RequestRecord) => void): () => void;
-  /** Stops listening, cancels pending `slow` responses and closes all connections, idle keep-alive ones included. Idempotent. */
+  /**
+   * Resolves once no `huge` or `endless` body is being written (at once when none is), e.g. to
+   * check {@link RequestRecord.bytesSent} after the client gave up on one.
+   */
+  whenStreamsEnd(): Promise<void>;
+  /**
+   * Stops listening, stops every `huge`/`endless` writer, cancels pending `slow` responses and closes
+   * all connections, idle keep-alive ones included. Idempotent.
+   */
   close(): Promise<void>;
 }
+
+/** Smallest `bytes` of a `huge` fault: room for its JSON prefix and suffix. */
+export const MIN_HUGE_BYTES = 256;
 
 /** Account id listed by `GET /v1/me` when {@link FakeApiOptions.accountId} is not set. */
 export const DEFAULT_FAKE_ACCOUNT_ID = '6f1c2a9e-3b7d-4c55-9a10-0d4b8e2f7a31';
@@ -144,6 +189,11 @@ const TOKEN_SECRET = 'convo-mirror-fake-api-secret';
 const USER_ID = 'usr_0000000000000001';
 
 const MESSAGES_RE = /^\/v1\/conversations\/([^/]*)\/messages$/;
+
+/** Chunk size of streamed (`huge`, `endless`) bodies. */
+const STREAM_CHUNK_BYTES = 64 * 1024;
+/** One shared chunk of filler: streamed bodies reuse it, so they never allocate per chunk. */
+const FILLER = Buffer.alloc(STREAM_CHUNK_BYTES, 'x');
 
 interface PendingFault {
   fault: Fault;
@@ -286,6 +336,49 @@ function validateFault(f: Fault): void {
   if (f.kind === 'slow' && !(Number.isFinite(f.delayMs) && f.delayMs >= 0)) {
     throw new RangeError(`injectFault: delayMs must be a finite number >= 0, got ${f.delayMs}`);
   }
+  if (f.kind === 'huge' && !(Number.isSafeInteger(f.bytes) && f.bytes >= MIN_HUGE_BYTES)) {
+    throw new RangeError(`injectFault: bytes must be a safe integer >= ${MIN_HUGE_BYTES}, got ${f.bytes}`);
+  }
+}
+
+/** The requested page for a streamed or runaway answer: the `page` query parameter, 1 when absent or malformed. */
+function requestedPage(rec: RequestRecord): number {
+  const raw = rec.query['page'];
+  const p = raw === undefined ? undefined : parseIntParam(raw);
+  return p !== undefined && p >= 1 ? p : 1;
+}
+
+/** The JSON prefix of a `huge`/`endless` body: a valid empty page, opening a `padding` string. */
+function streamPrefix(page: number): string {
+  return `{"data":[],"meta":{"current_page":${page},"total_pages":0,"total_count":0},"padding":"`;
+}
+const STREAM_SUFFIX = '"}';
+
+/** 8 hex digits of a 32-bit integer. */
+const hex8 = (n: number): string => (n >>> 0).toString(16).padStart(8, '0');
+
+/**
+ * The body of a `runaway` page: `perPage` synthetic records of `kind` for `page`, with meta claiming
+ * one more page. Ids are unique across pages (derived from page and index).
+ */
+function runawayPage(kind: 'conversations' | 'messages', page: number, perPage: number): string {
+  const data: Record<string, unknown>[] = [];
+  for (let i = 0; i < perPage; i++) {
+    const n = (page - 1) * perPage + i;
+    if (kind === 'conversations') {
+      const id = `${hex8(page)}-${hex8(i).slice(4)}-4000-8000-${hex8(0x7e57)}${hex8(n).slice(4)}`;
+      data.push({ id, status: 'open', messages_count: 0 });
+    } else {
+      data.push({
+        id: `msg_${hex8(page)}${hex8(i)}`,
+        content: `runaway message ${n}`,
+        visibility: 'global',
+        sender: { id: 'cus_runaway', name: 'Runaway', type: 'Customer' },
+        created_at: new Date(BASE_TIME_MS + n * 1000).toISOString(),
+      });
+    }
+  }
+  return JSON.stringify({ data, meta: { current_page: page, total_pages: page + 1, total_count: (page + 1) * perPage } });
 }
 
 function readBody(req: IncomingMessage): Promise<string | undefined> {
@@ -347,8 +440,68 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
   const send = (res: ServerResponse, rec: RequestRecord, status: number, body: string, extra?: Record<string, string>): void => {
     rec.status = status;
     if (res.headersSent || res.destroyed) return;
-    res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), ...extra });
+    const length = Buffer.byteLength(body);
+    res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': length, ...extra });
     res.end(body);
+    rec.bytesSent = length;
+  };
+
+  /** Stop functions of the `huge`/`endless` writers still running. */
+  const streams = new Set<() => void>();
+  const streamsIdle: (() => void)[] = [];
+
+  /**
+   * Streams `prefix`, then filler, then `suffix` with backpressure: `total` bytes in all (with a
+   * `content-length` header when `withLength`, else chunked), or forever when `total` is undefined
+   * (then only the prefix and filler, chunked). Stops when the connection closes.
+   */
+  const stream = (res: ServerResponse, rec: RequestRecord, prefix: string, suffix: string, total: number | undefined, withLength: boolean): void => {
+    rec.status = 200;
+    if (res.headersSent || res.destroyed) return;
+    const head = Buffer.from(prefix);
+    const tail = Buffer.from(suffix);
+    const headers: Record<string, string | number> = { 'content-type': JSON_TYPE };
+    if (total !== undefined && withLength) headers['content-length'] = total;
+    res.writeHead(200, headers);
+    let fillerLeft = total === undefined ? Infinity : total - head.length - tail.length;
+    let done = false;
+    const finish = (): void => {
+      done = true;
+      res.off('drain', pump);
+      streams.delete(stop);
+      if (streams.size === 0) for (const resolve of streamsIdle.splice(0)) resolve();
+    };
+    /** Ends the writer: on the connection's 'close', or from close(). */
+    const stop = (): void => {
+      if (done) return;
+      finish();
+      if (!res.writableFinished) rec.closedEarly = true;
+      if (!res.destroyed) res.destroy();
+    };
+    const write = (chunk: Buffer): boolean => {
+      rec.bytesSent += chunk.length;
+      return res.write(chunk);
+    };
+    function pump(): void {
+      while (!done) {
+        if (fillerLeft <= 0) {
+          rec.bytesSent += tail.length;
+          res.end(tail);
+          finish();
+          return;
+        }
+        const n = Math.min(fillerLeft, FILLER.length);
+        fillerLeft -= n;
+        if (!write(n === FILLER.length ? FILLER : FILLER.subarray(0, n))) {
+          res.once('drain', pump);
+          return;
+        }
+      }
+    }
+    streams.add(stop);
+    res.once('close', stop);
+    if (write(head)) pump();
+    else res.once('drain', pump);
   };
   const sendError = (res: ServerResponse, rec: RequestRecord, status: number, message: string, code?: string): void => {
     send(res, rec, status, errorBody(code ?? codeForStatus(status), message));
@@ -451,6 +604,8 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
       accountId: header(req, 'x-account-id'),
       status: 0,
       at: Date.now(),
+      bytesSent: 0,
+      closedEarly: false,
     };
     requests.push(rec);
 
@@ -509,6 +664,17 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
         const body = f.body ?? errorBody(codeForStatus(f.status), `injected fault: HTTP ${f.status}`);
         return send(res, rec, f.status, body, extra);
       }
+      if (f.kind === 'huge') {
+        const prefix = streamPrefix(requestedPage(rec));
+        return stream(res, rec, prefix, STREAM_SUFFIX, f.bytes, f.contentLength !== false);
+      }
+      if (f.kind === 'endless') return stream(res, rec, streamPrefix(requestedPage(rec)), '', undefined, false);
+      if (f.kind === 'runaway') {
+        if (r.kind !== 'conversations' && r.kind !== 'messages') return run();
+        const paging = parsePaging(rec.query);
+        if ('error' in paging) return sendError(res, rec, 400, paging.error);
+        return send(res, rec, 200, runawayPage(r.kind, paging.page, paging.perPage));
+      }
       const timer = setTimeout(() => {
         timers.delete(timer);
         run();
@@ -554,10 +720,15 @@ export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
         if (i >= 0) hooks.splice(i, 1);
       };
     },
+    whenStreamsEnd(): Promise<void> {
+      if (streams.size === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => streamsIdle.push(resolve));
+    },
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {
         for (const t of timers) clearTimeout(t);
         timers.clear();
+        for (const stop of [...streams]) stop();
         server.close(() => resolve());
         server.closeAllConnections();
       });

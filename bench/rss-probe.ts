@@ -1,0 +1,14 @@
+/**
+ * Loaded with `node --import` into a process the benchmark measures (bench/run.ts, `--hostile`):
+ * when that process exits, writes its peak resident set size (`process.resourceUsage().maxRSS`,
+ * in KiB, as a decimal integer) to the file named by `CONVO_MIRROR_BENCH_RSS_FILE`. Does nothing
+ * when the variable is unset. A process killed by a signal writes nothing.
+ */
+import fs from 'node:fs';
+
+const file = process.env.CONVO_MIRROR_BENCH_RSS_FILE;
+if (file) {
+  process.on('exit', () => {
+    fs.writeFileSync(file, String(process.resourceUsage().maxRSS));
+  });
+}
