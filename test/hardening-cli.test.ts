@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
-import { CLI, assertBuilt, killLeftovers, run, type Ran } from './children.js';
+import { CLI, assertBuilt, killLeftovers, run, waitFor, type Ran } from './children.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -154,6 +154,75 @@ describe('bad input is refused before any request or file', () => {
     expect(fs.readdirSync(data)).toEqual([]);
     expect(fs.readFileSync(aFile, 'utf8')).toBe('not a directory');
   });
+
+  it('a conversation id ".." served by the listing is never sent as a path segment: that conversation fails, named', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 4]);
+    ws.list()[0]!.data.id = '..';
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const r = await run(['sync'], cliEnv(fake, dir));
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/failed: conversation \.\.: \[SCHEMA_ERROR\]/);
+    const paths = new Set(fake.requests.map((q) => q.path));
+    expect([...paths].sort()).toEqual(['/v1/conversations', msgPath(ws.list()[1]!.id)].sort());
+  });
+});
+
+describe('a misbehaving server cannot make a run endless or unbounded', () => {
+  it('a conversation list that never ends stops the run within a few hundred requests, exit 1, nothing tombstoned', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 4, 5]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const env = cliEnv(fake, dir);
+    expect((await run(['sync'], env)).code).toBe(0);
+    fake.requests.length = 0;
+    fake.injectFault({ kind: 'runaway', match: { path: '/v1/conversations' }, times: Infinity });
+    const r = await run(['sync', '--full'], env);
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/failed: conversation list: \[PAGE_RUNAWAY\] .*kept serving pages past its own total/);
+    const list = fake.requests.filter((q) => q.path === '/v1/conversations').length;
+    expect(list).toBe(13); // its first page says 2 pages: ceil(2 * 1.1) + 10 pages, then it stops
+    expect(fake.requests.length).toBeLessThan(300);
+    const live = withMirror(path.join(dir, 'mirror.sqlite'), (m) => m.db.prepare(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`).get());
+    expect(live).toEqual({ n: 0 });
+  });
+
+  it('a 300 MiB page and a body that never ends fail their conversations, named with the page and the cap; the others are mirrored', async () => {
+    const ws = FakeWorkspace.fromCounts([2, 3, 4, 5]);
+    const fake = await fakeApi(ws);
+    const [huge, endless] = [ws.list()[0]!.id, ws.list()[1]!.id];
+    fake.injectFault({ kind: 'huge', bytes: 300 * 1024 * 1024, contentLength: false, match: { path: msgPath(huge) }, times: Infinity });
+    fake.injectFault({ kind: 'endless', match: { path: msgPath(endless) }, times: Infinity });
+    const dir = tempDir();
+    const r = await run(['sync', '--max-response-bytes', String(4 * 1024 * 1024)], cliEnv(fake, dir));
+    expect(r.code, r.stderr).toBe(1);
+    for (const id of [huge, endless]) {
+      expect(r.stderr).toMatch(new RegExp(`failed: conversation ${id}: \\[RESPONSE_TOO_LARGE\\] .*conversation ${id} messages page 1.*4194304 bytes`));
+    }
+    // Aborted as soon as the cap was crossed, and not retried.
+    for (const id of [huge, endless]) {
+      const reqs = fake.requests.filter((q) => q.path === msgPath(id));
+      expect(reqs.length).toBe(1);
+      expect(reqs[0]!.bytesSent).toBeLessThan(4 * 1024 * 1024 + 32 * 1024 * 1024);
+    }
+    withMirror(path.join(dir, 'mirror.sqlite'), (m) => {
+      const n = m.db.prepare(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`).get() as { n: number };
+      expect(n.n).toBe(9);
+    });
+  });
+
+  it('JSON nested 100,000 levels deep in one message fails that conversation as a SCHEMA_ERROR naming it and the page', async () => {
+    const ws = FakeWorkspace.fromCounts([2, 3]);
+    const fake = await fakeApi(ws);
+    const deepId = ws.list()[0]!.id;
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+    const body = `{"data":[{"id":"msg_deep","content":"x","visibility":"global","sender":{"id":"c","name":"n","type":"Customer"},"attachments":${deep},"created_at":"2025-01-01T00:00:00.000Z"}],"meta":{"current_page":1,"total_pages":1,"total_count":1}}`;
+    fake.injectFault({ kind: 'status', status: 200, body, match: { path: msgPath(deepId) }, times: Infinity });
+    const r = await run(['sync'], cliEnv(fake, tempDir()));
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(new RegExp(`failed: conversation ${deepId}: \\[SCHEMA_ERROR\\] conversation ${deepId} messages page 1: .*64 levels`));
+    expect(r.stderr).not.toMatch(/Maximum call stack/);
+  });
 });
 
 describe('the run summary tells the truth', () => {
@@ -167,7 +236,7 @@ describe('the run summary tells the truth', () => {
     const dir = tempDir();
     const r = await run(['sync', '--concurrency', '1'], cliEnv(fake, dir));
     expect(r.code, r.stderr).toBe(2);
-    expect(r.stdout).toMatch(/conversations: 3 synced, 0 tombstoned, 0 failed, \d+ not attempted/);
+    expect(r.stdout).toMatch(/conversations: 3 synced, 0 tombstoned, 0 failed, \d+ not synced/);
     expect(r.stdout).toMatch(/messages: 75 served; 75 inserted/);
     expect(r.stdout).toMatch(/exports: \d+ new lines/);
     expect(r.stderr).toMatch(/authentication error: .*401.*CONVO_MIRROR_API_KEY/);
@@ -194,6 +263,56 @@ describe('the run summary tells the truth', () => {
     const lines = readExportLines(path.join(dir, 'exports'), 'messages');
     expect(replay(lines, 'messages').size).toBe(13);
     expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
+  });
+});
+
+/**
+ * A real full disk needs a small filesystem of its own: a 1 MiB tmpfs, which only root may mount.
+ * Where that is not possible the test is skipped, saying why; the in-process test of a full mirror
+ * (hardening.test.ts, SQLite's max_page_count) runs everywhere.
+ */
+function tmpfsMountable(): boolean {
+  if (os.platform() !== 'linux' || os.userInfo().uid !== 0) return false;
+  const probe = fs.mkdtempSync(path.join(os.tmpdir(), 'convo-mirror-tmpfs-probe-'));
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe], { stdio: 'ignore' });
+    execFileSync('umount', [probe], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  } finally {
+    fs.rmSync(probe, { recursive: true, force: true });
+  }
+}
+const canMountTmpfs = tmpfsMountable();
+
+describe('a full disk', () => {
+  it.runIf(canMountTmpfs)('(needs root to mount a tmpfs) stops the run with exit 2 and the summary; after space is freed the next sync loses nothing', async () => {
+    const ws = FakeWorkspace.generate({ seed: 3, conversations: 60 });
+    const fake = await fakeApi(ws);
+    const mnt = tempDir();
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]);
+    try {
+      const env = cliEnv(fake, mnt);
+      const full = await run(['sync'], env);
+      expect(full.code, full.stderr).toBe(2);
+      expect(full.stdout).toMatch(/^run 1 \(workspace, incremental\) failed/m);
+      expect(full.stdout).toMatch(/conversations: \d+ synced/);
+      expect(full.stderr).toMatch(/mirror error: the mirror .* cannot be written \(SQLITE_FULL|disk is full|ENOSPC/);
+      expect(full.stderr).not.toMatch(/failed: conversation /);
+
+      execFileSync('mount', ['-o', 'remount,size=256m', mnt]);
+      const next = await run(['sync'], env);
+      expect(next.code, next.stderr).toBe(0);
+      expectExact(path.join(mnt, 'mirror.sqlite'), ws);
+      const lines = readExportLines(path.join(mnt, 'exports'), 'messages');
+      expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
+      expect(replay(lines, 'messages').size).toBe(ws.totals().messages);
+      const v = await run(['verify'], env);
+      expect(v.code, v.stderr + v.stdout).toBe(0);
+    } finally {
+      execFileSync('umount', ['-l', mnt]);
+    }
   });
 });
 
@@ -237,22 +356,30 @@ describe('files are private whatever the umask', () => {
     const home = path.join(dir, 'home');
     fs.mkdirSync(home);
     const env = cliEnv(fake, home, { CONVO_MIRROR_DB: path.join(home, 'data', 'mirror.sqlite'), CONVO_MIRROR_EXPORT_DIR: path.join(home, 'data', 'exports') });
-    // A slow request keeps the writer alive long enough to see its WAL, SHM and lock files.
-    fake.injectFault({ kind: 'slow', delayMs: 400, match: { path: msgPath(ws.list()[1]!.id), page: 2 } });
-    const r = await runWithUmask(mask, ['sync'], env);
-    expect(r.code, r.stderr).toBe(0);
-    const modes: Record<string, string> = {};
+    // A slow request (cut by a 1 s timeout) keeps the writer alive while its WAL, SHM and lock files exist.
+    let holding = false;
+    fake.beforeServe((req) => {
+      if (req.path === msgPath(ws.list()[1]!.id) && req.query['page'] === '2') holding = true;
+    });
+    fake.injectFault({ kind: 'slow', delayMs: 15_000, match: { path: msgPath(ws.list()[1]!.id), page: 2 } });
+    const modes: Record<string, { mode: string; dir: boolean }> = {};
     const walk = (p: string, rel: string) => {
       const st = fs.lstatSync(p);
-      modes[rel] = (st.mode & 0o7777).toString(8);
-      if (st.isDirectory()) for (const n of fs.readdirSync(p)) walk(path.join(p, n), rel ? `${rel}/${n}` : n);
+      modes[rel] = { mode: (st.mode & 0o7777).toString(8), dir: st.isDirectory() };
+      if (st.isDirectory()) for (const n of fs.readdirSync(p)) walk(path.join(p, n), `${rel}/${n}`);
     };
-    walk(path.join(home, 'data'), 'data');
-    const files = Object.entries(modes).filter(([rel]) => !fs.statSync(path.join(home, rel)).isDirectory());
-    const dirsSeen = Object.entries(modes).filter(([rel]) => fs.statSync(path.join(home, rel)).isDirectory());
-    expect(files.length).toBeGreaterThanOrEqual(4); // mirror, manifest, two export files
-    for (const [rel, m] of files) expect(`${rel} ${m}`).toBe(`${rel} 600`);
-    for (const [rel, m] of dirsSeen) expect(`${rel} ${m}`).toBe(`${rel} 700`);
+    const running = runWithUmask(mask, ['sync', '--request-timeout', '1000', '--max-retries', '0'], env);
+    await waitFor(() => holding, 10_000, 'the slow request');
+    walk(path.join(home, 'data'), 'data'); // while the writer runs
+    const r = await running;
+    expect(r.code, r.stderr).toBe(1); // the held request timed out: that conversation failed, as arranged
+    walk(path.join(home, 'data'), 'data'); // after publication
+    const names = Object.keys(modes);
+    for (const suffix of ['mirror.sqlite', 'mirror.sqlite-wal', 'mirror.sqlite-shm', 'mirror.sqlite.lock', 'mirror.sqlite.lock.json', 'exports/manifest.json']) {
+      expect(names, suffix).toContain(`data/${suffix}`);
+    }
+    expect(names.some((n) => n.endsWith('.jsonl'))).toBe(true);
+    for (const [rel, m] of Object.entries(modes)) expect(`${rel} ${m.mode}`).toBe(`${rel} ${m.dir ? '700' : '600'}`);
   });
 
   it('--group-readable: files 0640, directories 0750', async () => {

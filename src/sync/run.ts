@@ -44,7 +44,7 @@ export interface RunSummary {
     failed: number;
     inserted: number;
     updated: number;
-    /** Known conversations no crawl was started for, because the run was stopped early. */
+    /** Known conversations left neither synced nor failed, because the run was stopped early. */
     notAttempted: number;
   };
   messages: { served: number; inserted: number; updated: number; deleted: number; restarts: number };
@@ -216,7 +216,7 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
       failed: failures.filter((f) => f.id !== LIST_FAILURE_ID).length,
       inserted: result?.conversationsInserted ?? 0,
       updated: result?.conversationsUpdated ?? 0,
-      notAttempted: fatal && o.progress ? Math.max(0, o.progress.conversationsTotal - o.progress.conversationsDone) : 0,
+      notAttempted: fatal && o.progress ? Math.max(0, o.progress.conversationsTotal - results.length - failures.filter((f) => f.id !== LIST_FAILURE_ID).length) : 0,
     },
     messages: {
       served: progress.messagesServed,
