@@ -192,11 +192,16 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
 };
 
 /**
- * A URL (or text meant as one) with anything between `//` and `@` masked, parseable or not, so a
- * password typed into it is never printed.
+ * A URL (or text meant as one) with everything from after the scheme up to the LAST `@` masked,
+ * and any query or fragment, parseable or not, so a password or token typed into it is never
+ * printed, even one holding `/`, `?`, `#` or `@`.
  */
 export function maskUserInfo(text: string): string {
-  return text.replace(/(\/\/)[^/?#]*@/g, '$1***@').replace(/^([^/:]*:)[^/@]*@/, '$1***@');
+  const at = text.lastIndexOf('@');
+  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(text);
+  const masked = at < 0 ? text : `${scheme ? scheme[0] : ''}***${text.slice(at)}`;
+  // A query or fragment may carry a token too.
+  return masked.replace(/([?#])[\s\S]*$/, '$1***');
 }
 
 function cron() {

@@ -3,7 +3,7 @@
  * the API key never echoed, freezing.
  */
 import { describe, expect, it } from 'vitest';
-import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
+import { maskUserInfo, loadConfig, type Config, type ConfigFlags } from '../config/index.js';
 import { ConfigError } from '../src/errors.js';
 
 const KEY = 'sk-config-SECRET-4b81e07d';
@@ -245,3 +245,16 @@ describe('daemon settings', () => {
     expect([cfg.schedule, cfg.tz, cfg.redisUrl]).toEqual(['* * * * *', 'Europe/Paris', 'redis://:pw@10.0.0.1:6380/2']);
   });
 });
+
+describe('maskUserInfo', () => {
+  it('masks everything up to the last @, and any query or fragment, parseable or not', () => {
+    expect(maskUserInfo('https://bob:s3cr/etPW@api.example.com/x')).toBe('https://***@api.example.com/x');
+    expect(maskUserInfo('https://bob:pa@ss@api.example.com')).toBe('https://***@api.example.com');
+    expect(maskUserInfo('https://bob:pa#ss@api.example.com')).toBe('https://***@api.example.com');
+    expect(maskUserInfo('bob:secret@api.example.com')).toBe('***@api.example.com');
+    expect(maskUserInfo('https://api.example.com/v?token=secret')).toBe('https://api.example.com/v?***');
+    expect(maskUserInfo('https://api.example.com/v#secret')).toBe('https://api.example.com/v#***');
+    expect(maskUserInfo('https://api.example.com/api')).toBe('https://api.example.com/api');
+  });
+});
+
