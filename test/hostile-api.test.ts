@@ -17,7 +17,7 @@ import {
   pageBound,
   type ApiClientOptions,
 } from '../src/api/client.js';
-import { MAX_JSON_DEPTH } from '../src/api/schemas.js';
+import { MAX_JSON_DEPTH, MAX_JSON_VALUES, countJsonValues } from '../src/api/schemas.js';
 import { HttpError, PageRunawayError, ResponseTooLargeError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 
@@ -304,15 +304,17 @@ describe('response byte cap', () => {
 // ---- page loops ------------------------------------------------------------------------------
 
 describe('every page loop ends', () => {
-  it('pageBound: ceil(expected * 1.1) + 10 pages, expected from total_pages or total_count', () => {
+  it('pageBound: ceil(expected * 1.1) + 10 pages, expected the smaller of total_pages and what total_count allows', () => {
     const b = (total_pages: number, total_count: number): number => pageBound({ current_page: 1, total_pages, total_count });
     expect(b(0, 0)).toBe(10);
     expect(b(1, 100)).toBe(12);
     expect(b(2, 200)).toBe(13);
     expect(b(10, 1000)).toBe(21); // not 22: 10 * 1.1 is 11.000000000000002 in floating point
     expect(b(100, 10_000)).toBe(120);
-    expect(b(1, 1000)).toBe(21); // total_count says 10 pages
-    expect(b(30, 5)).toBe(43); // total_pages says 30
+    expect(b(1, 1000)).toBe(12); // total_pages says 1: paging stops there anyway
+    expect(b(30, 5)).toBe(12); // total_count allows 1 page: 30 is not believed
+    expect(b(10_000_000, 0)).toBe(10); // a first page claiming pages of nothing
+    expect(b(10_000_000, 10_000)).toBe(120);
   });
 
   it('a conversation list that never ends stops with PageRunawayError after exactly pageBound pages', async () => {
@@ -492,5 +494,39 @@ describe('JSON nested too deeply', () => {
     const meta = (await rejection(collect(api.conversations()))) as SchemaError;
     expect(meta).toBeInstanceOf(SchemaError);
     expect(meta.context['field']).toBe(`meta.x${'[0]'.repeat(63)}`);
+  });
+});
+
+// ---- what parsing may build ------------------------------------------------------------------
+
+describe('a body under the byte cap cannot make parsing build gigabytes', () => {
+  it('countJsonValues counts values outside strings only, and stops past the limit', () => {
+    const b = (t: string) => countJsonValues(Buffer.from(t, 'utf8'));
+    expect(b('{}')).toBe(2);
+    expect(b('{"a":1,"b":[1,2,3]}')).toBe(6);
+    expect(b('{"a":"x,y{[z\\",\\\\"}')).toBe(2); // commas, braces and escaped quotes inside a string
+    expect(b('"é,ü"')).toBe(1);
+    expect(countJsonValues(Buffer.from('[' + '1,'.repeat(1000) + '1]'), 100)).toBe(101);
+  });
+
+  it.each([
+    ['a million {} records', (n: number) => `{"data":[${'{},'.repeat(n - 1)}{}],"meta":{"current_page":1,"total_pages":1,"total_count":1}}`],
+    ['a million {} in an unknown envelope field', (n: number) => `{"data":[],"meta":{"current_page":1,"total_pages":0,"total_count":0},"x":[${'{},'.repeat(n - 1)}{}]}`],
+  ])('%s (3 MB, under the cap): a SchemaError before parsing, after one request', async (_name, body) => {
+    const tiny = await tinyServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(body(1_000_000));
+    });
+    const api = client(tiny.url, { maxResponseBytes: 8 * MiB });
+    const err = (await rejection(collect(api.messages('c-9')))) as SchemaError;
+    expect(err).toBeInstanceOf(SchemaError);
+    expect(err.message).toMatch(new RegExp(`^conversation c-9 messages page 1: GET .* answered a body of more than ${MAX_JSON_VALUES} JSON values`));
+    expect(tiny.hits).toHaveLength(1);
+  });
+
+  it('a page of 101 records is refused before validation (no issue per record)', async () => {
+    const tiny = await tinyServer((_req, res) => json(res, 200, { data: Array.from({ length: 50_000 }, () => ({})), meta: { current_page: 1, total_pages: 1, total_count: 1 } }));
+    const err = (await rejection(collect(client(tiny.url, { maxResponseBytes: 8 * MiB }).conversations()))) as SchemaError;
+    expect(err.message).toMatch(/served 50000 records on one page, more than per_page=100/);
   });
 });

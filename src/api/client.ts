@@ -26,7 +26,9 @@ import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate
 import { fullJitterDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
 import {
   ConversationsPageSchema,
+  MAX_JSON_VALUES,
   MessagesPageSchema,
+  countJsonValues,
   parsePage,
   type Conversation,
   type Message,
@@ -192,8 +194,8 @@ export class ApiClient {
       const context = { path, page };
       const what = `conversation list page ${page}`;
       const res = await this.getJson(path, {}, tally, what);
+      checkPageSize(res.body, what, context);
       const parsed = parsePage(ConversationsPageSchema, res.body, page, what, context);
-      checkPageSize(parsed, what, context);
       bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
@@ -228,6 +230,7 @@ export class ApiClient {
       const context = { path, page, conversation_id: conversationId };
       const what = `conversation ${conversationId} messages page ${page}`;
       const res = await this.getJson(path, { conversation_id: conversationId }, tally, what);
+      checkPageSize(res.body, what, context);
       const parsed = parsePage(MessagesPageSchema, res.body, page, what, context);
       if (parsed.meta.current_page !== page) {
         throw new SchemaError(
@@ -235,7 +238,6 @@ export class ApiClient {
           { ...context, field: 'meta.current_page' },
         );
       }
-      checkPageSize(parsed, what, context);
       bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
@@ -331,7 +333,23 @@ export class ApiClient {
     this.limiter.observe(statusCode, parseRateLimitHeaders(headers, this.clock.now()), sentSeq);
     if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
     if (statusCode >= 200 && statusCode < 300) {
-      const text = await this.readBody(res, label, { ...details, status: statusCode });
+      const buf = await this.readBody(res, label, { ...details, status: statusCode });
+      // The byte cap bounds the text; this bounds what parsing it may build (a few MB of `{},`
+      // would otherwise become gigabytes of objects).
+      if (countJsonValues(buf) > MAX_JSON_VALUES) {
+        throw new SchemaError(
+          `${label}: GET ${path} answered a body of more than ${MAX_JSON_VALUES} JSON values; a page holds at most ${PER_PAGE} records`,
+          { ...context, path, max_values: MAX_JSON_VALUES },
+        );
+      }
+      let text: string;
+      const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf;
+      try {
+        text = buf.toString('utf8', bom ? 3 : 0);
+      } catch (err) {
+        // ERR_STRING_TOO_LONG: only possible with a cap above V8's longest string (about 512 MiB).
+        throw new SchemaError(`${label}: GET ${path} answered a body of ${buf.length} bytes, too long to decode as text`, { path }, err);
+      }
       try {
         return { status: statusCode, body: JSON.parse(text) };
       } catch (err) {
@@ -356,14 +374,14 @@ export class ApiClient {
   }
 
   /**
-   * Reads a 2xx body as UTF-8 (a leading BOM skipped), at most `maxResponseBytes`: a larger
+   * Reads a 2xx body, at most `maxResponseBytes`: a larger
    * `content-length` is refused unread, and the stream is destroyed (closing the connection) the
    * moment the running total crosses the cap.
    *
    * @throws {@link ResponseTooLargeError}; {@link HttpError} without status when the stream fails
-   *   (network error, timeout, shutdown); {@link SchemaError} when the body is too long for a string
+   *   (network error, timeout, shutdown)
    */
-  private async readBody(res: Dispatcher.ResponseData, label: string, details: HttpErrorDetails): Promise<string> {
+  private async readBody(res: Dispatcher.ResponseData, label: string, details: HttpErrorDetails): Promise<Buffer> {
     const cap = this.maxResponseBytes;
     const body = res.body;
     const declared = firstHeader(res.headers['content-length']);
@@ -386,14 +404,7 @@ export class ApiClient {
       if (err instanceof ResponseTooLargeError) throw err;
       throw this.transportError(details.path, details, err);
     }
-    const buf = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
-    const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf;
-    try {
-      return buf.toString('utf8', bom ? 3 : 0);
-    } catch (err) {
-      // ERR_STRING_TOO_LONG: only possible with a cap above V8's longest string (about 512 MiB).
-      throw new SchemaError(`${label}: GET ${details.path} answered a body of ${total} bytes, too long to decode as text`, { path: details.path }, err);
-    }
+    return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
   }
 
   /** The {@link ResponseTooLargeError} of `label`; `how` says what gave the size away. */
@@ -426,14 +437,24 @@ export class ApiClient {
 }
 
 /**
+ * The pages a page's meta declares: `min(meta.total_pages, ceil(meta.total_count / 100))` (spec 2.3;
+ * the two describe the same records, and a `total_pages` beyond what `total_count` allows is not
+ * believed).
+ */
+export function declaredPages(meta: Meta): number {
+  return Math.min(meta.total_pages, Math.ceil(meta.total_count / PER_PAGE));
+}
+
+/**
  * The last page a paging pass may request, given the meta of the first page it fetched:
- * `ceil(expected * 1.1) + 10` where `expected = max(meta.total_pages, ceil(meta.total_count / 100))`.
- * The slack lets a list or conversation grow by 10 % plus 1,000 records during one pass; a server
- * still announcing more pages beyond it is running away. E.g. a first page saying 1 page allows
- * 12 pages, 2 pages allow 13, 100 pages allow 120.
+ * `ceil(expected * 1.1) + 10` where `expected = min(meta.total_pages, ceil(meta.total_count / 100))`
+ * (spec 2.3: both describe the same records; a `total_pages` beyond what `total_count` allows is
+ * not believed). The slack lets a list or conversation grow by 10 % plus 1,000 records during one
+ * pass; a server still announcing more pages beyond it is running away. E.g. a first page saying 1
+ * page allows 12 pages, 2 pages allow 13, 100 pages allow 120; 10,000,000 pages of 0 records, 10.
  */
 export function pageBound(meta: Meta): number {
-  const expected = Math.max(meta.total_pages, Math.ceil(meta.total_count / PER_PAGE));
+  const expected = declaredPages(meta);
   // Integer arithmetic: expected * 1.1 in floating point would round 10 pages up to 12.
   return Math.ceil((expected * 11) / 10) + 10;
 }
@@ -449,16 +470,18 @@ function runaway(what: string, first: Meta, page: number, context: Record<string
 
 /**
  * A page of more than {@link PER_PAGE} records breaks paging: record (page-1)*100+i would overlap
- * the next page's positions.
+ * the next page's positions. Checked on the parsed body, before validation.
  *
  * @throws {@link SchemaError} naming `what` and the count
  */
-function checkPageSize(page: Page<unknown>, what: string, context: Record<string, unknown>): void {
-  if (page.data.length > PER_PAGE) {
+function checkPageSize(body: unknown, what: string, context: Record<string, unknown>): void {
+  // Before validation: zod would otherwise build an issue per record of a huge page.
+  const data = (body as { data?: unknown } | null)?.data;
+  if (Array.isArray(data) && data.length > PER_PAGE) {
     throw new SchemaError(
-      `${what}: the API served ${page.data.length} records on one page, more than per_page=${PER_PAGE} ` +
+      `${what}: the API served ${data.length} records on one page, more than per_page=${PER_PAGE} ` +
         '(their positions would overlap the next page)',
-      { ...context, field: 'data', count: page.data.length },
+      { ...context, field: 'data', count: data.length },
     );
   }
 }

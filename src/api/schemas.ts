@@ -145,6 +145,35 @@ function framePath(f: Frame): string {
 }
 
 /**
+ * Most JSON values one response may hold before it is parsed: a page is at most 100 records of a
+ * few dozen values each, so 250,000 leaves a hundredfold margin while keeping the parsed objects
+ * of one response to tens of MB. Without it, a 3 MB body of a million `{}` parses into gigabytes.
+ */
+export const MAX_JSON_VALUES = 250_000;
+
+/**
+ * Counts the JSON values in `buf` without parsing it: every `{`, `[` and `,` outside strings
+ * starts a value (plus the first). Stops counting once past `limit`. Linear, no allocation.
+ *
+ * @returns the count, or `limit + 1` as soon as it exceeds `limit`
+ */
+export function countJsonValues(buf: Uint8Array, limit = MAX_JSON_VALUES): number {
+  let n = 1;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i]!;
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped byte
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b || c === 0x2c) {
+      if (++n > limit) return n;
+    }
+  }
+  return n;
+}
+
+/**
  * Validates a parsed body against a page schema. First checks, iteratively, that no record (and no
  * other envelope field) nests deeper than {@link MAX_JSON_DEPTH} levels.
  *
