@@ -13,18 +13,15 @@ import { fileModes } from '../src/private-fs.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
 import {
   QUEUE_NAME,
-  WORKSPACE_JOB,
   assertRedisReachable,
   claimQueuePrefix,
   openQueue,
   redisConnection,
   redisHost,
   registerSchedulers,
-  type ConversationJobData,
   type ConversationJobResult,
-  type WorkspaceJobData,
 } from './queue.js';
-import { KeyedMutex, processConversationJob, processWorkspaceJob, type JobDeps } from './processors.js';
+import { KeyedMutex, processJob, type JobDeps } from './processors.js';
 import type { RunSummary } from '../src/sync/run.js';
 
 /** Options of {@link runDaemon}. */
@@ -108,10 +105,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     await registerSchedulers(queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy });
     worker = new Worker(
       QUEUE_NAME,
-      async (job: Job, token?: string) =>
-        job.name === WORKSPACE_JOB
-          ? processWorkspaceJob(deps, job as Job<WorkspaceJobData>, token)
-          : processConversationJob(deps, job as Job<ConversationJobData>, token),
+      async (job: Job, token?: string) => processJob(deps, job, token),
       {
         connection: redisConnection(config.redisUrl),
         prefix: config.queuePrefix,

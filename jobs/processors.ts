@@ -20,6 +20,7 @@ import type { SyncDeps } from '../src/sync/types.js';
 import type { FileModes } from '../src/private-fs.js';
 import {
   CONVERSATION_JOB,
+  WORKSPACE_JOB,
   jobOptions,
   type ConversationJobData,
   type ConversationJobResult,
@@ -72,10 +73,28 @@ export class KeyedMutex {
 function toJobError(err: unknown, d?: JobDeps): Error {
   const cause = err instanceof RunError ? err.cause : err;
   if (d && isFatal(cause)) d.onFatal?.(cause);
-  if (cause instanceof ConvoMirrorError && !cause.retryable) {
-    return new UnrecoverableError(`[${cause.code}] ${describeError(cause)}`);
+  if (cause instanceof ConvoMirrorError) {
+    // BullMQ keeps only the message: `[CODE] message` lets the workspace run record the code.
+    const message = `[${cause.code}] ${describeError(cause)}`;
+    return cause.retryable ? new Error(message, { cause }) : new UnrecoverableError(message);
   }
   return err instanceof Error ? err : new Error(describeError(err));
+}
+
+/**
+ * The worker's processor: runs a job of either kind; any error that escapes (including one from
+ * recording the run itself, e.g. an unusable mirror) goes through {@link toJobError}, so the error
+ * decides retry and a fatal one stops the daemon. BullMQ's control-flow errors pass untouched.
+ */
+export async function processJob(d: JobDeps, job: Job, token?: string): Promise<unknown> {
+  try {
+    return job.name === WORKSPACE_JOB
+      ? await processWorkspaceJob(d, job as Job<WorkspaceJobData>, token)
+      : await processConversationJob(d, job as Job<ConversationJobData>, token);
+  } catch (err) {
+    if (err instanceof DelayedError || err instanceof WaitingChildrenError || err instanceof UnrecoverableError) throw err;
+    throw toJobError(err, d);
+  }
 }
 
 /**

@@ -356,6 +356,36 @@ describe('workspace jobs', () => {
     expect(children.filter((j) => j.name === 'sync-conversation').map((j) => j.data.conversationId).sort()).toEqual(ws.list().map((c) => c.id).sort());
   });
 
+  it('a full workspace job: a listed conversation answering 404 fails with its code and keeps its rows; a vanished one is tombstoned', async () => {
+    const ws = FakeWorkspace.fromCounts([6, 7, 8]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '1' }));
+    const queue = queueFor(prefix);
+    const first = await enqueueWorkspace(queue, { policy: { attempts: 1 } });
+    await waitFor(async () => (await (await Job.fromId(queue, first))?.getState()) === 'completed', 15_000, 'the first workspace job');
+    const [listed404, vanished] = [ws.list()[0]!, ws.list()[2]!];
+    fake.injectFault({ kind: 'status', status: 404, match: { path: messagesPath(listed404.id) }, times: Infinity });
+    ws.deleteConversation(vanished.id);
+    const full = await enqueueWorkspace(queue, { full: true, policy: { attempts: 1 } });
+    await waitFor(async () => (await (await Job.fromId(queue, full))?.getState()) === 'completed', 15_000, 'the full workspace job');
+    const summary = (await Job.fromId(queue, full))!.returnvalue as RunSummary;
+    expect(summary).toMatchObject({ mode: 'full', status: 'partial' });
+    expect(summary.conversations.deleted).toBe(1);
+    expect(summary.failures.map((f) => [f.id, f.code])).toEqual([[listed404.id, 'LISTED_BUT_NOT_FOUND']]);
+    withMirror(d.config.db, (m) => {
+      const state = (id: string) =>
+        m.db.prepare(`SELECT (SELECT deleted_at IS NOT NULL FROM conversations WHERE id = ?) AS gone, sum(deleted_at IS NULL) AS live FROM messages WHERE conversation_id = ?`).get(id, id);
+      expect(state(listed404.id)).toEqual({ gone: 0, live: 6 });
+      expect(state(vanished.id)).toEqual({ gone: 1, live: 0 });
+      expect(m.db.prepare(`SELECT conversation_id, code FROM run_failures WHERE run_id = ?`).all(summary.runId)).toEqual([
+        { conversation_id: listed404.id, code: 'LISTED_BUT_NOT_FOUND' },
+      ]);
+    });
+    const deletes = readExportLines(d.config.exportDir, 'messages').filter((l) => l.op === 'delete');
+    expect(new Set(deletes.map((l) => l.conversation_id))).toEqual(new Set([vanished.id]));
+  });
+
   it('a full workspace job re-reads every page and tombstones what vanished', async () => {
     const ws = FakeWorkspace.fromCounts([120, 5]);
     const fake = await fakeApi(ws);

@@ -109,16 +109,18 @@ describe('a 404 is not proof of a deletion', () => {
     expect(rowsOf(h, id)).toEqual({ liveMessages: 5, deadMessages: 0, conversationDeleted: false });
   });
 
-  it('a listing that is not confirmed complete tombstones nothing', async () => {
-    const ws = FakeWorkspace.fromCounts([2, 2, 2]);
+  it('a listing that failed part-way tombstones nothing, not even what its first page no longer shows', async () => {
+    const ws = FakeWorkspace.fromCounts(Array(150).fill(2));
     const h = await start({ workspace: ws });
     await h.sync();
-    const gone = ws.list()[2]!.id;
+    // The last conversation is deleted: it answers 404, and it was on page 2, not page 1.
+    const gone = ws.list()[149]!.id;
     ws.deleteConversation(gone);
-    // The list fails: nothing may be taken as gone from it.
-    h.fake.injectFault({ kind: 'status', status: 400, match: { path: '/v1/conversations', page: 1 }, times: Infinity });
+    // Page 1 answers, page 2 never does: the pass is partial, so its absence proves nothing.
+    h.fake.injectFault({ kind: 'status', status: 400, match: { path: '/v1/conversations', page: 2 }, times: Infinity });
     const s = await h.sync({ full: true });
     expect(s.listConfirmed).toBe(false);
+    expect(h.fake.requests.some((r) => r.path === '/v1/conversations' && r.query['page'] === '1' && r.status === 200)).toBe(true);
     expect(s.conversations.deleted).toBe(0);
     expect(rowsOf(h, gone)).toEqual({ liveMessages: 2, deadMessages: 0, conversationDeleted: false });
   });
@@ -199,5 +201,40 @@ describe('a run stopped early still tells what it committed', () => {
     expect(err.summary.status).toBe('failed');
     expect(err.summary.failures).toEqual([]);
     expect(err.message).toMatch(/disk is full/);
+  });
+});
+
+describe('a server that never stops serving pages', () => {
+  it('a conversation that never ends is stopped at the same bound every run: the bound does not grow from a checkpoint', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 4]);
+    const h = await start({ workspace: ws });
+    const endless = ws.list()[0]!.id;
+    h.fake.injectFault({ kind: 'runaway', match: { path: msgPath(endless) }, times: Infinity });
+    const perRun: number[] = [];
+    for (let run = 0; run < 3; run++) {
+      const before = h.fake.requests.length;
+      const s = await h.sync();
+      expect(s.failures.map((f) => [f.id, f.code])).toEqual([[endless, 'PAGE_RUNAWAY']]);
+      perRun.push(h.fake.requests.slice(before).filter((r) => r.path === msgPath(endless)).length);
+    }
+    // Its first page says 2 pages: ceil(2 * 1.1) + 10 = 13 pages, run after run.
+    expect(perRun).toEqual([13, 13, 13]);
+    expect(h.mirror.loadCheckpoint(ACCOUNT_ID, endless)).toBeUndefined();
+  });
+
+  it('a list that never ends stores and crawls nothing beyond the pages its first page declared', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 4]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    h.fake.injectFault({ kind: 'runaway', match: { path: '/v1/conversations' }, times: Infinity });
+    const err = await rejected(h.sync({ full: true }));
+    // The list fails as a runaway; the invented conversations of its first two pages that were
+    // crawled before the run stopped answer 404 and fail too (listed, so never tombstoned).
+    expect(err.summary.failures.filter((f) => f.code === 'PAGE_RUNAWAY').map((f) => f.id)).toEqual(['(conversation list)']);
+    expect(new Set(err.summary.failures.filter((f) => f.code !== 'PAGE_RUNAWAY').map((f) => f.code))).toEqual(new Set(['LISTED_BUT_NOT_FOUND']));
+    // The runaway list's first page declared 2 pages (200 conversations): nothing past them is kept.
+    const rows = h.mirror.db.prepare(`SELECT count(*) AS n FROM conversations`).get() as { n: number };
+    expect(rows.n).toBeLessThanOrEqual(2 + 200);
+    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`).get()).toEqual({ n: 0 });
   });
 });

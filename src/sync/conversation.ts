@@ -16,7 +16,7 @@
  * - Checkpoints resume only when `resume` is not false and they are younger than `checkpointMaxAgeMs`.
  * - Any other failure leaves everything mirrored as it was (and the checkpoint, to resume from).
  */
-import { AuthError, DriftError, HttpError, ListedButNotFoundError, NotFoundError } from '../errors.js';
+import { AuthError, DriftError, HttpError, ListedButNotFoundError, NotFoundError, PageRunawayError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
 import { signalOf } from '../store/mirror.js';
 import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
@@ -224,6 +224,12 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
         if (progress) progress.messagesDeleted += gone.messages;
         log.info({ messages_tombstoned: gone.messages }, 'conversation gone from the complete listing and answering 404: tombstoned');
         return result;
+      }
+      if (err instanceof PageRunawayError) {
+        // Keep what was committed (nothing is removed on a failure), but not the checkpoint: a
+        // resumed crawl would take its page bound from where this one stopped, and a conversation
+        // that never ends would grow by a tenth every run.
+        mirror.resetCrawl(accountId, conversationId);
       }
       throw err;
     }

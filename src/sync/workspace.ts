@@ -16,7 +16,8 @@
  * conversation list that runs past its own total. What was committed before stays, and is reported.
  */
 import pLimit from 'p-limit';
-import { newTally, type RequestTally } from '../api/client.js';
+import { declaredPages, newTally, type RequestTally } from '../api/client.js';
+import type { Conversation, Page } from '../api/schemas.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
 import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
@@ -214,14 +215,8 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       let duplicate = false;
       let fresh = 0;
       let lastTotal = 0;
-      for await (const page of deps.api.conversations(1, out.tally)) {
-        if (out.passes === 1 && page.page === 1) {
-          out.changeField = resolveChangeField(opts.changeFieldSetting, page.raw);
-          if (opts.changeFieldSetting && opts.changeFieldSetting !== 'none') {
-            log.info({ setting: opts.changeFieldSetting, field: out.changeField ?? null }, out.changeField ? 'change signal in use' : 'no change signal found: every conversation costs at least one request');
-          }
-          hooks.onChangeField?.(out.changeField);
-        }
+      /** Stores one page and reports its ids. */
+      const take = (page: Page<Conversation>): void => {
         const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
         out.inserted += counts.inserted;
         out.updated += counts.updated;
@@ -236,8 +231,26 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
             hooks.onNewId?.(c.id);
           }
         }
+      };
+      // Pages beyond what the first page declared are the list growing while we page, or a list
+      // that never ends: they are held back until the pass ends within its bound, so a runaway
+      // list stores and crawls nothing it invented past its own total.
+      let declared = Infinity;
+      const held: Page<Conversation>[] = [];
+      for await (const page of deps.api.conversations(1, out.tally)) {
+        if (out.passes === 1 && page.page === 1) {
+          out.changeField = resolveChangeField(opts.changeFieldSetting, page.raw);
+          if (opts.changeFieldSetting && opts.changeFieldSetting !== 'none') {
+            log.info({ setting: opts.changeFieldSetting, field: out.changeField ?? null }, out.changeField ? 'change signal in use' : 'no change signal found: every conversation costs at least one request');
+          }
+          hooks.onChangeField?.(out.changeField);
+        }
+        if (page.page === 1) declared = Math.max(1, declaredPages(page.meta));
+        if (page.page > declared) held.push(page);
+        else take(page);
         if (stopped()) break;
       }
+      if (!stopped()) for (const page of held) take(page);
       const consistent = totals.size <= 1 && !duplicate && passIds.size >= lastTotal;
       log.info({ pass: out.passes, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
       if ((out.passes === 1 && consistent && opts.confirmListing === false) || (out.passes > 1 && fresh === 0 && seen.size >= lastTotal)) {
