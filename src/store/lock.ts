@@ -7,6 +7,9 @@
  *
  * Both files are created with the mirror's file mode whatever the umask (SQLite gives the lock's
  * `-journal` the same mode as the lock file).
+ *
+ * Readers ({@link writerIsLive}) test the lock without creating or writing anything: a read-only
+ * SQLite read of `<db>.lock`, which fails with `SQLITE_BUSY` while a writer holds it.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -20,6 +23,12 @@ interface Owner {
   host: string;
   since: string;
 }
+
+/**
+ * How long (ms) {@link acquireWriterLock} waits for the lock before it refuses: long enough to ride
+ * out a reader's {@link writerIsLive} probe, short enough that "in use" still answers at once.
+ */
+const LOCK_WAIT_MS = 250;
 
 /** Creates `file` empty with `modes.file` unless it exists (created meanwhile by another process: left alone). */
 function createIfMissing(file: string, modes: FileModes): void {
@@ -53,7 +62,10 @@ export function acquireWriterLock(dbFile: string, modes: FileModes = PRIVATE_MOD
     throw new StoreError(`cannot open the lock ${lockFile}: ${(err as Error).message}`, { file: lockFile }, err);
   }
   try {
-    lockDb.pragma('busy_timeout = 0');
+    // Not 0: a reader probing the lock ({@link writerIsLive}) holds a SHARED lock on it for a few
+    // microseconds, which must delay a starting writer, not refuse it. A writer that really holds
+    // the lock is still reported within this bound.
+    lockDb.pragma(`busy_timeout = ${LOCK_WAIT_MS}`);
     lockDb.pragma('locking_mode = EXCLUSIVE');
   } catch (err) {
     lockDb.close();
@@ -96,4 +108,41 @@ export function acquireWriterLock(dbFile: string, modes: FileModes = PRIVATE_MOD
     }
     lockDb.close();
   };
+}
+
+
+/**
+ * Whether a live process holds the writer lock of `dbFile` (a running `sync` or daemon), found
+ * without creating, changing or locking anything for longer than one read: when `<dbFile>.lock`
+ * exists it is opened read-only (`fileMustExist`, so nothing is created, not even in a writable
+ * directory; a `-journal` left by a killed holder is neither read as hot nor removed) and read with
+ * `busy_timeout = 0`. `SQLITE_BUSY` means a holder has it. Works in a read-only directory, on a
+ * read-only mount and as a user who may only read the lock file.
+ *
+ * Writers opened with `lock: false` (tests, benchmarks) are not seen.
+ *
+ * @param dbFile - the mirror's path (made absolute here)
+ * @returns true while another connection (in this process or another) holds the lock; false when
+ *   the lock file is missing, free, unreadable or not a SQLite file (then nothing can be said, and
+ *   callers must not rely on a writer being absent: see `Mirror.snapshotChanged`)
+ */
+export function writerIsLive(dbFile: string): boolean {
+  const lockFile = `${path.resolve(dbFile)}.lock`;
+  if (!fs.existsSync(lockFile)) return false;
+  let probe: Db;
+  try {
+    probe = new Database(lockFile, { readonly: true, fileMustExist: true });
+  } catch {
+    return false;
+  }
+  try {
+    probe.pragma('busy_timeout = 0');
+    probe.prepare('SELECT count(*) FROM sqlite_master').get();
+    return false;
+  } catch (err) {
+    const code = (err as { code?: unknown } | null)?.code;
+    return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
+  } finally {
+    probe.close();
+  }
 }
