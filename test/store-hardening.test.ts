@@ -219,6 +219,8 @@ describe('read-only open', () => {
     const before = snapshot(d);
     const m = Mirror.open(file, { readonly: true });
     expect(m.file).toBe(file);
+    expect(m.access).toBe('immutable');
+    expect(m.snapshotChanged()).toBe(false);
     expect(m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 453 });
     expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 450 });
     expect(m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
@@ -242,6 +244,7 @@ describe('read-only open', () => {
     }
     m.close();
     expect(snapshot(d)).toEqual(before);
+    expect(m.snapshotChanged()).toBe(false); // closed
   });
 
   it('with a writer open (its -wal present) sees the committed rows, and takes no lock', () => {
@@ -251,6 +254,7 @@ describe('read-only open', () => {
     fill(w, 2, 30);
     expect(fs.existsSync(`${file}-wal`)).toBe(true);
     const r = track(Mirror.open(file, { readonly: true }));
+    expect(r.access).toBe('shared');
     expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
     w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
     expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });

@@ -7,11 +7,13 @@
  * conversation's checkpoint (design habit 7).
  *
  * Trust no disk: every file and directory it creates is private (`FileModes`) whatever the umask;
- * read-only opens create and change nothing; SQLite errors that make the file unusable (corruption,
- * full disk, I/O errors) surface as `MirrorUnusableError`, and after corruption nothing more is
- * written.
+ * read-only opens create and change nothing beside the file, and notice a writer that comes along
+ * (see {@link MirrorOptions.readonly}, {@link Mirror.snapshotChanged}); SQLite errors that make the
+ * file unusable (corruption, full disk, I/O errors) surface as `MirrorUnusableError`, and after
+ * corruption nothing more is written.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Database, sqliteUri, type Db, type Statement } from './sqlite.js';
 import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
@@ -21,7 +23,7 @@ import { isoNow, systemClock } from '../clock.js';
 import type { Conversation, Message, Page } from '../api/schemas.js';
 import { PER_PAGE } from '../api/client.js';
 import { MIGRATIONS } from './migrations.js';
-import { acquireWriterLock } from './lock.js';
+import { acquireWriterLock, writerIsLive } from './lock.js';
 
 /** Account id used in the mirror when no `X-Account-Id` is configured. */
 export const DEFAULT_ACCOUNT = 'default';
@@ -91,14 +93,141 @@ export interface MirrorOptions {
   modes?: FileModes;
   /**
    * Open an existing mirror for reading only (`status`, `verify`, an auditor's copy, a backup):
-   * no lock, no file created (not even `-wal`/`-shm`), no migration, no `journal_mode` change, and
-   * every write method throws {@link StoreError}. When `<file>-wal` is absent the file is opened
-   * `immutable` (SQLite then assumes nobody changes it while open); when it exists (a live writer,
-   * or one that crashed) it is opened as a normal read-only connection, which reads the writer's
-   * committed pages.
+   * no lock taken, no migration, no `journal_mode` change, and every write method throws
+   * {@link StoreError}. How it is read depends on what is beside it ({@link Mirror.access}):
+   *
+   * - a live writer holds its lock (`writerIsLive`): a normal read-only connection (`'shared'`),
+   *   which reads every committed page through the writer's own `-wal` and `-shm`, as any SQLite
+   *   reader of a live database does;
+   * - no live writer and no `-wal` (or an empty one): the file is opened `immutable`
+   *   (`'immutable'`): SQLite reads it alone, creates nothing and changes no byte, even on a
+   *   read-only mount. Its state at open is recorded, so {@link Mirror.snapshotChanged} says when a
+   *   writer came along afterwards;
+   * - no live writer and a non-empty `-wal` (a copy or snapshot of a crashed or running mirror): the
+   *   file and its `-wal` (never the `-shm`) are copied into a new private directory under
+   *   `os.tmpdir()` (0700, files 0600) and that copy is opened (`'private-copy'`), so SQLite
+   *   recovers the WAL there; nothing is created or changed beside the original, and the directory
+   *   is removed by {@link Mirror.close} (or at process exit). This needs room for the file and its
+   *   `-wal` in the temp directory (`TMPDIR`).
+   *
+   * A file that changes while it is being copied is copied again (at most 3 times), then read
+   * through a normal read-only connection like a live one.
    * @defaultValue false
    */
   readonly?: boolean;
+}
+
+/**
+ * How a {@link Mirror} reads its file: `'read-write'` (a writer), or for a read-only open
+ * `'immutable'`, `'shared'` or `'private-copy'` (see {@link MirrorOptions.readonly}).
+ */
+export type MirrorAccess = 'read-write' | 'immutable' | 'shared' | 'private-copy';
+
+/**
+ * What identifies the state of a file on disk: device, inode, size, modification and change
+ * times (ns); null when the file does not exist. Two equal fingerprints mean nobody wrote it in
+ * between (to the resolution of the filesystem's timestamps).
+ */
+type Fingerprint = string | null;
+
+function fingerprint(file: string): Fingerprint {
+  let st: fs.BigIntStats;
+  try {
+    st = fs.statSync(file, { bigint: true });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+}
+
+/** The state of a mirror file and its `-wal` (an empty `-wal` counts as absent for reading). */
+interface FileState {
+  db: Fingerprint;
+  wal: Fingerprint;
+  walBytes: number;
+}
+
+function fileState(abs: string): FileState {
+  const db = fingerprint(abs);
+  const wal = fingerprint(`${abs}-wal`);
+  let walBytes = 0;
+  if (wal !== null) {
+    try {
+      walBytes = fs.statSync(`${abs}-wal`).size;
+    } catch {
+      /* gone meanwhile: the fingerprints differ on the next look */
+    }
+  }
+  return { db, wal, walBytes };
+}
+
+const sameState = (a: FileState, b: FileState): boolean => a.db === b.db && a.wal === b.wal;
+
+/** Private copies of read-only opens not yet closed: removed at process exit whatever happens to the instance. */
+const privateCopies = new Set<string>();
+let exitHookInstalled = false;
+
+function removePrivateCopy(dir: string): void {
+  privateCopies.delete(dir);
+  try {
+    fs.rmSync(dir, { recursive: true, force: true });
+  } catch {
+    /* best effort: a temp directory */
+  }
+}
+
+/**
+ * Copies `abs` and its `-wal` into a new private directory under `os.tmpdir()`. Returns the copy's
+ * path and directory, or null (nothing left behind) when either file changed while being copied or
+ * a writer took the lock meanwhile.
+ *
+ * @throws {@link StoreError} naming the file when the copy cannot be made (no room, unreadable)
+ */
+function privateCopy(abs: string): { dir: string; file: string } | null {
+  const before = fileState(abs);
+  let dir: string | undefined;
+  try {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'convo-mirror-read-'));
+    fs.chmodSync(dir, 0o700);
+    privateCopies.add(dir);
+    if (!exitHookInstalled) {
+      exitHookInstalled = true;
+      process.on('exit', () => {
+        for (const d of [...privateCopies]) removePrivateCopy(d);
+      });
+    }
+    const file = path.join(dir, 'mirror.sqlite');
+    for (const [from, to] of [
+      [abs, file],
+      [`${abs}-wal`, `${file}-wal`],
+    ] as const) {
+      try {
+        // FICLONE: a reflink where the filesystem has them (instant, no extra room), else a copy.
+        fs.copyFileSync(from, to, fs.constants.COPYFILE_EXCL | fs.constants.COPYFILE_FICLONE);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' && !fs.existsSync(from)) {
+          removePrivateCopy(dir); // the -wal (or the file) went away meanwhile: look again
+          return null;
+        }
+        throw err;
+      }
+      fs.chmodSync(to, 0o600);
+    }
+    if (!sameState(before, fileState(abs)) || writerIsLive(abs)) {
+      removePrivateCopy(dir);
+      return null;
+    }
+    return { dir, file };
+  } catch (err) {
+    if (dir !== undefined) removePrivateCopy(dir);
+    throw new StoreError(
+      `cannot open the mirror ${abs} read-only: its -wal must be read from a private copy (nothing is written beside the original), ` +
+        `and copying it and its -wal to ${os.tmpdir()} failed: ${(err as Error).message}`,
+      { file: abs },
+      err,
+    );
+  }
 }
 
 const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
@@ -155,6 +284,10 @@ export class Mirror {
   private readonly clock: Clock;
   private readonly st: Record<string, Statement>;
   private readonly readOnly: boolean;
+  /** How this instance reads its file; see {@link MirrorOptions.readonly}. */
+  readonly access: MirrorAccess;
+  /** For an `'immutable'` open: the file and its `-wal` as they were just before the open. */
+  private readonly openedState: FileState | undefined;
   /** Set at the first corruption seen: from then on this instance writes nothing. */
   private damaged: MirrorUnusableError | undefined;
 
@@ -162,13 +295,16 @@ export class Mirror {
     db: Db,
     file: string,
     clock: Clock,
-    readOnly: boolean,
+    access: MirrorAccess,
     private readonly release: () => void,
+    openedState?: FileState,
   ) {
     this.db = db;
     this.file = file;
     this.clock = clock;
-    this.readOnly = readOnly;
+    this.access = access;
+    this.readOnly = access !== 'read-write';
+    this.openedState = openedState;
     this.st = this.prepare();
   }
 
@@ -185,8 +321,9 @@ export class Mirror {
    *   write it (full disk, I/O error, read-only or unopenable file)
    * @throws {@link StoreError} naming the file when its directory cannot be created, it is not a
    *   convo-mirror database, it was written by a newer version, another live process holds its
-   *   writer lock; with `readonly`, when it does not exist or its schema is older than this code
-   *   (read-only opens never migrate)
+   *   writer lock; with `readonly`, when it does not exist, its schema is older than this code
+   *   (read-only opens never migrate), or its `-wal` must be read from a private copy that cannot
+   *   be made (no room or no temp directory)
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
     const clock = opts.clock ?? systemClock;
@@ -196,7 +333,7 @@ export class Mirror {
       try {
         db.pragma('foreign_keys = ON');
         Mirror.migrate(db, file);
-        return new Mirror(db, file, clock, false, () => {});
+        return new Mirror(db, file, clock, 'read-write', () => {});
       } catch (err) {
         db.close();
         throw err;
@@ -234,7 +371,7 @@ export class Mirror {
       db.pragma('synchronous = FULL');
       db.pragma('foreign_keys = ON');
       Mirror.migrate(db, abs);
-      return new Mirror(db, abs, clock, false, release);
+      return new Mirror(db, abs, clock, 'read-write', release);
     } catch (err) {
       if (db?.open) db.close();
       release();
@@ -242,20 +379,37 @@ export class Mirror {
     }
   }
 
+  /** Attempts of a read-only open when the file changes under it (copy or immutable open). */
+  private static readonly OPEN_ATTEMPTS = 3;
+
   private static openReadonly(abs: string, clock: Clock): Mirror {
     if (!fs.existsSync(abs)) throw new StoreError(`no mirror at ${abs}: the file does not exist (a read-only open creates nothing)`, { file: abs });
-    // Without a -wal file nobody is writing (or the copy is closed cleanly): `immutable` reads the
-    // file alone and creates no -wal/-shm. With one, a plain read-only connection uses the writer's
-    // -wal and -shm, so it sees every committed page.
-    const immutable = !fs.existsSync(`${abs}-wal`);
-    let db: Db | undefined;
+    for (let attempt = 1; attempt <= Mirror.OPEN_ATTEMPTS; attempt++) {
+      if (writerIsLive(abs)) break; // read as the writer's readers do
+      const state = fileState(abs);
+      if (state.walBytes === 0) {
+        try {
+          return Mirror.openImmutable(abs, clock, state);
+        } catch (err) {
+          // A writer came along between the look and the read: what was read is not the file.
+          if (attempt < Mirror.OPEN_ATTEMPTS && !sameState(state, fileState(abs))) continue;
+          throw err;
+        }
+      }
+      const copy = privateCopy(abs);
+      if (copy) return Mirror.openPrivateCopy(abs, clock, copy);
+    }
+    return Mirror.openShared(abs, clock);
+  }
+
+  /** Opens `abs` `immutable` (creates nothing, reads the file alone); `state` is what it was just before. */
+  private static openImmutable(abs: string, clock: Clock, state: FileState): Mirror {
+    let db: Db;
     try {
-      db = immutable
-        ? new Database(sqliteUri(abs, { immutable: '1' }), { readonly: true, fileMustExist: true })
-        : new Database(abs, { readonly: true, fileMustExist: true });
+      db = new Database(sqliteUri(abs, { immutable: '1' }), { readonly: true, fileMustExist: true });
     } catch (err) {
       const code = (err as { code?: string }).code;
-      if (immutable && code === 'SQLITE_CANTOPEN' && fs.existsSync(abs)) {
+      if (code === 'SQLITE_CANTOPEN' && fs.existsSync(abs)) {
         throw new StoreError(
           `cannot open the mirror ${abs} read-only: SQLite did not take the URI filename; SQLITE_USE_URI must be 1 (or unset) when better-sqlite3 loads`,
           { file: abs },
@@ -264,12 +418,43 @@ export class Mirror {
       }
       throw Mirror.openError(err, abs, 'open read-only', true);
     }
+    return Mirror.readonlyMirror(db, abs, clock, 'immutable', () => {}, state);
+  }
+
+  /** A normal read-only connection: shares the live writer's `-wal` and `-shm`. */
+  private static openShared(abs: string, clock: Clock): Mirror {
+    let db: Db;
+    try {
+      db = new Database(abs, { readonly: true, fileMustExist: true });
+    } catch (err) {
+      throw Mirror.openError(err, abs, 'open read-only', true);
+    }
+    return Mirror.readonlyMirror(db, abs, clock, 'shared', () => {});
+  }
+
+  /** Opens the private copy of `abs` (SQLite recovers its WAL there); closing removes the copy. */
+  private static openPrivateCopy(abs: string, clock: Clock, copy: { dir: string; file: string }): Mirror {
+    const remove = () => removePrivateCopy(copy.dir);
+    let db: Db;
+    try {
+      db = new Database(copy.file, { fileMustExist: true });
+    } catch (err) {
+      remove();
+      throw Mirror.openError(err, abs, 'open read-only', true);
+    }
+    return Mirror.readonlyMirror(db, abs, clock, 'private-copy', remove);
+  }
+
+  /** Checks the schema of a read-only connection and wraps it; closes it (and runs `release`) on failure. */
+  private static readonlyMirror(db: Db, abs: string, clock: Clock, access: MirrorAccess, release: () => void, state?: FileState): Mirror {
     try {
       db.pragma('busy_timeout = 10000');
+      if (access === 'private-copy') db.pragma('query_only = ON');
       Mirror.checkSchema(db, abs, true);
-      return new Mirror(db, abs, clock, true, () => {});
+      return new Mirror(db, abs, clock, access, release, state);
     } catch (err) {
       db.close();
+      release();
       throw Mirror.openError(err, abs, 'open read-only', true);
     }
   }
@@ -857,7 +1042,67 @@ export class Mirror {
     }
   }
 
-  /** Closes the database (checkpointing the WAL unless read-only) and releases the writer lock. */
+  /**
+   * Whether what this instance reads may no longer be the file: true for an `'immutable'` open
+   * when, since it was opened, the file changed (inode, size or times), a `-wal` appeared or
+   * changed, or a writer holds the lock. SQLite assumes an immutable file never changes, so results
+   * read from it after a writer came along may be wrong (even reported as corruption): reopen and
+   * read again (the next open sees the writer or its `-wal`). Always false for a writer, a
+   * `'shared'` connection (SQLite sees the writer's commits) and a `'private-copy'` (nobody else
+   * writes it), and after the instance was closed.
+   *
+   * Checks the file system (a few `stat` calls and one read of `<file>.lock`); call it once a
+   * result is complete, before trusting it.
+   */
+  snapshotChanged(): boolean {
+    const opened = this.openedState;
+    if (!opened || !this.db.open) return false;
+    return !sameState(opened, fileState(this.file)) || writerIsLive(this.file);
+  }
+
+  /**
+   * Opens `file` read-only, runs `compute` on it and returns its result once it was computed on a
+   * snapshot no writer changed under it ({@link Mirror.snapshotChanged} false): otherwise closes,
+   * reopens and computes again, at most `attempts` times in all (the result of the last attempt
+   * is returned). An error thrown by `compute` on a changed snapshot is retried the same way;
+   * otherwise it is thrown. The mirror is always closed before this returns.
+   *
+   * @param file - see {@link Mirror.open}
+   * @param compute - reads what it needs from the mirror; must not keep it
+   * @param opts - `attempts` (default 3), `clock`, and `onSnapshot`, called after each computation
+   *   and before the check (a failpoint for tests: e.g. a writer commits there)
+   * @throws what {@link Mirror.open} throws for a read-only open; what `compute` throws
+   */
+  static readConsistent<R>(
+    file: string,
+    compute: (mirror: Mirror) => R,
+    opts: { attempts?: number; clock?: Clock; onSnapshot?: (attempt: number, mirror: Mirror) => void } = {},
+  ): R {
+    const attempts = Math.max(1, opts.attempts ?? 3);
+    for (let attempt = 1; ; attempt++) {
+      const mirror = Mirror.open(file, { readonly: true, ...(opts.clock ? { clock: opts.clock } : {}) });
+      try {
+        let result: R;
+        try {
+          result = compute(mirror);
+        } catch (err) {
+          opts.onSnapshot?.(attempt, mirror);
+          if (attempt < attempts && mirror.snapshotChanged()) continue;
+          throw err;
+        }
+        opts.onSnapshot?.(attempt, mirror);
+        if (attempt < attempts && mirror.snapshotChanged()) continue;
+        return result;
+      } finally {
+        mirror.close();
+      }
+    }
+  }
+
+  /**
+   * Closes the database (checkpointing the WAL unless read-only) and releases the writer lock; for
+   * a `'private-copy'` read-only open, removes the private copy.
+   */
   close(): void {
     try {
       if (this.db.open) this.guard(() => this.db.close());
