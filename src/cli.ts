@@ -150,14 +150,76 @@ function exitFor(err: unknown): number {
   return fail(EXIT.FAILURES, `error: ${describeError(err)}`);
 }
 
+/** Failpoints of the read-only commands' computations, for tests. */
+export interface SnapshotHooks {
+  /**
+   * Called after each computation on a read-only open, before {@link Mirror.snapshotChanged} is
+   * asked (attempt 1, 2, 3).
+   */
+  onSnapshot?: (attempt: number, mirror: Mirror) => void;
+}
+
+/** What `status` reports from the mirror (the queue is read apart). */
+export interface StatusResult {
+  counts: Record<string, number>;
+  runs: Record<string, unknown>[];
+  failures: Record<string, unknown>[];
+}
+
+/** What `verify` found. */
+export interface VerifyResult {
+  /** Absolute path of the mirror. */
+  file: string;
+  /** quick_check problems, and the database error that stopped the export check, if any. */
+  dbProblems: string[];
+  /** Export files that do not match their records. */
+  problems: { path: string; problem: string; detail?: string | undefined }[];
+  /** Published files and lines recorded. */
+  files: { n: number; l: number };
+}
+
+/** Computes {@link StatusResult} from a read-only mirror. */
+export function statusOf(mirror: Mirror): StatusResult {
+  return { counts: mirror.counts(), runs: mirror.lastRuns(5), failures: mirror.lastRunFailures() };
+}
+
+/** Computes {@link VerifyResult}: the database first (the export records are only as good as it is), then the exports. */
+export function verifyOf(mirror: Mirror, exportDir: string): VerifyResult {
+  const dbProblems = mirror.quickCheck();
+  let problems: VerifyResult['problems'] = [];
+  let files = { n: 0, l: 0 };
+  try {
+    problems = verifyExports(mirror, exportDir);
+    files = mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number };
+  } catch (err) {
+    const e = asMirrorError(err, mirror.file);
+    if (!(e instanceof MirrorUnusableError)) throw e;
+    dbProblems.push(describeError(e.cause));
+  }
+  return { file: mirror.file, dbProblems, problems, files };
+}
+
 /**
- * Runs a read-only command (`status`, `verify`) on an existing mirror, without the writer lock.
- * A missing mirror is a configuration error (exit 2) and is not created.
+ * Computes a read-only command's whole result on an existing mirror with
+ * {@link Mirror.readConsistent}: a result read from a file a writer changed meanwhile is thrown
+ * away and computed again (at most 3 attempts), so a writer that starts mid-way cannot make a
+ * healthy mirror look damaged.
  */
-async function withExistingMirror(
+export function readMirrorResult<R>(file: string, compute: (mirror: Mirror) => R, hooks: SnapshotHooks = {}): R {
+  return Mirror.readConsistent(file, compute, hooks.onSnapshot ? { onSnapshot: hooks.onSnapshot } : {});
+}
+
+/**
+ * Runs a read-only command (`status`, `verify`) on an existing mirror, without the writer lock:
+ * `compute` builds the whole result on a consistent read-only snapshot ({@link readMirrorResult}),
+ * then `print` (after the mirror is closed) writes it and returns the exit code. A missing mirror is
+ * a configuration error (exit 2) and is not created.
+ */
+async function withExistingMirror<R>(
   o: Record<string, unknown>,
   setExit: (code: number) => void,
-  fn: (mirror: Mirror, config: Config) => number | Promise<number>,
+  compute: (mirror: Mirror, config: Config) => R,
+  print: (result: R, config: Config) => number | Promise<number>,
 ): Promise<void> {
   try {
     const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
@@ -165,13 +227,9 @@ async function withExistingMirror(
       setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
       return;
     }
-    // Read-only: no lock, no WAL switch, no migration, no file created (an auditor's copy, a backup).
-    const mirror = Mirror.open(config.db, { readonly: true });
-    try {
-      setExit(await fn(mirror, config));
-    } finally {
-      mirror.close();
-    }
+    // Read-only: no lock, no WAL switch, no migration, no file created beside it (an auditor's copy, a backup).
+    const result = readMirrorResult(config.db, (mirror) => compute(mirror, config));
+    setExit(await print(result, config));
   } catch (err) {
     setExit(exitFor(err));
   }
@@ -407,11 +465,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     ),
     false,
   ).action(async (o) =>
-    withExistingMirror(o, setExit, async (mirror, config) => {
+    withExistingMirror(o, setExit, statusOf, async ({ counts, runs, failures }, config) => {
       const queue = await queueStatus(config);
-      const counts = mirror.counts();
-      const runs = mirror.lastRuns(5);
-      const failures = mirror.lastRunFailures();
       if (o.json) {
         process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures, queue }, null, 2) + '\n');
       } else {
@@ -443,30 +498,23 @@ export function buildProgram(setExit: (code: number) => void): Command {
       .description('Check the mirror database (PRAGMA quick_check), the manifest, and every published export file against its recorded size, line count and SHA-256; report unlisted files'),
     false,
   ).action((o) =>
-    withExistingMirror(o, setExit, (mirror, config) => {
-      // The database first: the export records are only as good as it is.
-      const dbProblems = mirror.quickCheck();
-      let problems: { path: string; problem: string; detail?: string | undefined }[] = [];
-      let files = { n: 0, l: 0 };
-      try {
-        problems = verifyExports(mirror, config.exportDir);
-        files = mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number };
-      } catch (err) {
-        const e = asMirrorError(err, mirror.file);
-        if (!(e instanceof MirrorUnusableError)) throw e;
-        dbProblems.push(describeError(e.cause));
-      }
-      for (const p of dbProblems) process.stderr.write(`problem: database ${mirror.file}: ${p}\n`);
-      for (const p of problems) process.stderr.write(`problem: ${p.path}: ${p.problem}${p.detail ? ` (${p.detail})` : ''}\n`);
-      const n = dbProblems.length + problems.length;
-      process.stdout.write(
-        n === 0
-          ? `exports intact: ${files.n} files, ${files.l} lines; database: quick_check ok\n`
-          : `${n} problem${n === 1 ? '' : 's'}: ${dbProblems.length ? `the database ${mirror.file} is damaged (restore a backup, or rebuild with sync --full into a new file)` : 'database: quick_check ok'}` +
-              `${problems.length ? `; ${problems.length} in ${config.exportDir}` : ''}\n`,
-      );
-      return n === 0 ? EXIT.OK : EXIT.FAILURES;
-    }),
+    withExistingMirror(
+      o,
+      setExit,
+      (mirror, config) => verifyOf(mirror, config.exportDir),
+      ({ file, dbProblems, problems, files }, config) => {
+        for (const p of dbProblems) process.stderr.write(`problem: database ${file}: ${p}\n`);
+        for (const p of problems) process.stderr.write(`problem: ${p.path}: ${p.problem}${p.detail ? ` (${p.detail})` : ''}\n`);
+        const n = dbProblems.length + problems.length;
+        process.stdout.write(
+          n === 0
+            ? `exports intact: ${files.n} files, ${files.l} lines; database: quick_check ok\n`
+            : `${n} problem${n === 1 ? '' : 's'}: ${dbProblems.length ? `the database ${file} is damaged (restore a backup, or rebuild with sync --full into a new file)` : 'database: quick_check ok'}` +
+                `${problems.length ? `; ${problems.length} in ${config.exportDir}` : ''}\n`,
+        );
+        return n === 0 ? EXIT.OK : EXIT.FAILURES;
+      },
+    ),
   );
 
   withQueueFlags(
