@@ -228,7 +228,25 @@ async function withExistingMirror<R>(
       return;
     }
     // Read-only: no lock, no WAL switch, no migration, no file created beside it (an auditor's copy, a backup).
-    const result = readMirrorResult(config.db, (mirror) => compute(mirror, config));
+    // The read is synchronous: with a listener installed, Ctrl-C or SIGTERM waits for it to end, so
+    // a private copy of the mirror (a -wal with no live writer) is always removed.
+    let interrupted: NodeJS.Signals | undefined;
+    const onSignal = (sig: NodeJS.Signals) => (interrupted ??= sig);
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+    let result: R;
+    try {
+      result = readMirrorResult(config.db, (mirror) => compute(mirror, config));
+    } finally {
+      // A signal that came during the synchronous read is delivered on the next turn of the loop.
+      await new Promise((resolve) => setImmediate(resolve));
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    }
+    if (interrupted) {
+      setExit(fail(EXIT.INTERRUPTED, `interrupted by ${interrupted}`));
+      return;
+    }
     setExit(await print(result, config));
   } catch (err) {
     setExit(exitFor(err));
