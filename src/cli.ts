@@ -20,22 +20,12 @@ import { LIST_FAILURE_ID } from './sync/workspace.js';
 import { createLogger } from './logger.js';
 import { startProgress } from './progress.js';
 import { systemClock } from './clock.js';
-import { AuthError, ConfigError, MirrorUnusableError, RunError, StoreError, asMirrorError, describeError } from './errors.js';
+import { AuthError, ConfigError, MirrorUnusableError, RunError, StoreError, describeError } from './errors.js';
 import { assertSafeExportDir, verifyExports } from './export/exporter.js';
 import { fileModes } from './private-fs.js';
 import { FakeWorkspace, startFakeApi } from './fake-api/index.js';
-import { Job, QueueEvents } from 'bullmq';
 import { runDaemon } from '../jobs/daemon.js';
-import {
-  QUEUE_NAME,
-  assertRedisReachable,
-  conversationDedupId,
-  enqueueConversation,
-  enqueueWorkspace,
-  openQueue,
-  redisConnection,
-  redisHost,
-} from '../jobs/queue.js';
+import { enqueueJobs, queueStatus, retryFailed, type JobOutcome, type QueueStatus } from '../jobs/admin.js';
 
 /** Exit codes of every command. */
 export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, INTERRUPTED: 130 } as const;
@@ -190,11 +180,12 @@ export function verifyOf(mirror: Mirror, exportDir: string): VerifyResult {
   let files = { n: 0, l: 0 };
   try {
     problems = verifyExports(mirror, exportDir);
-    files = mirror.db.prepare(`SELECT count(*) AS n, coalesce(sum(lines), 0) AS l FROM export_files`).get() as { n: number; l: number };
+    const totals = mirror.exportTotals();
+    files = { n: totals.files, l: totals.lines };
   } catch (err) {
-    const e = asMirrorError(err, mirror.file);
-    if (!(e instanceof MirrorUnusableError)) throw e;
-    dbProblems.push(describeError(e.cause));
+    // The mirror's own reads turn a damaged page into MirrorUnusableError: a finding, not a crash.
+    if (!(err instanceof MirrorUnusableError)) throw err;
+    dbProblems.push(describeError(err.cause));
   }
   return { file: mirror.file, dbProblems, problems, files };
 }
@@ -338,47 +329,6 @@ function reportFailures(s: RunSummary): void {
   }
 }
 
-/** Queue figures for `status`, or why they are missing. */
-type QueueStatus =
-  | {
-      redis: string;
-      prefix: string;
-      counts: Record<string, number>;
-      schedulers: { id: string; pattern?: string | undefined; tz?: string | undefined; next?: string | undefined }[];
-      failed: { id?: string | undefined; name: string; conversation_id?: string | undefined; attempts: number; reason: string; failed_at?: string | undefined }[];
-    }
-  | { redis: string; error: string };
-
-async function queueStatus(config: Config): Promise<QueueStatus> {
-  const redis = redisHost(config.redisUrl);
-  try {
-    await assertRedisReachable(config.redisUrl, 1500);
-  } catch (err) {
-    return { redis, error: describeError(err) };
-  }
-  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
-  try {
-    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed', 'waiting-children', 'prioritized');
-    const schedulers = (await queue.getJobSchedulers()).map((j) => ({
-      id: j.key,
-      pattern: j.pattern,
-      tz: j.tz,
-      next: j.next ? new Date(j.next).toISOString() : undefined,
-    }));
-    const failed = (await queue.getFailed(0, 9)).map((j) => ({
-      id: j.id,
-      name: j.name,
-      conversation_id: (j.data as { conversationId?: string } | undefined)?.conversationId,
-      attempts: j.attemptsMade,
-      reason: j.failedReason,
-      failed_at: j.finishedOn ? new Date(j.finishedOn).toISOString() : undefined,
-    }));
-    return { redis, prefix: config.queuePrefix, counts, schedulers, failed };
-  } finally {
-    await queue.close();
-  }
-}
-
 function formatQueueStatus(q: QueueStatus): string[] {
   if ('error' in q) return [`queue: unavailable (${q.error})`];
   const out = [`queue ${q.prefix} on ${q.redis}: ` + Object.entries(q.counts).map(([k, v]) => `${k} ${v}`).join(', ')];
@@ -394,53 +344,20 @@ function formatQueueStatus(q: QueueStatus): string[] {
 
 /** `enqueue`: adds jobs, prints ids, optionally waits for their outcome. */
 async function enqueueCommand(config: Config, o: { conversationIds?: string[] | undefined; full: boolean; wait: boolean; timeoutMs: number }): Promise<number> {
-  await assertRedisReachable(config.redisUrl);
-  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
-  const events = o.wait ? new QueueEvents(QUEUE_NAME, { connection: redisConnection(config.redisUrl), prefix: config.queuePrefix }) : undefined;
-  try {
-    if (events) await events.waitUntilReady();
-    const policy = { attempts: config.jobAttempts };
-    const jobs: { id: string; dedupKey?: string }[] = [];
-    if (o.conversationIds?.length) {
-      for (const id of new Set(o.conversationIds)) {
-        jobs.push({ id: await enqueueConversation(queue, id, { full: o.full, policy }), dedupKey: conversationDedupId(id) });
-      }
-    } else {
-      jobs.push({ id: await enqueueWorkspace(queue, { full: o.full, policy }) });
-    }
-    for (const j of jobs) process.stdout.write(`${j.id}\n`);
-    if (!events) return EXIT.OK;
-    const deadline = Date.now() + o.timeoutMs;
-    let ok = true;
-    for (const j of jobs) {
-      // Asked while that conversation's job was running: deduplication answered with the running
-      // job, and the run we asked for starts when it ends, under another id. Follow the key until
-      // no newer run is pending.
-      for (let id: string | null = j.id; id; ) {
-        const job = await Job.fromId(queue, id);
-        if (job) {
-          try {
-            const value = (await job.waitUntilFinished(events, Math.max(1, deadline - Date.now()))) as { status?: string } | undefined;
-            // A workspace job completes with its run's status: anything but succeeded is a failure here.
-            if (value?.status !== undefined && value.status !== 'succeeded') {
-              ok = false;
-              process.stderr.write(`job ${id}: completed, run ${value.status}\n`);
-            } else process.stderr.write(`job ${id}: completed\n`);
-          } catch (err) {
-            ok = false;
-            process.stderr.write(`job ${id}: ${describeError(err)}\n`);
-          }
-        }
-        const next: string | null = j.dedupKey ? await queue.getDeduplicationJobId(j.dedupKey) : null;
-        id = next && next !== id ? next : null;
-      }
-    }
-    return ok ? EXIT.OK : EXIT.FAILURES;
-  } finally {
-    await events?.close();
-    await queue.close();
-  }
+  const ok = await enqueueJobs(queueSettings(config), {
+    conversationIds: o.conversationIds,
+    full: o.full,
+    policy: { attempts: config.jobAttempts },
+    onQueued: (ids) => {
+      for (const id of ids) process.stdout.write(`${id}\n`);
+    },
+    ...(o.wait ? { wait: { timeoutMs: o.timeoutMs, onOutcome: (j: JobOutcome) => void process.stderr.write(`job ${j.id}: ${j.message}\n`) } } : {}),
+  });
+  return ok ? EXIT.OK : EXIT.FAILURES;
 }
+
+/** Where the queue lives, from the configuration. */
+const queueSettings = (config: Config) => ({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
 
 /** Builds the commander program. `run` resolves the process exit code. */
 export function buildProgram(setExit: (code: number) => void): Command {
@@ -484,7 +401,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
     false,
   ).action(async (o) =>
     withExistingMirror(o, setExit, statusOf, async ({ counts, runs, failures }, config) => {
-      const queue = await queueStatus(config);
+      const queue = await queueStatus(queueSettings(config));
       if (o.json) {
         process.stdout.write(JSON.stringify({ db: config.db, counts, runs, failures, queue }, null, 2) + '\n');
       } else {
@@ -591,16 +508,9 @@ export function buildProgram(setExit: (code: number) => void): Command {
   ).action(async (o) => {
     try {
       const config = loadConfig(process.env, flagsOf(o), { needsApi: false });
-      await assertRedisReachable(config.redisUrl);
-      const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
-      try {
-        const failed = await queue.getFailed(0, -1);
-        for (const job of failed) await job.retry('failed');
-        process.stdout.write(`re-queued ${failed.length} failed job${failed.length === 1 ? '' : 's'}${failed.length ? `: ${failed.map((j) => j.id).join(', ')}` : ''}\n`);
-        setExit(EXIT.OK);
-      } finally {
-        await queue.close();
-      }
+      const ids = await retryFailed(queueSettings(config));
+      process.stdout.write(`re-queued ${ids.length} failed job${ids.length === 1 ? '' : 's'}${ids.length ? `: ${ids.join(', ')}` : ''}\n`);
+      setExit(EXIT.OK);
     } catch (err) {
       setExit(exitFor(err));
     }

@@ -22,7 +22,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
-import type { Mirror } from '../store/mirror.js';
+import type { ExportChange, Mirror } from '../store/mirror.js';
 import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
@@ -83,14 +83,6 @@ export interface ExportResult {
   resumed: boolean;
 }
 
-interface ChangeRow {
-  seq: number;
-  stream: string;
-  account_id: string;
-  day: string;
-  line: string;
-}
-
 /**
  * Publishes every change-log row above the exported watermark. Idempotent: with nothing pending it
  * writes no data file (it only repairs a missing or stale manifest). First it checks the export
@@ -99,7 +91,7 @@ interface ChangeRow {
  * (regular files with names convo-mirror generates; nothing else anywhere).
  *
  * @throws {@link ConfigError} (`CONVO_MIRROR_EXPORT_DIR`) when the export directory is unsafe for
- *   the mirror's database file (`mirror.db.name`), see {@link assertSafeExportDir}; nothing is written
+ *   the mirror's database file (`mirror.file`), see {@link assertSafeExportDir}; nothing is written
  * @throws {@link ExportError} naming the file or directory, before anything is written, when
  *   `manifest.json` is not one this mirror wrote (another program's file, unparsable, another
  *   format, or another mirror's) or `.convo-mirror-tmp` is not a directory
@@ -107,8 +99,7 @@ interface ChangeRow {
  *   then unchanged and the next call re-publishes the same batch
  */
 export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResult {
-  assertSafeExportDir(opts.exportDir, mirror.db.name);
-  const db = mirror.db;
+  assertSafeExportDir(opts.exportDir, mirror.file);
   const clock = opts.clock ?? systemClock;
   const maxLines = opts.maxLinesPerFile ?? 100_000;
   const dir = path.resolve(opts.exportDir);
@@ -123,34 +114,16 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
 
   // 1. Plan (or find the planned, unpublished) batch.
-  const plan = db.transaction(() => {
-    const pending = db.prepare(`SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL ORDER BY id LIMIT 1`).get() as
-      | { id: number; first_seq: number; last_seq: number }
-      | undefined;
-    if (pending) return { ...pending, resumed: true };
-    const wm = (db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark;
-    const max = (db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`).get() as { m: number }).m;
-    if (max <= wm) return undefined;
-    const r = db
-      .prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id) VALUES (?, ?, ?, ?)`)
-      .run(wm + 1, max, isoNow(clock), opts.runId ?? null);
-    return { id: Number(r.lastInsertRowid), first_seq: wm + 1, last_seq: max, resumed: false };
-  }).immediate();
-
+  const plan = mirror.planExportBatch(opts.runId ?? null, isoNow(clock));
   if (!plan) {
-    const watermark = (db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark;
+    const watermark = mirror.exportWatermark();
     writeManifestIfChanged(target, manifestOf(mirror, mirrorId, [], watermark));
     return { files: [], lines: 0, watermark, resumed: false };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
   // 2. Write the batch's files, one partition (stream, account, day) at a time, in seq order.
-  const rows = db
-    .prepare(
-      `SELECT seq, stream, account_id, substr(synced_at, 1, 10) AS day, line FROM change_log
-       WHERE seq BETWEEN ? AND ? ORDER BY stream, account_id, day, seq`,
-    )
-    .iterate(plan.first_seq, plan.last_seq) as IterableIterator<ChangeRow>;
+  const rows = mirror.changesOf(plan);
   const files: ExportFile[] = [];
   let open: PartitionWriter | undefined;
   for (const row of rows) {
@@ -166,14 +139,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   // 3. Publish the manifest, 4. then record and advance the watermark.
   writeManifestIfChanged(target, manifestOf(mirror, mirrorId, files, plan.last_seq));
   opts.failpoint?.('before-record', path.join(dir, MANIFEST));
-  const now = isoNow(clock);
-  db.transaction(() => {
-    const ins = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
-                            VALUES (@path, @batch_id, @stream, @account_id, @date, @first_seq, @last_seq, @lines, @bytes, @sha256, @now)`);
-    for (const f of files) ins.run({ ...f, now });
-    db.prepare(`UPDATE export_batches SET published_at = ? WHERE id = ?`).run(now, plan.id);
-    db.prepare(`UPDATE export_state SET watermark = ? WHERE id = 1`).run(plan.last_seq);
-  }).immediate();
+  mirror.recordPublication(plan, files, isoNow(clock));
   const lines = files.reduce((n, f) => n + f.lines, 0);
   opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq }, 'exports published');
   if (plan.resumed) {
@@ -213,7 +179,7 @@ class PartitionWriter {
   private readonly tmp: string;
   private readonly dirAbs: string;
   private readonly hash = crypto.createHash('sha256');
-  private readonly head: ChangeRow;
+  private readonly head: ExportChange;
   private buffered: string[] = [];
   private bufferedBytes = 0;
   private lastSeq = 0;
@@ -222,7 +188,7 @@ class PartitionWriter {
 
   constructor(
     private readonly target: Target,
-    first: ChangeRow,
+    first: ExportChange,
     private readonly batchId: number,
   ) {
     this.head = { ...first, line: '' };
@@ -241,12 +207,12 @@ class PartitionWriter {
     }
   }
 
-  accepts(row: ChangeRow, maxLines: number): boolean {
+  accepts(row: ExportChange, maxLines: number): boolean {
     const h = this.head;
     return h.stream === row.stream && h.account_id === row.account_id && h.day === row.day && this.lines < maxLines;
   }
 
-  write(row: ChangeRow): void {
+  write(row: ExportChange): void {
     // Each stored line is a JSON object without seq; the exported line puts seq first.
     const text = `{"seq":${row.seq},${row.line.slice(1)}\n`;
     this.buffered.push(text);

@@ -3,22 +3,10 @@
  * differs from it. Publication writes {@link renderManifest}'s bytes; `verify` compares the file with
  * the same bytes, so one function decides both.
  */
-import type { Mirror } from '../store/mirror.js';
+import type { Mirror, PublishedFile } from '../store/mirror.js';
 
 /** One published file, as recorded in `export_files` and the manifest. */
-export interface ExportFile {
-  /** Relative to the export directory, `/`-separated. */
-  path: string;
-  stream: string;
-  account_id: string;
-  date: string;
-  first_seq: number;
-  last_seq: number;
-  lines: number;
-  bytes: number;
-  sha256: string;
-  batch_id: number;
-}
+export type ExportFile = PublishedFile;
 
 /** The manifest document (`manifest.json`). */
 export interface Manifest {
@@ -45,9 +33,7 @@ const TOP_FIELDS = ['format', 'version', 'mirror_id', 'watermark', 'files'] as c
  *   being published
  */
 export function manifestOf(mirror: Mirror, mirrorId: string, extra: ExportFile[], watermark: number): Manifest {
-  const known = mirror.db
-    .prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files`)
-    .all() as ExportFile[];
+  const known = mirror.publishedFiles();
   const byPath = new Map<string, ExportFile>();
   for (const f of known) byPath.set(f.path, entry(f));
   for (const f of extra) byPath.set(f.path, entry(f));
@@ -67,8 +53,7 @@ function entry(f: ExportFile): ExportFile {
  * what `manifest.json` must hold whenever no publication is in progress.
  */
 export function recordedManifest(mirror: Mirror): Manifest {
-  const watermark = (mirror.db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark;
-  return manifestOf(mirror, mirror.mirrorId(), [], watermark);
+  return manifestOf(mirror, mirror.mirrorId(), [], mirror.exportWatermark());
 }
 
 /** The exact bytes of `manifest.json`: JSON indented by 2, LF-terminated, UTF-8. */

@@ -66,10 +66,8 @@ interface Recorded {
  */
 export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[] {
   const root = path.resolve(exportDir);
-  const db = mirror.db;
-  const recorded = db.prepare(`SELECT path, lines, bytes, sha256 FROM export_files ORDER BY first_seq, path`).all() as Recorded[];
-  const published =
-    recorded.length > 0 || (db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NOT NULL`).get() as { n: number }).n > 0;
+  const recorded: Recorded[] = mirror.publishedFiles();
+  const published = recorded.length > 0 || mirror.exportTotals().everPublished;
   let rootStat: fs.Stats | undefined;
   try {
     rootStat = fs.statSync(root); // the export directory itself may be a symlink: the operator's choice

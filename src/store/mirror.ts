@@ -74,6 +74,43 @@ export interface RunFigures {
   error?: string | null;
 }
 
+/** One published export file, as recorded in `export_files` and listed by the manifest. */
+export interface PublishedFile {
+  /** Relative to the export directory, `/`-separated. */
+  path: string;
+  stream: string;
+  account_id: string;
+  /** UTC day of the lines' `synced_at`, `YYYY-MM-DD`. */
+  date: string;
+  first_seq: number;
+  last_seq: number;
+  lines: number;
+  bytes: number;
+  /** SHA-256 of the file's bytes, hex. */
+  sha256: string;
+  batch_id: number;
+}
+
+/** An export batch: a seq range fixed in SQLite before any of its files is written. */
+export interface ExportBatch {
+  id: number;
+  first_seq: number;
+  last_seq: number;
+  /** Planned by an earlier, interrupted publication. */
+  resumed: boolean;
+}
+
+/** One change-log row as the exporter reads it. */
+export interface ExportChange {
+  seq: number;
+  stream: string;
+  account_id: string;
+  /** UTC day of `synced_at`, `YYYY-MM-DD`. */
+  day: string;
+  /** The export line without `seq` (a JSON object). */
+  line: string;
+}
+
 /** Options of {@link Mirror.open}. */
 export interface MirrorOptions {
   /** Time source for `*_at` columns. @defaultValue the system clock */
@@ -993,6 +1030,89 @@ export class Mirror {
     });
   }
 
+
+  // ---------------------------------------------------------------- export ledger
+
+  /** The exported watermark: the last `change_log.seq` published. */
+  exportWatermark(): number {
+    return this.guard(() => (this.db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark);
+  }
+
+  /**
+   * The batch to publish, in one transaction: the planned, unpublished one left by an interrupted
+   * publication (`resumed`), else a new batch over `(watermark, max(seq)]`, its range fixed before
+   * any file is written. Undefined when nothing waits.
+   *
+   * @param plannedAt - ISO 8601 UTC time recorded on a new batch
+   */
+  planExportBatch(runId: number | null, plannedAt: string): ExportBatch | undefined {
+    return this.write(() =>
+      this.db.transaction((): ExportBatch | undefined => {
+        const pending = this.db.prepare(`SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL ORDER BY id LIMIT 1`).get() as
+          | { id: number; first_seq: number; last_seq: number }
+          | undefined;
+        if (pending) return { ...pending, resumed: true };
+        const wm = (this.db.prepare(`SELECT watermark FROM export_state WHERE id = 1`).get() as { watermark: number }).watermark;
+        const max = (this.db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`).get() as { m: number }).m;
+        if (max <= wm) return undefined;
+        const r = this.db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id) VALUES (?, ?, ?, ?)`).run(wm + 1, max, plannedAt, runId);
+        return { id: Number(r.lastInsertRowid), first_seq: wm + 1, last_seq: max, resumed: false };
+      }).immediate(),
+    );
+  }
+
+  /**
+   * The change-log rows of a batch, in file order: by stream, account, UTC day of `synced_at`, seq.
+   * Streamed (bounded memory); each `line` is the export line without `seq`.
+   */
+  changesOf(batch: Pick<ExportBatch, 'first_seq' | 'last_seq'>): IterableIterator<ExportChange> {
+    return this.guard(
+      () =>
+        this.db
+          .prepare(
+            `SELECT seq, stream, account_id, substr(synced_at, 1, 10) AS day, line FROM change_log
+             WHERE seq BETWEEN ? AND ? ORDER BY stream, account_id, day, seq`,
+          )
+          .iterate(batch.first_seq, batch.last_seq) as IterableIterator<ExportChange>,
+    );
+  }
+
+  /**
+   * Records a published batch in one transaction: its files, the batch marked published, and the
+   * watermark moved to its last seq. Call only once every file and the manifest are in place.
+   *
+   * @param publishedAt - ISO 8601 UTC time recorded on the files and the batch
+   */
+  recordPublication(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], publishedAt: string): void {
+    this.write(() =>
+      this.db.transaction(() => {
+        const ins = this.db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
+                                     VALUES (@path, @batch_id, @stream, @account_id, @date, @first_seq, @last_seq, @lines, @bytes, @sha256, @now)`);
+        for (const f of files) ins.run({ ...f, now: publishedAt });
+        this.db.prepare(`UPDATE export_batches SET published_at = ? WHERE id = ?`).run(publishedAt, batch.id);
+        this.db.prepare(`UPDATE export_state SET watermark = ? WHERE id = 1`).run(batch.last_seq);
+      }).immediate(),
+    );
+  }
+
+  /** Every published export file as recorded, by first seq then path. */
+  publishedFiles(): PublishedFile[] {
+    return this.guard(
+      () =>
+        this.db
+          .prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files ORDER BY first_seq, path`)
+          .all() as PublishedFile[],
+    );
+  }
+
+  /** Published files and lines in all, and whether any batch was ever published. */
+  exportTotals(): { files: number; lines: number; everPublished: boolean } {
+    return this.guard(() => {
+      const t = this.db.prepare(`SELECT count(*) AS files, coalesce(sum(lines), 0) AS lines FROM export_files`).get() as { files: number; lines: number };
+      const b = this.db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NOT NULL`).get() as { n: number };
+      return { ...t, everPublished: t.files > 0 || b.n > 0 };
+    });
+  }
 
   // ---------------------------------------------------------------- reading
 
