@@ -12,7 +12,7 @@ import { RateLimiter } from '../src/api/rate-limit.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import { AuthError, ConvoMirrorError, HttpError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
-import { frozenClock } from './helpers.js';
+import { collect, frozenClock, json, rejection } from './helpers.js';
 
 const API_KEY = 'sk-live-SECRET-9f3a71c2e4';
 const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
@@ -85,28 +85,6 @@ async function tinyServer(handler: (req: IncomingMessage, res: ServerResponse) =
       }),
   );
   return { url: `http://127.0.0.1:${port}`, hits, headers };
-}
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
-
-async function collect<T>(gen: AsyncGenerator<T>): Promise<T[]> {
-  const out: T[] = [];
-  for await (const x of gen) out.push(x);
-  return out;
-}
-
-/** The rejection of `p`; fails the test when `p` resolves. */
-async function rejection(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected the promise to reject, but it resolved');
 }
 
 const msgPath = (id: string, page = 1): string => `/v1/conversations/${id}/messages?page=${page}&per_page=100`;

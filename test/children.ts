@@ -40,8 +40,17 @@ const live = new Set<ChildProcess>();
 
 /** Spawns `node dist/src/cli.js ...args`; `timeoutMs` bounds its life. */
 export function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
+  return startCommand([process.execPath, CLI, ...args], env, timeoutMs);
+}
+
+/**
+ * Spawns any command (e.g. the CLI under `sh -c 'umask …'` or `setpriv`), tracked like {@link start};
+ * `timeoutMs` bounds its life.
+ */
+export function startCommand(argv: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
   const t0 = Date.now();
-  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const label = argv[1] === CLI ? `convo-mirror ${argv.slice(2).join(' ')}` : argv.join(' ');
+  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   let stdout = '';
   let stderr = '';
@@ -50,7 +59,7 @@ export function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000
   const done = new Promise<Ran>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`convo-mirror ${args.join(' ')} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
+      reject(new Error(`${label} did not exit within ${timeoutMs} ms; stderr tail: ${stderr.slice(-1500)}`));
     }, timeoutMs);
     child.on('error', (err) => {
       clearTimeout(timer);
@@ -78,6 +87,24 @@ export function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000
 
 /** Spawns the CLI and waits for it to end. */
 export const run = (args: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => start(args, env, timeoutMs).done;
+
+/** Spawns any command and waits for it to end. */
+export const runCommand = (argv: string[], env: NodeJS.ProcessEnv, timeoutMs?: number): Promise<Ran> => startCommand(argv, env, timeoutMs).done;
+
+/**
+ * Starts `convo-mirror daemon` (its env must log at info level or below) and waits (bounded) for
+ * its "daemon ready" log line.
+ *
+ * @throws when it exits or takes more than 15 s to get ready
+ */
+export async function startDaemon(env: NodeJS.ProcessEnv, args: string[] = [], timeoutMs = 40_000): Promise<Started> {
+  const d = start(['daemon', ...args], env, timeoutMs);
+  let exited: Ran | undefined;
+  void d.done.then((r) => (exited = r), () => {});
+  await waitFor(() => d.stderr.includes('"msg":"daemon ready"') || exited !== undefined, 15_000, 'the daemon to be ready');
+  if (exited) throw new Error(`the daemon exited (${exited.code ?? exited.signal}) before it was ready: ${exited.stderr.slice(-1500)}`);
+  return d;
+}
 
 /** SIGKILLs every child a test left running and waits (bounded) for them to go. */
 export async function killLeftovers(): Promise<void> {

@@ -18,7 +18,7 @@ import { Job, type Queue } from 'bullmq';
 import { openQueue } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, readExportLines, tempDir as makeTempDir, withMirror } from './helpers.js';
-import { assertBuilt, killLeftovers, run, sleep, start, waitFor, within, type Ran, type Started } from './children.js';
+import { assertBuilt, killLeftovers, run, sleep, start, startDaemon, waitFor, within, type Ran, type Started } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 
 
@@ -39,16 +39,6 @@ function tempDir(): string {
 }
 
 
-
-/** Starts `convo-mirror daemon` and waits (bounded) for its "daemon ready" log line. */
-async function startDaemon(env: NodeJS.ProcessEnv, args: string[] = [], timeoutMs = 40_000): Promise<Started> {
-  const d = start(['daemon', ...args], env, timeoutMs);
-  let exited: Ran | undefined;
-  void d.done.then((r) => (exited = r), () => {});
-  await waitFor(() => d.stderr.includes('"msg":"daemon ready"') || exited !== undefined, 15_000, 'the daemon to be ready');
-  if (exited) throw new Error(`the daemon exited (${exited.code ?? exited.signal}) before it was ready: ${exited.stderr.slice(-1500)}`);
-  return d;
-}
 
 /** SIGTERMs a daemon and waits (bounded) for it to exit. */
 async function stopDaemon(d: Started, timeoutMs = 10_000): Promise<Ran> {

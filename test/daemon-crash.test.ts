@@ -14,7 +14,7 @@ import { Job, type Queue } from 'bullmq';
 import { openQueue } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, tempDir as makeTempDir, withMirror } from './helpers.js';
-import { assertBuilt, killLeftovers, run, start, waitFor, within, type Ran, type Started } from './children.js';
+import { assertBuilt, killLeftovers, run, startDaemon, waitFor, within } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 
 const prefixes = prefixSequence('daemon-crash');
@@ -33,15 +33,6 @@ afterAll(async () => {
   for (const p of prefixes.all) await cleanupPrefix(redisUrl(), p);
   for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 });
-
-async function startDaemon(env: NodeJS.ProcessEnv): Promise<Started> {
-  const d = start(['daemon'], env, 120_000);
-  let exited: Ran | undefined;
-  void d.done.then((r) => (exited = r), () => {});
-  await waitFor(() => d.stderr.includes('"msg":"daemon ready"') || exited !== undefined, 15_000, 'the daemon to be ready');
-  if (exited) throw new Error(`the daemon exited (${exited.code ?? exited.signal}) before it was ready: ${exited.stderr.slice(-1500)}`);
-  return d;
-}
 
 describe('a daemon killed in the middle of a workspace run', () => {
   it('with 2,000 conversations, SIGKILL at 30 % and a restart: one run, a handful of export files, an exact mirror, no duplicate line', async () => {
@@ -68,7 +59,7 @@ describe('a daemon killed in the middle of a workspace run', () => {
     queues.push(queue);
     const crawled = () => new Set(fake.requests.filter((r) => r.path.endsWith('/messages') && r.status === 200).map((r) => r.path)).size;
 
-    const a = await startDaemon(env);
+    const a = await startDaemon(env, [], 120_000);
     const asked = await run(['enqueue'], env);
     expect(asked.code, asked.stderr).toBe(0);
     const jobId = asked.stdout.trim();
@@ -78,7 +69,7 @@ describe('a daemon killed in the middle of a workspace run', () => {
     const atKill = crawled();
     expect(atKill).toBeLessThan(2000);
 
-    const b = await startDaemon(env);
+    const b = await startDaemon(env, [], 120_000);
     await waitFor(async () => (await (await Job.fromId(queue, jobId))?.getState()) === 'completed', 90_000, 'the workspace job to complete', 100);
     b.child.kill('SIGTERM');
     expect((await within(b.done, 10_000, 'daemon B to stop')).code).toBe(0);

@@ -7,13 +7,13 @@
  * every child is killed afterwards.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
-import { CLI, assertBuilt, killLeftovers, run, waitFor, type Ran } from './children.js';
+import { CLI, assertBuilt, killLeftovers, run, runCommand, waitFor, type Ran } from './children.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -47,24 +47,8 @@ function expectExact(db: string, ws: FakeWorkspace): void {
 }
 
 /** Runs the CLI under `umask` (through sh, so the mask is the process's own from the start). */
-function runWithUmask(mask: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30_000): Promise<Ran> {
-  const t0 = Date.now();
-  const child = spawn('sh', ['-c', 'umask "$1"; shift; exec "$@"', 'sh', mask, process.execPath, CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`convo-mirror ${args.join(' ')} under umask ${mask} did not exit within ${timeoutMs} ms: ${stderr.slice(-800)}`));
-    }, timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
-    });
-  });
-}
+const runWithUmask = (mask: string, args: string[], env: NodeJS.ProcessEnv): Promise<Ran> =>
+  runCommand(['sh', '-c', 'umask "$1"; shift; exec "$@"', 'sh', mask, process.execPath, CLI, ...args], env, 30_000);
 
 describe('a 404 the listing contradicts is a failure, not a deletion', () => {
   it('sync --full exits 1 naming the 3 conversations, keeps every row they had; disarmed, a plain sync leaves the mirror exact', async () => {
@@ -419,7 +403,7 @@ describe('status and verify on a read-only copy', () => {
     execFileSync('chmod', ['-R', 'a-w', copy]);
     const asReader = (args: string[]) =>
       dropPrivileges
-        ? runAs(['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, CLI, ...args], copyEnv)
+        ? runCommand(['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, CLI, ...args], copyEnv)
         : run(args, copyEnv);
     const st = await asReader(['status', '--json']);
     expect(st.code, st.stderr).toBe(0);
@@ -436,23 +420,3 @@ describe('status and verify on a read-only copy', () => {
     }
   });
 });
-
-/** Runs an arbitrary command (e.g. the CLI under setpriv), bounded. */
-function runAs(argv: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Promise<Ran> {
-  const t0 = Date.now();
-  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${argv.join(' ')} did not exit within ${timeoutMs} ms: ${stderr.slice(-800)}`));
-    }, timeoutMs);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr, ms: Date.now() - t0 });
-    });
-  });
-}

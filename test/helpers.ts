@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { ServerResponse } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
 import { Mirror } from '../src/store/mirror.js';
@@ -253,4 +254,53 @@ export function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: n
     },
   };
   return c;
+}
+
+/** One entry of {@link snapshotEntries}: a file's bytes (null for a directory), mtime and mode. */
+export interface EntrySnapshot {
+  bytes: Buffer | null;
+  mtimeMs: number;
+  mode: number;
+}
+
+/** Every entry of `d` (recursively, `d` itself as '.'): relative path → bytes (files), mtime, mode. */
+export function snapshotEntries(d: string): Map<string, EntrySnapshot> {
+  const out = new Map<string, EntrySnapshot>();
+  const walk = (p: string, rel: string) => {
+    for (const e of fs.readdirSync(p, { withFileTypes: true })) {
+      const abs = path.join(p, e.name);
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      const st = fs.statSync(abs);
+      out.set(r, { bytes: e.isFile() ? fs.readFileSync(abs) : null, mtimeMs: st.mtimeMs, mode: st.mode });
+      if (e.isDirectory()) walk(abs, r);
+    }
+  };
+  const st = fs.statSync(d);
+  out.set('.', { bytes: null, mtimeMs: st.mtimeMs, mode: st.mode });
+  walk(d, '');
+  return out;
+}
+
+/** Writes `body` as JSON with its length (for small test servers). */
+export function json(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** Every value of an async generator. */
+export async function collect<T>(gen: AsyncGenerator<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of gen) out.push(x);
+  return out;
+}
+
+/** The rejection of `p`; fails the test when `p` resolves. */
+export async function rejection(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected the promise to reject, but it resolved');
 }

@@ -20,6 +20,7 @@ import {
 import { MAX_JSON_DEPTH, MAX_JSON_VALUES, countJsonValues } from '../src/api/schemas.js';
 import { HttpError, PageRunawayError, ResponseTooLargeError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { collect, json, rejection } from './helpers.js';
 
 const API_KEY = 'sk-live-HOSTILE-5e1d77a0b3';
 const MiB = 1024 * 1024;
@@ -61,27 +62,6 @@ async function tinyServer(handler: (req: IncomingMessage, res: ServerResponse) =
       }),
   );
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits };
-}
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
-
-async function collect<T>(gen: AsyncGenerator<T>): Promise<T[]> {
-  const out: T[] = [];
-  for await (const x of gen) out.push(x);
-  return out;
-}
-
-async function rejection(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected the promise to reject, but it resolved');
 }
 
 const msgRe = (id: string): string => `/v1/conversations/${id}/messages`;
@@ -286,16 +266,12 @@ describe('response byte cap', () => {
       });
     });
     const api = client(tiny.url, { maxRetries: 0, requestTimeoutMs: 300 });
-    const t0 = Date.now();
     const err = await rejection(collect(api.conversations()));
-    const elapsed = Date.now() - t0;
     expect(err).toBeInstanceOf(HttpError);
     expect((err as HttpError).status).toBeUndefined();
     expect((err as HttpError).message).toMatch(/timed out after 300 ms/);
     expect((err as HttpError).retryable).toBe(true);
     await serverDone; // the client hung up
-    expect(elapsed).toBeGreaterThanOrEqual(250);
-    expect(elapsed).toBeLessThan(5_000);
     expect(api.stats.networkErrors).toBe(1);
     expect(api.stats.byStatus).toEqual({ 200: 1 });
   });

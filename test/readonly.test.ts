@@ -16,7 +16,7 @@ import { Mirror } from '../src/store/mirror.js';
 import { writerIsLive } from '../src/store/lock.js';
 import { readMirrorResult, statusOf, verifyOf } from '../src/cli.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
-import { ACCOUNT_ID, API_KEY, cliEnv, tempDir } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, snapshotEntries, tempDir, type EntrySnapshot } from './helpers.js';
 import { assertBuilt, CLI, killLeftovers, run, within } from './children.js';
 
 const dirs: string[] = [];
@@ -82,32 +82,8 @@ function fill(m: Mirror, prefix: string, conversations: number, perConversation:
   }
 }
 
-interface Entry {
-  bytes: Buffer | null;
-  mtimeMs: number;
-  mode: number;
-}
-
-/** Every entry of `d` (recursively, `d` itself as '.'): relative path → bytes (files), mtime, mode. */
-function snapshot(d: string): Map<string, Entry> {
-  const out = new Map<string, Entry>();
-  const walk = (p: string, rel: string) => {
-    for (const e of fs.readdirSync(p, { withFileTypes: true })) {
-      const abs = path.join(p, e.name);
-      const r = rel ? `${rel}/${e.name}` : e.name;
-      const st = fs.statSync(abs);
-      out.set(r, { bytes: e.isFile() ? fs.readFileSync(abs) : null, mtimeMs: st.mtimeMs, mode: st.mode });
-      if (e.isDirectory()) walk(abs, r);
-    }
-  };
-  const st = fs.statSync(d);
-  out.set('.', { bytes: null, mtimeMs: st.mtimeMs, mode: st.mode });
-  walk(d, '');
-  return out;
-}
-
-function expectUnchanged(d: string, before: Map<string, Entry>): void {
-  const after = snapshot(d);
+function expectUnchanged(d: string, before: Map<string, EntrySnapshot>): void {
+  const after = snapshotEntries(d);
   expect([...after.keys()].sort()).toEqual([...before.keys()].sort());
   for (const [rel, b] of before) {
     const a = after.get(rel)!;
@@ -242,7 +218,7 @@ describe('writerIsLive', () => {
     expect(writerIsLive(file)).toBe(false);
     expect(fs.readdirSync(d)).toEqual([]);
     const w = Mirror.open(file);
-    const held = snapshot(d);
+    const held = snapshotEntries(d);
     expect(writerIsLive(file)).toBe(true);
     expectUnchanged(d, held);
     w.close();
@@ -253,7 +229,7 @@ describe('writerIsLive', () => {
     await kill9(child);
     // The killed holder left its lock's -journal behind: neither read as hot nor removed.
     expect(fs.readdirSync(d)).toContain('mirror.sqlite.lock-journal');
-    const killed = snapshot(d);
+    const killed = snapshotEntries(d);
     expect(writerIsLive(file)).toBe(false);
     expectUnchanged(d, killed);
   });
@@ -264,7 +240,7 @@ describe('writerIsLive', () => {
     const file = path.join(d, 'mirror.sqlite');
     Mirror.open(file).close();
     makeReadOnly(d);
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const script = `const { writerIsLive } = await import(${JSON.stringify(fileURLToPath(new URL('../dist/src/store/lock.js', import.meta.url)))});
       process.stdout.write(String(writerIsLive(${JSON.stringify(file)})));`;
     const r = await runAsReader(['--input-type=module', '-e', script], { PATH: process.env.PATH });
@@ -301,7 +277,7 @@ describe('read-only open of a copy with a -wal', () => {
     const d = path.join(dir(), 'copy');
     const file = copyWithWal(d, { shm: false });
     expect(fs.readdirSync(d).sort()).toEqual(['mirror.sqlite', 'mirror.sqlite-wal']);
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const tmp = dir();
     const m = withTmpdir(tmp, () => Mirror.open(file, { readonly: true }));
     try {
@@ -348,7 +324,7 @@ describe('read-only open of a copy with a -wal', () => {
     const d = path.join(dir(), 'copy');
     const file = copyWithWal(d, { shm: true });
     expect(fs.readdirSync(d).sort()).toEqual(['mirror.sqlite', 'mirror.sqlite-shm', 'mirror.sqlite-wal']);
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const tmp = dir();
     const m = withTmpdir(tmp, () => Mirror.open(file, { readonly: true }));
     expect(m.access).toBe('private-copy');
@@ -365,7 +341,7 @@ describe('read-only open of a copy with a -wal', () => {
     fill(w, 'a', 2, 10);
     w.close();
     fs.writeFileSync(`${file}-wal`, '');
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const m = Mirror.open(file, { readonly: true });
     expect(m.access).toBe('immutable');
     expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 20 });
@@ -377,7 +353,7 @@ describe('read-only open of a copy with a -wal', () => {
   it('a private copy that cannot be made (TMPDIR missing) is a StoreError naming the mirror and the temp directory, with nothing left behind', () => {
     const d = path.join(dir(), 'copy');
     const file = copyWithWal(d, { shm: false });
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const missing = path.join(dir(), 'no', 'such', 'tmp');
     let err: unknown;
     try {
@@ -429,7 +405,7 @@ describe('read-only open of a live mirror', () => {
     await kill9(child);
     expect(writerIsLive(file)).toBe(false);
     expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0);
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const tmp = dir();
     const m = withTmpdir(tmp, () => Mirror.open(file, { readonly: true }));
     expect(m.access).toBe('private-copy');
@@ -590,7 +566,7 @@ describe('status and verify (the CLI) on a read-only copy with a -wal', () => {
       const { fake, copy, runs } = await syncedCopyWithWal(shm);
       const tmp = readerTmpdir();
       makeReadOnly(copy);
-      const before = snapshot(copy);
+      const before = snapshotEntries(copy);
       const env = cliEnv(fake, copy, { REDIS_URL: 'redis://127.0.0.1:1', TMPDIR: tmp });
       const st = await runAsReader([CLI, 'status', '--json'], env);
       expect(st.code, st.stderr).toBe(0);

@@ -15,7 +15,7 @@ import { Mirror } from '../src/store/mirror.js';
 import { MIGRATIONS } from '../src/store/migrations.js';
 import { MirrorUnusableError, StoreError } from '../src/errors.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
-import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, snapshotEntries, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -80,23 +80,6 @@ function fill(m: Mirror, conversations: number, perConversation: number, content
     m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
   }
   return ids;
-}
-
-/** Every entry of `d` (recursively): relative path → bytes (files) and mtime. */
-function snapshot(d: string): Map<string, { bytes: Buffer | null; mtimeMs: number; mode: number }> {
-  const out = new Map<string, { bytes: Buffer | null; mtimeMs: number; mode: number }>();
-  const walk = (p: string, rel: string) => {
-    for (const e of fs.readdirSync(p, { withFileTypes: true })) {
-      const abs = path.join(p, e.name);
-      const r = rel ? `${rel}/${e.name}` : e.name;
-      const st = fs.statSync(abs);
-      out.set(r, { bytes: e.isFile() ? fs.readFileSync(abs) : null, mtimeMs: st.mtimeMs, mode: st.mode });
-      if (e.isDirectory()) walk(abs, r);
-    }
-  };
-  out.set('.', { bytes: null, mtimeMs: fs.statSync(d).mtimeMs, mode: fs.statSync(d).mode });
-  walk(d, '');
-  return out;
 }
 
 const mode = (p: string) => fs.statSync(p).mode & 0o7777;
@@ -216,7 +199,7 @@ describe('read-only open', () => {
 
   it('on a closed copy creates no file and changes no byte or mtime, and reads everything', () => {
     const { dir: d, file } = closedCopy();
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const m = Mirror.open(file, { readonly: true });
     expect(m.file).toBe(file);
     expect(m.access).toBe('immutable');
@@ -243,7 +226,7 @@ describe('read-only open', () => {
       expect((err as StoreError).message).toContain('read-only');
     }
     m.close();
-    expect(snapshot(d)).toEqual(before);
+    expect(snapshotEntries(d)).toEqual(before);
     expect(m.snapshotChanged()).toBe(false); // closed
   });
 
@@ -281,12 +264,12 @@ describe('read-only open', () => {
     for (let v = 0; v < MIGRATIONS.length - 1; v++) db.exec(MIGRATIONS[v]!);
     db.pragma(`user_version = ${MIGRATIONS.length - 1}`);
     db.close();
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     const err = thrown(() => Mirror.open(file, { readonly: true }));
     expect(err).toBeInstanceOf(StoreError);
     expect((err as StoreError).message).toContain(file);
     expect((err as StoreError).message).toMatch(/read-only commands never migrate.*sync/);
-    expect(snapshot(d)).toEqual(before);
+    expect(snapshotEntries(d)).toEqual(before);
     const after = new Database(file, { readonly: true });
     expect(after.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length - 1);
     after.close();
@@ -310,7 +293,7 @@ describe('read-only open', () => {
     f.close();
     const empty = path.join(d, 'empty.sqlite');
     fs.writeFileSync(empty, '');
-    const before = snapshot(d);
+    const before = snapshotEntries(d);
     for (const [file, text] of [
       [newer, /newer than this convo-mirror/],
       [foreign, /not a convo-mirror mirror/],
@@ -321,7 +304,7 @@ describe('read-only open', () => {
       expect((err as Error).message).toMatch(text);
       expect((err as Error).message).toContain(file);
     }
-    expect(snapshot(d)).toEqual(before);
+    expect(snapshotEntries(d)).toEqual(before);
   });
 
   it('a writer refuses a foreign SQLite file without changing a byte of it', () => {
