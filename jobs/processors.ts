@@ -70,9 +70,9 @@ export class KeyedMutex {
  * The error decides retry: one that is not `retryable` must not be retried by BullMQ. A fatal one
  * (an unusable mirror, say) is also reported to `onFatal`, so the daemon can stop.
  */
-function toJobError(err: unknown, d?: JobDeps): Error {
+function toJobError(err: unknown, d: JobDeps): Error {
   const cause = err instanceof RunError ? err.cause : err;
-  if (d && isFatal(cause)) d.onFatal?.(cause);
+  if (isFatal(cause)) d.onFatal?.(cause);
   if (cause instanceof ConvoMirrorError) {
     // BullMQ keeps only the message: `[CODE] message` lets the workspace run record the code.
     const message = `[${cause.code}] ${describeError(cause)}`;
@@ -141,7 +141,7 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
       } catch (err) {
         if (d.signal?.aborted) return requeueAfterShutdown(job, token);
         forgetBaseline(d, conversationId, err);
-        throw toJobError(err, d);
+        throw err; // processJob lets the error decide retry
       }
     }
     const startedMs = d.clock.now();
@@ -169,25 +169,24 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
       }
     }
     const ws = namedConversationsResult(result ? [result] : [], failures);
-    let summary: RunSummary;
-    try {
-      summary = completeRun(deps, {
-        runId: ownRun,
-        mode: 'conversations',
-        startedMs,
-        accountId: d.accountId,
-        exportDir: d.exportDir, modes: d.modes,
-        result: ws,
-        fatal,
-        interrupted: d.signal?.aborted === true,
-        full: full === true,
-      });
-    } catch (err) {
-      throw toJobError(err, d);
-    }
-    if (failures[0]) throw toJobError(failures[0].error, d);
+    const summary = completeRun(deps, {
+      ...runTarget(d),
+      runId: ownRun,
+      mode: 'conversations',
+      startedMs,
+      result: ws,
+      fatal,
+      interrupted: d.signal?.aborted === true,
+      full: full === true,
+    });
+    if (failures[0]) throw failures[0].error;
     return { result: result!, summary };
   });
+}
+
+/** Where a job's run is recorded and published: the account, the export directory and its modes. */
+function runTarget(d: JobDeps): { accountId: string; exportDir: string; modes: FileModes | undefined } {
+  return { accountId: d.accountId, exportDir: d.exportDir, modes: d.modes };
 }
 
 /**
@@ -236,23 +235,17 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
             confirmListing: data.mode === 'full',
           });
         } catch (err) {
-          // Auth, config or an unusable mirror: record the run as failed, never retry.
-          try {
-            completeRun(deps, { runId, mode: runMode, startedMs, accountId: d.accountId, exportDir: d.exportDir, modes: d.modes, fatal: err });
-          } catch (runErr) {
-            throw toJobError(runErr, d);
-          }
-          throw toJobError(err, d);
+          // Auth, config or an unusable mirror: record the run as failed (completeRun throws a
+          // RunError carrying it); the error decides that it is never retried.
+          completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs, fatal: err });
+          throw err;
         }
         if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
         if (listing.failure instanceof PageRunawayError) {
           // The list ran past its own total: crawl nothing it listed; record the run as failed.
           const ws = namedConversationsResult([], [{ id: LIST_FAILURE_ID, error: listing.failure }]);
-          try {
-            completeRun(deps, { runId, mode: runMode, startedMs, accountId: d.accountId, exportDir: d.exportDir, modes: d.modes, result: { ...ws, listPasses: listing.passes, listConfirmed: false, conversationsListed: listing.seen.length, listingTally: listing.tally }, fatal: listing.failure });
-          } catch (runErr) {
-            throw toJobError(runErr, d);
-          }
+          const result = { ...ws, listPasses: listing.passes, listConfirmed: false, conversationsListed: listing.seen.length, listingTally: listing.tally };
+          completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs, result, fatal: listing.failure }); // throws the RunError
         }
         if (listing.failure && !(listing.failure instanceof DriftError)) {
           // A transient failure of the list itself (after the client's retries): retry the step
@@ -328,11 +321,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           failures,
           ...(l ? { listingTally: l.tally } : {}),
         };
-        try {
-          return completeRun(deps, { runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), accountId: d.accountId, exportDir: d.exportDir, modes: d.modes, result: ws, full: data.mode === 'full' });
-        } catch (err) {
-          throw toJobError(err, d);
-        }
+        return completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), result: ws, full: data.mode === 'full' });
       }
     }
   }

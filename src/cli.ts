@@ -307,7 +307,7 @@ function printSummary(s: RunSummary, json: boolean): void {
   const lines = [
     `run ${s.runId} (${s.mode === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
     `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
-      (c.notAttempted ? `, ${c.notAttempted} not synced (the run stopped early)` : '') +
+      (c.notSynced ? `, ${c.notSynced} not synced (the run stopped early)` : '') +
       (s.mode === 'full' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
     `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
     `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,

@@ -180,7 +180,7 @@ describe('a run stopped early still tells what it committed', () => {
     expect(s.status).toBe('failed');
     expect(s.conversations.synced).toBe(5);
     expect(s.messages.inserted).toBe(150);
-    expect(s.conversations.notAttempted).toBeGreaterThan(0);
+    expect(s.conversations.notSynced).toBeGreaterThan(0);
     expect(s.export.lines).toBeGreaterThanOrEqual(150);
     const run = h.mirror.db.prepare(`SELECT status, conversations_synced, messages_inserted FROM runs WHERE id = ?`).get(s.runId);
     expect(run).toEqual({ status: 'failed', conversations_synced: 5, messages_inserted: 150 });

@@ -1065,8 +1065,8 @@ export class Mirror {
    * The change-log rows of a batch, in file order: by stream, account, UTC day of `synced_at`, seq.
    * Streamed (bounded memory); each `line` is the export line without `seq`.
    */
-  changesOf(batch: Pick<ExportBatch, 'first_seq' | 'last_seq'>): IterableIterator<ExportChange> {
-    return this.guard(
+  *changesOf(batch: Pick<ExportBatch, 'first_seq' | 'last_seq'>): Generator<ExportChange> {
+    const rows = this.guard(
       () =>
         this.db
           .prepare(
@@ -1075,6 +1075,13 @@ export class Mirror {
           )
           .iterate(batch.first_seq, batch.last_seq) as IterableIterator<ExportChange>,
     );
+    // Each step reads pages too: a damaged one surfaces here, converted like any other read. A
+    // reader that stops early (a failed write) must release the statement, or the connection stays busy.
+    try {
+      for (let r = this.guard(() => rows.next()); !r.done; r = this.guard(() => rows.next())) yield r.value;
+    } finally {
+      rows.return?.();
+    }
   }
 
   /**

@@ -3,7 +3,7 @@
  * its start, end, status, counts, requests, retries and failures stored in `runs`/`run_failures`,
  * so every run is provable after the fact.
  */
-import { RunError, asMirrorError, describeError, type ConvoMirrorError } from '../errors.js';
+import { RunError, describeError, type ConvoMirrorError } from '../errors.js';
 import { publishChanges, type ExportResult } from '../export/exporter.js';
 import type { FileModes } from '../private-fs.js';
 import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
@@ -45,7 +45,7 @@ export interface RunSummary {
     inserted: number;
     updated: number;
     /** Known conversations left neither synced nor failed, because the run was stopped early. */
-    notAttempted: number;
+    notSynced: number;
   };
   messages: { served: number; inserted: number; updated: number; deleted: number; restarts: number };
   /** Requests sent (retries included), retries, and responses answered 429. */
@@ -169,8 +169,7 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   try {
     exported = publishChanges(deps.mirror, { exportDir: o.exportDir, runId, clock: deps.clock, logger: log, ...(o.modes ? { modes: o.modes } : {}) });
   } catch (err) {
-    // The exporter reads the change log with its own SQL: a damaged mirror surfaces here too.
-    exportError = asMirrorError(err, deps.mirror.file);
+    exportError = err; // a damaged mirror arrives as MirrorUnusableError (the store converts it)
   }
   const result = o.result;
   const fatal = o.fatal;
@@ -216,7 +215,7 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
       failed: failures.filter((f) => f.id !== LIST_FAILURE_ID).length,
       inserted: result?.conversationsInserted ?? 0,
       updated: result?.conversationsUpdated ?? 0,
-      notAttempted: fatal && o.progress ? Math.max(0, o.progress.conversationsTotal - results.length - failures.filter((f) => f.id !== LIST_FAILURE_ID).length) : 0,
+      notSynced: fatal && o.progress ? Math.max(0, o.progress.conversationsTotal - results.length - failures.filter((f) => f.id !== LIST_FAILURE_ID).length) : 0,
     },
     messages: {
       served: progress.messagesServed,
