@@ -12,7 +12,10 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** `../shared`, built rather than written out, so that this file does not contain it. */
+/**
+ * The shared folder beside the checkout, as a relative path. Built rather than written out, so
+ * that this file does not contain it.
+ */
 const OUTSIDE = ['..', 'shared'].join('/');
 
 /** Directories never searched when git cannot list the tracked files. */
