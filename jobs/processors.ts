@@ -184,6 +184,12 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
   });
 }
 
+/** The result of a workspace run whose listing failed: nothing crawled, the listing's failure recorded. */
+function listingFailed(listing: Awaited<ReturnType<typeof listWorkspace>>): WorkspaceResult {
+  const ws = namedConversationsResult([], [{ id: LIST_FAILURE_ID, error: listing.failure! }]);
+  return { ...ws, listPasses: listing.passes, listConfirmed: false, conversationsListed: listing.seen.length, listingTally: listing.tally };
+}
+
 /** Where a job's run is recorded and published: the account, the export directory and its modes. */
 function runTarget(d: JobDeps): { accountId: string; exportDir: string; modes: FileModes | undefined } {
   return { accountId: d.accountId, exportDir: d.exportDir, modes: d.modes };
@@ -241,16 +247,14 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           throw err;
         }
         if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
-        if (listing.failure instanceof PageRunawayError) {
-          // The list ran past its own total: crawl nothing it listed; record the run as failed.
-          const ws = namedConversationsResult([], [{ id: LIST_FAILURE_ID, error: listing.failure }]);
-          const result = { ...ws, listPasses: listing.passes, listConfirmed: false, conversationsListed: listing.seen.length, listingTally: listing.tally };
-          completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs, result, fatal: listing.failure }); // throws the RunError
-        }
         if (listing.failure && !(listing.failure instanceof DriftError)) {
-          // A transient failure of the list itself (after the client's retries): retry the step
-          // rather than fan out a partial listing.
-          throw listing.failure;
+          // A failure of the list itself (after the client's retries): never fan out a partial
+          // listing. A transient one retries the step, same run; one that will not be retried
+          // (not retryable, or the last attempt) records the run as failed first.
+          const f = listing.failure as Error & { retryable?: boolean };
+          const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+          if (f.retryable === true && !lastAttempt) throw f;
+          completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs, result: listingFailed(listing), fatal: f }); // throws the RunError
         }
         const recheck = new Set(listing.recheck);
         const ids = [...new Set([...listing.seen, ...listing.recheck])];

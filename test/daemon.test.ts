@@ -386,6 +386,28 @@ describe('workspace jobs', () => {
     expect(new Set(deletes.map((l) => l.conversation_id))).toEqual(new Set([vanished.id]));
   });
 
+  it('a listing that fails for good (400, or a 503 on the last attempt) records the run as failed, never leaves it running', async () => {
+    const ws = FakeWorkspace.fromCounts([2, 3]);
+    const fake = await fakeApi(ws);
+    const prefix = testPrefix();
+    const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '2' }));
+    const queue = queueFor(prefix);
+    for (const status of [400, 503]) {
+      fake.clearFaults();
+      fake.injectFault({ kind: 'status', status, match: { path: '/v1/conversations' }, times: Infinity });
+      const id = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
+      await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'failed', 20_000, `the workspace job (list answering ${status}) to fail`);
+      const job = (await Job.fromId(queue, id))!;
+      expect(job.attemptsMade).toBe(status === 400 ? 1 : 2); // a 400 is not retried; a 503 is, once
+      const runId = (job.data as { runId: number }).runId;
+      withMirror(d.config.db, (m) => {
+        expect(m.db.prepare(`SELECT status, error LIKE ? AS named FROM runs WHERE id = ?`).get(`%${status}%`, runId)).toEqual({ status: 'failed', named: 1 });
+        expect(m.db.prepare(`SELECT conversation_id FROM run_failures WHERE run_id = ?`).all(runId)).toEqual([{ conversation_id: '(conversation list)' }]);
+        expect(m.db.prepare(`SELECT count(*) AS n FROM runs WHERE status = 'running'`).get()).toEqual({ n: 0 });
+      });
+    }
+  });
+
   it('a full workspace job re-reads every page and tombstones what vanished', async () => {
     const ws = FakeWorkspace.fromCounts([120, 5]);
     const fake = await fakeApi(ws);
