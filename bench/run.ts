@@ -35,7 +35,7 @@ import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { systemClock } from '../src/clock.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
-import { runSync, type RunSummary } from '../src/sync/run.js';
+import { runSync, type RunSummary } from '../src/run/index.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */

@@ -22,7 +22,7 @@ import {
   type ConversationJobResult,
 } from './queue.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
-import type { RunSummary } from '../src/sync/run.js';
+import type { RunSummary } from '../src/run/index.js';
 
 /** Options of {@link runDaemon}. */
 export interface DaemonOptions {

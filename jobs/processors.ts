@@ -15,7 +15,7 @@ import { DelayedError, UnrecoverableError, WaitingChildrenError, type Job, type 
 import { ConvoMirrorError, DriftError, PageRunawayError, RunError, describeError } from '../src/errors.js';
 import { syncConversation, type ConversationResult } from '../src/sync/conversation.js';
 import { LIST_FAILURE_ID, isFatal, listWorkspace, namedConversationsResult, type ConversationFailure, type WorkspaceResult } from '../src/sync/workspace.js';
-import { completeRun, type RunSummary } from '../src/sync/run.js';
+import { completeRun, type RunSummary } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
 import type { FileModes } from '../src/private-fs.js';
 import {

@@ -6,7 +6,7 @@
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
 import { ConfigError } from '../src/errors.js';
-import type { RunSummary } from '../src/sync/run.js';
+import type { RunSummary } from '../src/run/index.js';
 import type { ConversationResult } from '../src/sync/conversation.js';
 import type { RequestTally } from '../src/api/client.js';
 

@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
 import { apiClientFromConfig } from './api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from './store/mirror.js';
-import { runSync, type RunSummary } from './sync/run.js';
+import { runSync, type RunSummary } from './run/index.js';
 import { newProgress } from './sync/types.js';
 import { LIST_FAILURE_ID } from './sync/workspace.js';
 import { createLogger } from './logger.js';

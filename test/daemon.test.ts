@@ -23,7 +23,7 @@ import {
   type ConversationJobResult,
 } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import type { RunSummary } from '../src/sync/run.js';
+import type { RunSummary } from '../src/run/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, readExportLines, tempDir, withMirror } from './helpers.js';
 import { sleep, waitFor, within } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';

@@ -7,7 +7,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { AuthError, MirrorUnusableError, RunError } from '../src/errors.js';
-import type { RunSummary } from '../src/sync/run.js';
+import type { RunSummary } from '../src/run/index.js';
 import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, readExportLines, replay, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();

@@ -11,7 +11,7 @@ import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
 import { Mirror } from '../src/store/mirror.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
-import { runSync, type RunOptions, type RunSummary } from '../src/sync/run.js';
+import { runSync, type RunOptions, type RunSummary } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
 
 export const API_KEY = 'test-key-5f0c1d2e';
@@ -242,19 +242,7 @@ export function harnessPool(): { start(opts: HarnessOptions): Promise<Harness>; 
   };
 }
 
-/** Virtual time: `sleep` records the wait and advances nothing, so concurrent waits are observable. */
-export function frozenClock(start = 1_000_000): Clock & { sleeps: number[]; t: number } {
-  const c = {
-    t: start,
-    sleeps: [] as number[],
-    now: () => c.t,
-    sleep: (ms: number) => {
-      c.sleeps.push(ms);
-      return Promise.resolve();
-    },
-  };
-  return c;
-}
+export { frozenClock, testClock, type TestClock } from './clock.js';
 
 /** One entry of {@link snapshotEntries}: a file's bytes (null for a directory), mtime and mode. */
 export interface EntrySnapshot {

@@ -600,7 +600,7 @@ describe('review regressions', () => {
     // Point a fresh client at a wrong path prefix of the same fake.
     const { ApiClient } = await import('../src/api/client.js');
     const api = new ApiClient({ baseUrl: `${h.fake.url}/wrong-prefix`, apiKey: API_KEY, accountId: ACCOUNT_ID, maxRps: 0 });
-    const { runSync } = await import('../src/sync/run.js');
+    const { runSync } = await import('../src/run/index.js');
     const err = await runSync({ ...h.deps, api }, { accountId: ACCOUNT_ID, exportDir: h.exportDir }).then(
       () => undefined,
       (e: unknown) => e,

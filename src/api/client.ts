@@ -28,6 +28,7 @@ import {
   ConversationsPageSchema,
   MAX_JSON_VALUES,
   MessagesPageSchema,
+  PER_PAGE,
   countJsonValues,
   parsePage,
   type Conversation,
@@ -36,8 +37,8 @@ import {
   type Page,
 } from './schemas.js';
 
-/** Records per page for every list request: the documented maximum (spec 4.1, 8). */
-export const PER_PAGE = 100;
+
+export { PER_PAGE };
 
 /** Default of {@link ApiClientOptions.maxResponseBytes}: 33554432 bytes (32 MiB). */
 export const DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024;

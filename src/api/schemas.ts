@@ -51,6 +51,9 @@ export type Meta = z.infer<typeof MetaSchema>;
 export type Conversation = z.infer<typeof ConversationSchema>;
 
 /** A validated page: typed records plus each record's raw object exactly as served. */
+/** Records per page for every list request: the documented maximum (spec 4.1, 8). */
+export const PER_PAGE = 100;
+
 export interface Page<T> {
   /** The page number that was requested (1-based). */
   page: number;

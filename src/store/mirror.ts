@@ -20,8 +20,7 @@ import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError, type 
 import { createPrivateFile, mkdirPrivate, PRIVATE_MODES, type FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
 import { isoNow, systemClock } from '../clock.js';
-import type { Conversation, Message, Page } from '../api/schemas.js';
-import { PER_PAGE } from '../api/client.js';
+import { PER_PAGE, type Conversation, type Message, type Page } from '../api/schemas.js';
 import { MIGRATIONS } from './migrations.js';
 import { acquireWriterLock, writerIsLive } from './lock.js';
 

@@ -6,8 +6,8 @@
 import { RunError, describeError, type ConvoMirrorError } from '../errors.js';
 import { publishChanges, type ExportResult } from '../export/exporter.js';
 import type { FileModes } from '../private-fs.js';
-import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from './workspace.js';
-import { newProgress, type SyncDeps, type SyncProgress } from './types.js';
+import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from '../sync/workspace.js';
+import { newProgress, type SyncDeps, type SyncProgress } from '../sync/types.js';
 import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
 
 /** Options of {@link runSync}. */
