@@ -22,7 +22,7 @@ import {
   type ConversationJobResult,
 } from './queue.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
-import type { RunSummary } from '../src/run/index.js';
+import { sweepInterruptedRuns, type RunSummary } from '../src/run/index.js';
 
 /** Options of {@link runDaemon}. */
 export interface DaemonOptions {
@@ -62,8 +62,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   await assertRedisReachable(config.redisUrl);
   const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
   // We hold the writer lock: runs still 'running' belong to a process that died.
-  const swept = mirror.markInterruptedRuns();
-  if (swept) logger.warn({ runs: swept }, 'runs left running by a dead process marked interrupted');
+  sweepInterruptedRuns(mirror, logger);
   const abort = new AbortController();
   const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
   const api = apiClientFromConfig(config, {

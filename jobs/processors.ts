@@ -149,7 +149,7 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
     // full job resumes its own checkpoint.
     let ownRun = job.data.ownRunId;
     if (ownRun === undefined) {
-      ownRun = d.mirror.startRun('conversations', d.accountId);
+      ownRun = d.mirror.startRun({ scope: 'conversations', refresh: full ? 'full' : 'incremental', trigger: 'on-demand', accountId: d.accountId });
       await job.updateData({ ...job.data, ownRunId: ownRun });
     } else d.mirror.resumeRun(ownRun); // an attempt after a crash reopens the interrupted run
     let result: ConversationResult | undefined;
@@ -172,7 +172,8 @@ export async function processConversationJob(d: JobDeps, job: Job<ConversationJo
     const summary = completeRun(deps, {
       ...runTarget(d),
       runId: ownRun,
-      mode: 'conversations',
+      scope: 'conversations',
+      trigger: 'on-demand',
       startedMs,
       result: ws,
       fatal,
@@ -220,12 +221,14 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
   let data = job.data;
   const log = d.logger.child({ job: job.id, mode: data.mode });
   const deps = { ...d, logger: log };
-  const runMode = data.mode === 'full' ? 'full' : 'scheduled';
+  // Jobs made by a job scheduler carry its key; the rest were enqueued.
+  const run = { scope: 'workspace', trigger: data.trigger ?? (job.repeatJobKey ? 'schedule' : 'on-demand') } as const;
+  const refresh = data.mode === 'full' ? 'full' : 'incremental';
   for (;;) {
     switch (data.step ?? 'list') {
       case 'list': {
         // A list step cut short by a crash lists again within the same run (reopened).
-        const runId = data.runId !== undefined && d.mirror.resumeRun(data.runId) !== 'ended' ? data.runId : d.mirror.startRun(runMode, d.accountId);
+        const runId = data.runId !== undefined && d.mirror.resumeRun(data.runId) !== 'ended' ? data.runId : d.mirror.startRun({ ...run, refresh, accountId: d.accountId });
         const startedMs = data.runId === runId ? (data.startedMs ?? d.clock.now()) : d.clock.now();
         if (data.runId !== runId) {
           data = { ...data, runId, startedMs, step: 'list' };
@@ -243,7 +246,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
         } catch (err) {
           // Auth, config or an unusable mirror: record the run as failed (completeRun throws a
           // RunError carrying it); the error decides that it is never retried.
-          completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs, fatal: err });
+          completeRun(deps, { ...runTarget(d), runId, ...run, startedMs, fatal: err });
           throw err;
         }
         if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
@@ -254,7 +257,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           const f = listing.failure as Error & { retryable?: boolean };
           const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
           if (f.retryable === true && !lastAttempt) throw f;
-          completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs, result: listingFailed(listing), fatal: f }); // throws the RunError
+          completeRun(deps, { ...runTarget(d), runId, ...run, startedMs, result: listingFailed(listing), fatal: f }); // throws the RunError
         }
         const recheck = new Set(listing.recheck);
         const ids = [...new Set([...listing.seen, ...listing.recheck])];
@@ -325,7 +328,7 @@ export async function processWorkspaceJob(d: JobDeps, job: Job<WorkspaceJobData>
           failures,
           ...(l ? { listingTally: l.tally } : {}),
         };
-        return completeRun(deps, { ...runTarget(d), runId, mode: runMode, startedMs: data.startedMs ?? d.clock.now(), result: ws, full: data.mode === 'full' });
+        return completeRun(deps, { ...runTarget(d), runId, ...run, startedMs: data.startedMs ?? d.clock.now(), result: ws, full: data.mode === 'full' });
       }
     }
   }

@@ -24,6 +24,8 @@ export const SCHEDULER_FULL = 'workspace-full';
 export interface WorkspaceJobData {
   /** `regular`: resumes recent checkpoints; `full`: re-reads every page of every conversation. */
   mode: 'regular' | 'full';
+  /** Who asked: a job scheduler, or `enqueue` (absent in jobs queued by older versions: told from the job). */
+  trigger?: 'schedule' | 'on-demand';
   step?: 'list' | 'crawl' | 'finish';
   runId?: number;
   startedMs?: number;
@@ -191,12 +193,12 @@ export async function registerSchedulers(queue: Queue, s: ScheduleSettings): Pro
   await queue.upsertJobScheduler(
     SCHEDULER_REGULAR,
     { pattern: s.schedule, tz: s.tz },
-    { name: WORKSPACE_JOB, data: { mode: 'regular' } satisfies WorkspaceJobData, opts },
+    { name: WORKSPACE_JOB, data: { mode: 'regular', trigger: 'schedule' } satisfies WorkspaceJobData, opts },
   );
   await queue.upsertJobScheduler(
     SCHEDULER_FULL,
     { pattern: s.fullSchedule, tz: s.tz },
-    { name: WORKSPACE_JOB, data: { mode: 'full' } satisfies WorkspaceJobData, opts },
+    { name: WORKSPACE_JOB, data: { mode: 'full', trigger: 'schedule' } satisfies WorkspaceJobData, opts },
   );
 }
 
@@ -223,7 +225,7 @@ export async function enqueueConversation(queue: Queue, conversationId: string, 
 
 /** Queues an on-demand workspace sync (regular or full). @returns the job id */
 export async function enqueueWorkspace(queue: Queue, o: { full?: boolean; policy: JobPolicy }): Promise<string> {
-  const data: WorkspaceJobData = { mode: o.full ? 'full' : 'regular' };
+  const data: WorkspaceJobData = { mode: o.full ? 'full' : 'regular', trigger: 'on-demand' };
   const job = await queue.add(WORKSPACE_JOB, data, jobOptions(o.policy));
   return job.id!;
 }

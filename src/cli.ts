@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import { loadConfig, type Config, type ConfigFlags } from '../config/index.js';
 import { apiClientFromConfig } from './api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from './store/mirror.js';
-import { runSync, type RunSummary } from './run/index.js';
+import { runSync, sweepInterruptedRuns, type RunSummary } from './run/index.js';
 import { newProgress } from './sync/types.js';
 import { LIST_FAILURE_ID } from './sync/workspace.js';
 import { createLogger } from './logger.js';
@@ -270,6 +270,13 @@ async function doSync(opts: SyncCommandOptions): Promise<RunSummary> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
+  // We hold the writer lock: runs still 'running' belong to a process that died.
+  try {
+    sweepInterruptedRuns(mirror, logger);
+  } catch (err) {
+    mirror.close();
+    throw err;
+  }
   const api = apiClientFromConfig(config, { logger, signal: abort.signal });
   const progress = newProgress();
   const stop = startProgress({ progress, stats: api.stats, logger, tty });
@@ -305,10 +312,10 @@ function printSummary(s: RunSummary, json: boolean): void {
   const c = s.conversations;
   const m = s.messages;
   const lines = [
-    `run ${s.runId} (${s.mode === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
+    `run ${s.runId} (${s.scope === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
     `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
       (c.notSynced ? `, ${c.notSynced} not synced (the run stopped early)` : '') +
-      (s.mode === 'full' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
+      (s.scope === 'workspace' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
     `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
     `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
     s.export.error !== undefined
@@ -410,7 +417,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
         out.push('last runs:');
         for (const r of runs) {
           out.push(
-            `  #${r.id} ${r.mode} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
+            `  #${r.id} ${r.scope ?? r.mode}${r.refresh ? ` ${r.refresh}` : ''}${r.trigger ? ` (${r.trigger})` : ''} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
               `${r.conversations_synced} conversations, +${r.messages_inserted} ~${r.messages_updated} -${r.messages_deleted} messages, ` +
               `${r.requests} requests, ${r.retries} retries, ${r.conversations_failed} failed, ${r.export_lines} export lines` +
               (r.error ? `; error: ${r.error}` : ''),

@@ -109,7 +109,7 @@ function expectExportedOnce(exportDir: string, ws: FakeWorkspace, id: string): v
 }
 
 function runsOf(db: string): { id: number; mode: string; status: string; started_at: string; ended_at: string | null }[] {
-  return withMirror(db, (m) => m.db.prepare(`SELECT id, mode, status, started_at, ended_at FROM runs ORDER BY id`).all()) as {
+  return withMirror(db, (m) => m.db.prepare(`SELECT id, scope AS mode, trigger, status, started_at, ended_at FROM runs ORDER BY id`).all()) as {
     id: number;
     mode: string;
     status: string;

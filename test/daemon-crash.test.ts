@@ -74,15 +74,17 @@ describe('a daemon killed in the middle of a workspace run', () => {
     b.child.kill('SIGTERM');
     expect((await within(b.done, 10_000, 'daemon B to stop')).code).toBe(0);
 
-    const runs = withMirror(db, (m) => m.db.prepare(`SELECT id, mode, status, resumes, conversations_synced FROM runs ORDER BY id`).all()) as {
+    const runs = withMirror(db, (m) => m.db.prepare(`SELECT id, scope, refresh, trigger, status, resumes, conversations_synced FROM runs ORDER BY id`).all()) as {
       id: number;
-      mode: string;
+      scope: string;
+      refresh: string;
+      trigger: string;
       status: string;
       resumes: number;
       conversations_synced: number;
     }[];
     expect(runs.length, JSON.stringify(runs)).toBeLessThanOrEqual(3);
-    expect(runs).toEqual([{ id: 1, mode: 'scheduled', status: 'succeeded', resumes: 1, conversations_synced: 2000 }]);
+    expect(runs).toEqual([{ id: 1, scope: 'workspace', refresh: 'incremental', trigger: 'on-demand', status: 'succeeded', resumes: 1, conversations_synced: 2000 }]);
     const files = withMirror(db, (m) => (m.db.prepare(`SELECT count(*) AS n FROM export_files`).get() as { n: number }).n);
     expect(files).toBeLessThanOrEqual(12);
     withMirror(db, (m) => {

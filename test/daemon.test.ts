@@ -116,7 +116,7 @@ function expectConversationMirrored(db: string, ws: FakeWorkspace, id: string): 
 }
 
 function conversationRuns(db: string): { id: number; status: string }[] {
-  return withMirror(db, (m) => m.db.prepare(`SELECT id, status FROM runs WHERE mode = 'conversations' ORDER BY id`).all()) as { id: number; status: string }[];
+  return withMirror(db, (m) => m.db.prepare(`SELECT id, status FROM runs WHERE scope = 'conversations' ORDER BY id`).all()) as { id: number; status: string }[];
 }
 
 afterEach(async () => {
@@ -333,7 +333,7 @@ describe('workspace jobs', () => {
     const id = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
     await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 20_000, 'the workspace job to complete');
     const summary = (await Job.fromId(queue, id))!.returnvalue as RunSummary;
-    expect(summary).toMatchObject({ mode: 'scheduled', status: 'partial', listConfirmed: true });
+    expect(summary).toMatchObject({ scope: 'workspace', refresh: 'incremental', status: 'partial', listConfirmed: true });
     expect(summary.conversations).toMatchObject({ listed: 6, synced: 5, failed: 1 });
     expect(summary.failures.map((f) => f.id)).toEqual([bad]);
     expect(summary.messages.served).toBe(0 + 1 + 101 + 250 + 40);
@@ -344,8 +344,8 @@ describe('workspace jobs', () => {
         expect(ids, c.id).toEqual(c.id === bad ? [] : c.messages.map((x) => x.id));
       }
     });
-    const run = withMirror(d.config.db, (m) => m.db.prepare(`SELECT mode, status, conversations_synced FROM runs WHERE id = ?`).get(summary.runId));
-    expect(run).toEqual({ mode: 'scheduled', status: 'partial', conversations_synced: 5 });
+    const run = withMirror(d.config.db, (m) => m.db.prepare(`SELECT scope, refresh, status, conversations_synced FROM runs WHERE id = ?`).get(summary.runId));
+    expect(run).toEqual({ scope: 'workspace', refresh: 'incremental', status: 'partial', conversations_synced: 5 });
     const failures = withMirror(d.config.db, (m) => m.db.prepare(`SELECT conversation_id FROM run_failures WHERE run_id = ?`).all(summary.runId));
     expect(failures).toEqual([{ conversation_id: bad }]);
     const lines = readExportLines(d.config.exportDir, 'messages');
@@ -370,7 +370,7 @@ describe('workspace jobs', () => {
     const full = await enqueueWorkspace(queue, { full: true, policy: { attempts: 1 } });
     await waitFor(async () => (await (await Job.fromId(queue, full))?.getState()) === 'completed', 15_000, 'the full workspace job');
     const summary = (await Job.fromId(queue, full))!.returnvalue as RunSummary;
-    expect(summary).toMatchObject({ mode: 'full', status: 'partial' });
+    expect(summary).toMatchObject({ scope: 'workspace', refresh: 'full', status: 'partial' });
     expect(summary.conversations.deleted).toBe(1);
     expect(summary.failures.map((f) => [f.id, f.code])).toEqual([[listed404.id, 'LISTED_BUT_NOT_FOUND']]);
     withMirror(d.config.db, (m) => {
@@ -424,7 +424,7 @@ describe('workspace jobs', () => {
     const full = await enqueueWorkspace(queue, { full: true, policy: { attempts: 2 } });
     await waitFor(async () => (await (await Job.fromId(queue, full))?.getState()) === 'completed', 15_000, 'the full workspace job');
     const summary = (await Job.fromId(queue, full))!.returnvalue as RunSummary;
-    expect(summary).toMatchObject({ mode: 'full', status: 'succeeded' });
+    expect(summary).toMatchObject({ scope: 'workspace', refresh: 'full', status: 'succeeded' });
     expect(summary.conversations.deleted).toBe(1);
     // Every page of the remaining conversation was read again: 2 pages of 119 messages.
     expect(fake.requests.slice(before).filter((r) => r.path === messagesPath(big!.id)).map((r) => r.query['page'])).toEqual(['1', '2']);

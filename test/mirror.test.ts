@@ -11,7 +11,9 @@ import { Mirror } from '../src/store/mirror.js';
 import { MIGRATIONS } from '../src/store/migrations.js';
 import { StoreError } from '../src/errors.js';
 import { systemClock, type Clock } from '../src/clock.js';
-import { ACCOUNT_ID, harness, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harness, quietLogger, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { sweepInterruptedRuns } from '../src/run/index.js';
+import { sqlAll } from './sql.js';
 
 const open: Harness[] = [];
 const dirs: string[] = [];
@@ -65,7 +67,7 @@ describe('migrations', () => {
   it('reopening is idempotent and keeps the data', () => {
     const file = dbFile();
     const m1 = Mirror.open(file);
-    const runId = m1.startRun('full', ACCOUNT_ID);
+    const runId = m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m1.finishRun(runId, { status: 'succeeded', requests: 7 });
     const schema1 = m1.db.prepare(`SELECT type, name, sql FROM sqlite_master ORDER BY name`).all();
     m1.close();
@@ -244,7 +246,9 @@ describe('runs', () => {
     const row = (id: number) => h.mirror.db.prepare(`SELECT * FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
     const r1 = row(s1.runId);
     expect(r1).toMatchObject({
-      mode: 'full',
+      scope: 'workspace',
+      refresh: 'full',
+      trigger: 'cli',
       account_id: ACCOUNT_ID,
       status: 'succeeded',
       list_passes: 2,
@@ -296,16 +300,16 @@ describe('runs', () => {
   it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts", async () => {
     const file = dbFile();
     const m1 = Mirror.open(file);
-    const dead = m1.startRun('full', ACCOUNT_ID);
+    const dead = m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m1.close(); // the process "died" without finishRun
     const m2 = openMirror(file);
     expect((m2.db.prepare(`SELECT status, ended_at FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('running');
     // Runs overlap in the daemon: starting one never touches another.
-    const concurrent = m2.startRun('conversations', ACCOUNT_ID);
+    const concurrent = m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     expect((m2.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('running');
     m2.db.prepare(`DELETE FROM runs WHERE id = ?`).run(concurrent);
     expect(m2.markInterruptedRuns()).toBe(1);
-    const next = m2.startRun('conversations', ACCOUNT_ID);
+    const next = m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     expect(next).toBeGreaterThan(dead);
     const rows = m2.db.prepare(`SELECT id, status, ended_at FROM runs ORDER BY id`).all() as { id: number; status: string; ended_at: string | null }[];
     expect(rows.map((r) => [r.id, r.status])).toEqual([
@@ -317,15 +321,19 @@ describe('runs', () => {
     expect((m2.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('interrupted');
   });
 
-  it('a sync marks a dangling running run interrupted and records its own', async () => {
+  it("a run left 'running' is marked interrupted by the start-up sweep; a sync itself never touches another run", async () => {
     const ws = FakeWorkspace.fromCounts([2]);
     const h = await start({ workspace: ws });
-    const dead = h.mirror.startRun('full', ACCOUNT_ID);
-    const s = await h.sync();
-    const rows = h.mirror.db.prepare(`SELECT id, status FROM runs ORDER BY id`).all();
+    const other = h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    const s1 = await h.sync();
+    expect(h.mirror.runStatus(other)).toBe('running');
+    expect(sweepInterruptedRuns(h.mirror, quietLogger())).toBe(1);
+    const s2 = await h.sync();
+    const rows = sqlAll(h.mirror, `SELECT id, status FROM runs ORDER BY id`);
     expect(rows).toEqual([
-      { id: dead, status: 'interrupted' },
-      { id: s.runId, status: 'succeeded' },
+      { id: other, status: 'interrupted' },
+      { id: s1.runId, status: 'succeeded' },
+      { id: s2.runId, status: 'succeeded' },
     ]);
   });
 });

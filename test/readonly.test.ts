@@ -142,7 +142,7 @@ async function childWriter(file: string, runs: number): Promise<ChildProcess> {
     const { Mirror } = await import(${JSON.stringify(distMirror)});
     const m = Mirror.open(${JSON.stringify(file)});
     m.db.pragma('wal_autocheckpoint = 0');
-    for (let i = 0; i < ${runs}; i++) m.finishRun(m.startRun('full', 'acct'), { status: 'succeeded' });
+    for (let i = 0; i < ${runs}; i++) m.finishRun(m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' }), { status: 'succeeded' });
     process.stdout.write('ready\\n');
     setInterval(() => {}, 60_000);
   `;
@@ -286,7 +286,7 @@ describe('read-only open of a copy with a -wal', () => {
       expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 5, messages: 600 });
       expect(m.quickCheck()).toEqual([]);
       expect(m.snapshotChanged()).toBe(false);
-      expect(() => m.startRun('full', ACCOUNT_ID)).toThrow(/read-only/);
+      expect(() => m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toThrow(/read-only/);
       expect(() => m.db.exec(`DELETE FROM runs`)).toThrow(/readonly|read-only/i);
       const copies = privateCopies(tmp);
       expect(copies).toHaveLength(1);
@@ -552,7 +552,7 @@ describe('status and verify (the CLI) on a read-only copy with a -wal', () => {
     const db = path.join(src, 'mirror.sqlite');
     const w = Mirror.open(db);
     w.db.pragma('wal_autocheckpoint = 0');
-    for (let i = 0; i < 3; i++) w.finishRun(w.startRun('full', ACCOUNT_ID), { status: 'succeeded' });
+    for (let i = 0; i < 3; i++) w.finishRun(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded' });
     const copy = path.join(dir(), 'snapshot');
     fs.cpSync(src, copy, { recursive: true });
     if (!shm) fs.rmSync(path.join(copy, 'mirror.sqlite-shm'));

@@ -118,7 +118,7 @@ function openInChild(cwd: string, rel: string, umask: number, modes: 'PRIVATE_MO
       return out;
     };
     const m = Mirror.open(${JSON.stringify(rel)}, { modes: pfs.${modes} });
-    m.finishRun(m.startRun('full', 'a'), { status: 'succeeded' });
+    m.finishRun(m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'a' }), { status: 'succeeded' });
     const open = modesOf('.');
     const file = m.file;
     m.close();
@@ -189,7 +189,7 @@ describe('read-only open', () => {
     const src = path.join(dir(), 'mirror.sqlite');
     const w = Mirror.open(src);
     const ids = fill(w, 3, 150);
-    w.finishRun(w.startRun('full', ACCOUNT_ID), { status: 'succeeded', requests: 9 });
+    w.finishRun(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded', requests: 9 });
     w.close();
     const copyDir = path.join(dir(), 'auditor copy #1 ?x=%20');
     fs.mkdirSync(copyDir);
@@ -214,7 +214,7 @@ describe('read-only open', () => {
     expect(fs.readdirSync(d)).toEqual(['mirror.sqlite']);
     // Writes are refused before SQLite is touched.
     for (const write of [
-      () => m.startRun('full', ACCOUNT_ID),
+      () => m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }),
       () => m.markInterruptedRuns(),
       () => m.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'new' }]), null),
       () => m.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 3, 3), null),
@@ -242,7 +242,7 @@ describe('read-only open', () => {
     w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
     expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
     // The writer keeps writing; the reader never blocked it.
-    expect(w.startRun('full', ACCOUNT_ID)).toBeGreaterThan(0);
+    expect(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toBeGreaterThan(0);
     expect(r.runStatus(1)).toBe('running');
   });
 
@@ -362,7 +362,7 @@ describe('corrupt and unusable files', () => {
     const walBytes = fs.readFileSync(`${file}-wal`);
     for (const write of [
       () => m!.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'zzz' }]), null),
-      () => m!.startRun('full', ACCOUNT_ID),
+      () => m!.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }),
       () => m!.resumeRun(1),
       () => m!.forgetCrawlBaseline(ACCOUNT_ID, ids[0]!),
     ]) {
@@ -529,12 +529,12 @@ describe('forgetCrawlBaseline', () => {
 describe('resumeRun', () => {
   it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', () => {
     const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
-    const dead = m.startRun('scheduled', ACCOUNT_ID);
-    const ok = m.startRun('full', ACCOUNT_ID);
+    const dead = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
+    const ok = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m.finishRun(ok, { status: 'succeeded' });
-    const partial = m.startRun('full', ACCOUNT_ID);
+    const partial = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m.finishRun(partial, { status: 'partial', error: 'some failed' });
-    const failed = m.startRun('full', ACCOUNT_ID);
+    const failed = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m.finishRun(failed, { status: 'failed', error: 'boom' });
     const row = (id: number) => m.db.prepare(`SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
 

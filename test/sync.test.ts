@@ -414,7 +414,7 @@ describe('named conversations', () => {
     const h = await start({ workspace: ws });
     const target = ws.list()[1]!;
     const s = await h.sync({ conversationIds: [target.id] });
-    expect(s.mode).toBe('conversations');
+    expect(s).toMatchObject({ scope: 'conversations', refresh: 'incremental', trigger: 'cli' });
     expect(s.status).toBe('succeeded');
     expect(s.minimumRequests).toBe(3);
     expect(h.fake.requests.every((r) => r.path === msgPath(target.id))).toBe(true);

@@ -109,15 +109,31 @@ export interface ApiStats {
   byStatus: Record<number, number>;
 }
 
-/** Per-caller request counters (e.g. one conversation's crawl), added to as requests are sent. */
+/**
+ * Per-caller request counters (e.g. one conversation's crawl), added to by the client as requests
+ * are sent and pages served: the one source of a run's request and "served" figures.
+ */
 export interface RequestTally {
+  /** Attempts sent (each retry counts). */
   requests: number;
+  /** Attempts that were retries. */
   retries: number;
+  /** Responses answered 429. */
   rateLimited: number;
+  /** Records served on the pages that parsed (conversations for the list, messages for a crawl). */
+  served: number;
 }
 
 /** A zeroed {@link RequestTally}. */
-export const newTally = (): RequestTally => ({ requests: 0, retries: 0, rateLimited: 0 });
+export const newTally = (): RequestTally => ({ requests: 0, retries: 0, rateLimited: 0, served: 0 });
+
+/** `a` + `b`, field by field. */
+export const addTally = (a: RequestTally, b: RequestTally): RequestTally => ({
+  requests: a.requests + b.requests,
+  retries: a.retries + b.retries,
+  rateLimited: a.rateLimited + b.rateLimited,
+  served: a.served + b.served,
+});
 
 /** A response we fetched and parsed as JSON. */
 interface JsonResponse {
@@ -198,6 +214,7 @@ export class ApiClient {
       checkPageSize(res.body, what, context);
       const parsed = parsePage(ConversationsPageSchema, res.body, page, what, context);
       bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
+      if (tally) tally.served += parsed.data.length;
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
       if (page + 1 > bound.maxPage) throw runaway('conversation list', bound.meta, page, context);
@@ -240,6 +257,7 @@ export class ApiClient {
         );
       }
       bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
+      if (tally) tally.served += parsed.data.length;
       yield parsed;
       if (parsed.data.length === 0 || page >= parsed.meta.total_pages) return;
       if (page + 1 > bound.maxPage) throw runaway(`conversation ${conversationId} messages`, bound.meta, page, context);

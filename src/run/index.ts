@@ -3,12 +3,14 @@
  * its start, end, status, counts, requests, retries and failures stored in `runs`/`run_failures`,
  * so every run is provable after the fact.
  */
-import { RunError, describeError, type ConvoMirrorError } from '../errors.js';
+import type { Logger } from 'pino';
+import { HttpError, RunError, describeError, type ConvoMirrorError } from '../errors.js';
+import type { Mirror, RunFailureRecord, RunRefresh, RunScope, RunTrigger } from '../store/mirror.js';
 import { publishChanges, type ExportResult } from '../export/exporter.js';
 import type { FileModes } from '../private-fs.js';
-import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type WorkspaceOptions, type WorkspaceResult } from '../sync/workspace.js';
+import { LIST_FAILURE_ID, syncConversations, syncWorkspace, type ConversationFailure, type WorkspaceOptions, type WorkspaceResult } from '../sync/workspace.js';
 import { newProgress, type SyncDeps, type SyncProgress } from '../sync/types.js';
-import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
+import { PER_PAGE, addTally, newTally, type RequestTally } from '../api/client.js';
 
 /** Options of {@link runSync}. */
 export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
@@ -23,15 +25,48 @@ export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
   exportDir: string;
   /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
   modes?: FileModes | undefined;
+  /** Who asked for the run, recorded in `runs.trigger`. @defaultValue `cli` */
+  trigger?: RunTrigger;
+}
+
+/**
+ * Marks the runs a dead process left `running` as `interrupted`. Call once at process start-up,
+ * right after opening the mirror for writing (the writer lock is then ours, so no live process can
+ * own a running run), and never while runs of this process are in flight.
+ *
+ * @returns how many runs were marked
+ * @throws {@link MirrorUnusableError} when the mirror cannot be written
+ */
+export function sweepInterruptedRuns(mirror: Mirror, logger: Logger): number {
+  const n = mirror.markInterruptedRuns();
+  if (n) logger.warn({ runs: n }, 'runs left running by a dead process marked interrupted');
+  return n;
+}
+
+/**
+ * A failure as `run_failures` stores it: the error's code (`ERROR` for an untyped one), and for an
+ * HTTP failure its status and attempts.
+ */
+export function failureRecord(f: ConversationFailure): RunFailureRecord {
+  const err = f.error;
+  return {
+    id: f.id,
+    code: (err as Partial<ConvoMirrorError>).code ?? 'ERROR',
+    status: err instanceof HttpError ? (err.status ?? null) : null,
+    attempts: err instanceof HttpError ? err.attempts : null,
+    message: err.message,
+  };
 }
 
 /** Summary of a run, printed by the CLI and stored in `runs`. */
 export interface RunSummary {
   runId: number;
-  /** `full`: the whole workspace; `conversations`: named ones; `scheduled`: a daemon's workspace job. */
-  mode: 'full' | 'conversations' | 'scheduled';
+  /** `workspace`: every conversation listed; `conversations`: the ones named. */
+  scope: RunScope;
   /** `incremental` (new messages only, change signal) or `full` (every page re-read). */
-  refresh: 'incremental' | 'full';
+  refresh: RunRefresh;
+  /** Who asked for the run: `cli`, `schedule`, `on-demand` (enqueued) or `webhook`. */
+  trigger: RunTrigger;
   /** `interrupted` when `signal` aborted the run (SIGINT/SIGTERM); checkpoints let the next run resume. */
   status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
   durationMs: number;
@@ -74,14 +109,14 @@ export interface RunSummary {
  */
 export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSummary> {
   const started = deps.clock.now();
-  const mode = opts.conversationIds && opts.conversationIds.length > 0 ? 'conversations' : 'full';
-  // One-shot sync: this process holds the writer lock, so any run still 'running' is dead.
-  deps.mirror.markInterruptedRuns();
-  const runId = deps.mirror.startRun(mode, opts.accountId);
+  const scope: RunScope = opts.conversationIds && opts.conversationIds.length > 0 ? 'conversations' : 'workspace';
+  const refresh: RunRefresh = opts.full ? 'full' : 'incremental';
+  const trigger = opts.trigger ?? 'cli';
+  const runId = deps.mirror.startRun({ scope, refresh, trigger, accountId: opts.accountId });
   const log = deps.logger.child({ run: runId });
   const progress = opts.progress ?? newProgress();
   const reqBefore = { ...deps.api.stats };
-  log.info({ mode, account_id: opts.accountId }, 'run started');
+  log.info({ scope, refresh, trigger, account_id: opts.accountId }, 'run started');
 
   let result: WorkspaceResult | undefined;
   let fatal: unknown;
@@ -103,7 +138,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
       confirmListing: opts.confirmListing ?? opts.full === true,
     };
     const d = { ...deps, logger: log };
-    result = mode === 'full' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);
+    result = scope === 'workspace' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds!, wsOpts);
     // Stopped early (credentials, configuration, unusable mirror, runaway list): the result still
     // says what was committed before, and the summary shows it.
     fatal = result.fatal;
@@ -114,7 +149,8 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
   const stats = deps.api.stats;
   return completeRun(deps, {
     runId,
-    mode,
+    scope,
+    trigger,
     startedMs: started,
     accountId: opts.accountId,
     exportDir: opts.exportDir,
@@ -124,14 +160,15 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     interrupted: opts.signal?.aborted === true,
     full: opts.full === true,
     progress,
-    tally: { requests: stats.requests - reqBefore.requests, retries: stats.retries - reqBefore.retries, rateLimited: stats.rateLimited - reqBefore.rateLimited },
+    tally: { requests: stats.requests - reqBefore.requests, retries: stats.retries - reqBefore.retries, rateLimited: stats.rateLimited - reqBefore.rateLimited, served: 0 },
   });
 }
 
 /** Everything {@link completeRun} needs to publish and record a run. */
 export interface RunOutcome {
   runId: number;
-  mode: RunSummary['mode'];
+  scope: RunScope;
+  trigger: RunTrigger;
   /** When the run started, epoch ms. */
   startedMs: number;
   accountId: string;
@@ -162,7 +199,7 @@ export interface RunOutcome {
  *   cannot be recorded (its cause is then the store's error, e.g. {@link MirrorUnusableError})
  */
 export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
-  const { runId, mode } = o;
+  const { runId, scope } = o;
   const log = deps.logger.child({ run: runId });
   let exported: ExportResult | undefined;
   let exportError: unknown;
@@ -184,26 +221,24 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   };
   const tally: RequestTally =
     o.tally ??
-    [result?.listingTally ?? newTally(), ...results.map((r) => r.tally)].reduce(
-      (t, x) => ({ requests: t.requests + x.requests, retries: t.retries + x.retries, rateLimited: t.rateLimited + x.rateLimited }),
-      newTally(),
-    );
+    [result?.listingTally ?? newTally(), ...results.map((r) => r.tally)].reduce(addTally, newTally());
   let storeError: unknown;
   try {
-    deps.mirror.recordFailures(runId, failures);
+    deps.mirror.recordFailures(runId, failures.map(failureRecord));
   } catch (err) {
     storeError = err;
   }
   const listed = result?.conversationsListed ?? 0;
   const minimumRequests =
-    (mode !== 'conversations' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
+    (scope === 'workspace' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0) +
     results.reduce((n, r) => n + Math.max(1, Math.ceil(r.messageCount / PER_PAGE)), 0);
   const status: RunSummary['status'] =
     fatal || exportError || storeError ? 'failed' : o.interrupted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded';
   const summary: RunSummary = {
     runId,
-    mode,
+    scope,
     refresh: o.full ? 'full' : 'incremental',
+    trigger: o.trigger,
     status,
     durationMs: deps.clock.now() - o.startedMs,
     listPasses: result?.listPasses ?? 0,

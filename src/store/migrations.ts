@@ -159,4 +159,13 @@ export const MIGRATIONS: readonly string[] = [
   /* 4: how many times a run was resumed after its process died (see Mirror.resumeRun) */ `
   ALTER TABLE runs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
   `,
+  /* 5: what a run covered, how deep and who asked, instead of the ambiguous mode (which meant
+        "whole workspace" for sync and "full refresh" for the daemon). Older rows keep what can be
+        told from their mode; the rest stays NULL (unknown). New rows write mode = scope. */ `
+  ALTER TABLE runs ADD COLUMN scope TEXT;    -- workspace | conversations
+  ALTER TABLE runs ADD COLUMN refresh TEXT;  -- incremental | full
+  ALTER TABLE runs ADD COLUMN trigger TEXT;  -- cli | schedule | on-demand | webhook
+  UPDATE runs SET scope = CASE mode WHEN 'conversations' THEN 'conversations' ELSE 'workspace' END;
+  UPDATE runs SET refresh = 'incremental' WHERE mode = 'scheduled';
+  `,
 ];

@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Database, sqliteUri, type Db, type Statement } from './sqlite.js';
-import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError, type ConvoMirrorError, HttpError } from '../errors.js';
+import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError } from '../errors.js';
 import { createPrivateFile, mkdirPrivate, PRIVATE_MODES, type FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
 import { isoNow, systemClock } from '../clock.js';
@@ -49,6 +49,35 @@ export interface Checkpoint {
   updatedAt: number;
   /** Run that committed the last page (null outside a recorded run). */
   runId: number | null;
+}
+
+/** What a run covers: every conversation of the workspace, or conversations named by the caller. */
+export type RunScope = 'workspace' | 'conversations';
+/** How deep a run reads: new messages only (change signal, incremental crawls), or every page. */
+export type RunRefresh = 'incremental' | 'full';
+/** Who asked for a run: the `sync` command, a job scheduler, an `enqueue`d job, or a webhook. */
+export type RunTrigger = 'cli' | 'schedule' | 'on-demand' | 'webhook';
+
+/** How a run starts, recorded in `runs` ({@link Mirror.startRun}). */
+export interface RunStart {
+  scope: RunScope;
+  refresh: RunRefresh;
+  trigger: RunTrigger;
+  /** Account the run mirrors (`default` without `X-Account-Id`). */
+  accountId: string;
+}
+
+/** One conversation that failed in a run, as stored in `run_failures`. */
+export interface RunFailureRecord {
+  /** Conversation id, or `(conversation list)` for the listing itself. */
+  id: string;
+  /** The error's code, e.g. `HTTP_ERROR`, `SCHEMA_ERROR`, `LISTED_BUT_NOT_FOUND`. */
+  code: string;
+  /** HTTP status of the last attempt, when the failure was an HTTP answer. */
+  status: number | null;
+  /** Requests made for it (the first and the retries), when known. */
+  attempts: number | null;
+  message: string;
 }
 
 /** Outcome figures of a run, stored in `runs`. */
@@ -632,13 +661,16 @@ export class Mirror {
   // ---------------------------------------------------------------- runs
 
   /**
-   * Records the start of a run (status `running`).
+   * Records the start of a run (status `running`) with its scope, refresh and trigger (the legacy
+   * `mode` column gets the scope).
    *
    * @returns the new run id
    */
-  startRun(mode: string, accountId: string): number {
+  startRun(run: RunStart): number {
     return this.write(() => {
-      const r = this.db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES (?, ?, ?, 'running')`).run(mode, accountId, isoNow(this.clock));
+      const r = this.db
+        .prepare(`INSERT INTO runs (mode, scope, refresh, trigger, account_id, started_at, status) VALUES (?, ?, ?, ?, ?, ?, 'running')`)
+        .run(run.scope, run.scope, run.refresh, run.trigger, run.accountId, isoNow(this.clock));
       return Number(r.lastInsertRowid);
     });
   }
@@ -705,17 +737,12 @@ export class Mirror {
    * and message), replacing what was recorded for that run before: recording twice (a retried
    * finish step) keeps one row per failure.
    */
-  recordFailures(runId: number, failures: { id: string; error: ConvoMirrorError | Error }[]): void {
+  recordFailures(runId: number, failures: RunFailureRecord[]): void {
     return this.write(() => {
       const at = isoNow(this.clock);
       this.db.transaction(() => {
         this.st.deleteRunFailures!.run(runId);
-        for (const { id, error: err } of failures) {
-          const code = (err as ConvoMirrorError).code ?? 'ERROR';
-          const status = err instanceof HttpError ? (err.status ?? null) : null;
-          const attempts = err instanceof HttpError ? err.attempts : null;
-          this.st.insertRunFailure!.run(runId, id, code, status, attempts, err.message, at);
-        }
+        for (const f of failures) this.st.insertRunFailure!.run(runId, f.id, f.code, f.status, f.attempts, f.message, at);
       }).immediate();
     });
   }

@@ -37,7 +37,7 @@ export interface ConversationResult {
   restarts: number;
   /** True when the crawl continued from a checkpoint committed by an earlier run. */
   resumed: boolean;
-  /** Requests this conversation cost (retries included), retries, and 429 answers. */
+  /** Requests this conversation cost (retries included), retries, 429 answers, and messages served. */
   tally: RequestTally;
   /** How the conversation was synced: every page, from its last known page, or skipped (change signal unmoved). */
   crawl: 'full' | 'incremental' | 'skipped';
@@ -84,7 +84,7 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     deleted: 0,
     restarts: 0,
     resumed: false,
-    tally: newTally(),
+    tally: opts.tally ?? newTally(),
     crawl: 'full',
   };
   let incremental = opts.incremental === true;

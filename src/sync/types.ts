@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { ApiClient } from '../api/client.js';
+import type { ApiClient, RequestTally } from '../api/client.js';
 import type { Mirror } from '../store/mirror.js';
 import type { Clock } from '../clock.js';
 
@@ -79,4 +79,9 @@ export interface SyncOptions {
   checkpointMaxAgeMs?: number;
   /** Stops taking new conversations when aborted. */
   signal?: AbortSignal | undefined;
+  /**
+   * Counters the crawl adds its requests and served messages to (its result's `tally`); pass one to
+   * keep the figures of a crawl that fails. @defaultValue a fresh tally
+   */
+  tally?: RequestTally;
 }

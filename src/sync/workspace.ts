@@ -16,7 +16,7 @@
  * conversation list that runs past its own total. What was committed before stays, and is reported.
  */
 import pLimit from 'p-limit';
-import { declaredPages, newTally, type RequestTally } from '../api/client.js';
+import { addTally, declaredPages, newTally, type RequestTally } from '../api/client.js';
 import type { Conversation, Page } from '../api/schemas.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
@@ -27,6 +27,8 @@ export interface ConversationFailure {
   /** Conversation id, or `(conversation list)` when the listing itself failed. */
   id: string;
   error: Error;
+  /** What the failed crawl cost and was served before it failed (absent for the listing's failure). */
+  tally?: RequestTally;
 }
 
 /** Outcome of {@link syncWorkspace} or {@link syncConversations}. */
@@ -43,6 +45,13 @@ export interface WorkspaceResult {
   failures: ConversationFailure[];
   /** Requests the listing cost (zero when conversations were named). */
   listingTally?: RequestTally;
+  /**
+   * Everything this sync asked and was served: the listing and every crawl, finished, failed or
+   * stopped. `served` counts records of both (conversations listed, messages crawled).
+   */
+  tally?: RequestTally;
+  /** Messages served to the crawls (finished, failed or stopped) of this sync. */
+  messagesServed?: number;
   /**
    * The error that stopped the run early, if any: an {@link AuthError}, a {@link ConfigError}, a
    * {@link MirrorUnusableError}, or a {@link PageRunawayError} of the listing. The rest of the
@@ -151,6 +160,8 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
   await crawl.idle();
   out.results = crawl.results;
   out.failures = crawl.failures;
+  out.messagesServed = crawl.tally.served;
+  out.tally = addTally(out.listingTally ?? newTally(), crawl.tally);
   if (crawl.fatal) out.fatal = crawl.fatal;
   return out;
 }
@@ -293,6 +304,8 @@ export async function syncConversations(deps: SyncDeps, ids: string[], opts: Wor
   for (const id of new Set(ids)) crawl.enqueue(id);
   await crawl.idle();
   const out = namedConversationsResult(crawl.results, crawl.failures);
+  out.messagesServed = crawl.tally.served;
+  out.tally = crawl.tally;
   if (crawl.fatal) out.fatal = crawl.fatal;
   return out;
 }
@@ -305,7 +318,9 @@ export function namedConversationsResult(results: ConversationResult[], failures
 /** Runs conversation crawls with a concurrency cap; stops everything on a fatal error. */
 class Crawler {
   private readonly resultsById = new Map<string, ConversationResult>();
-  private readonly failuresById = new Map<string, Error>();
+  private readonly failuresById = new Map<string, { error: Error; tally?: RequestTally }>();
+  /** Every crawl's requests and served messages, whatever its outcome. */
+  readonly tally: RequestTally = newTally();
   private readonly limit: ReturnType<typeof pLimit>;
   private readonly tasks: Promise<void>[] = [];
   /** The error that stopped the whole run (see {@link isFatal}), if any. */
@@ -325,13 +340,13 @@ class Crawler {
 
   /** Conversations (and the listing) whose last attempt failed. */
   get failures(): ConversationFailure[] {
-    return [...this.failuresById].map(([id, error]) => ({ id, error }));
+    return [...this.failuresById].map(([id, f]) => ({ id, ...f }));
   }
 
   /** Records a failure of `id` (its last attempt's error counts). */
-  fail(id: string, error: Error): void {
+  fail(id: string, error: Error, tally?: RequestTally): void {
     this.resultsById.delete(id);
-    this.failuresById.set(id, error);
+    this.failuresById.set(id, tally ? { error, tally } : { error });
   }
 
   get stopped(): boolean {
@@ -364,8 +379,9 @@ class Crawler {
   private async run(id: string, how: { noSkip?: boolean; unlisted?: boolean }): Promise<void> {
     if (this.stopped) return;
     const progress = this.opts.progress;
+    const tally = newTally();
     try {
-      const opts: SyncOptions = { ...this.opts, ...(how.noSkip ? { changeField: undefined } : {}), ...(how.unlisted ? { unlisted: true } : {}) };
+      const opts: SyncOptions = { ...this.opts, tally, ...(how.noSkip ? { changeField: undefined } : {}), ...(how.unlisted ? { unlisted: true } : {}) };
       const r = await syncConversation(this.deps, id, opts);
       // A conversation crawled again (a re-check): its last outcome counts.
       this.resultsById.set(r.id, r);
@@ -381,7 +397,7 @@ class Crawler {
         return;
       }
       if (!this.failuresById.has(id)) progress.conversationsFailed++;
-      this.fail(id, err as Error);
+      this.fail(id, err as Error, tally);
       // Ask the API about it again next run, whatever its change signal says.
       try {
         this.deps.mirror.forgetCrawlBaseline(this.opts.accountId, id);
@@ -393,6 +409,7 @@ class Crawler {
         'conversation failed after retries',
       );
     } finally {
+      Object.assign(this.tally, addTally(this.tally, tally));
       progress.conversationsDone++;
     }
   }
