@@ -13,6 +13,7 @@ import { systemClock, type Clock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 import { runSync, type RunOptions, type RunSummary } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
+import { sqlAll } from './sql.js';
 
 export const API_KEY = 'test-key-5f0c1d2e';
 export const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
@@ -100,9 +101,7 @@ export interface MirroredMessage {
 
 /** Live messages in the mirror, keyed `conversation_id/id` → served JSON. */
 export function liveMessages(mirror: Mirror, accountId = ACCOUNT_ID): Map<string, string> {
-  const rows = mirror.db
-    .prepare(`SELECT conversation_id, id, raw FROM messages WHERE account_id = ? AND deleted_at IS NULL`)
-    .all(accountId) as MirroredMessage[];
+  const rows = sqlAll<MirroredMessage>(mirror, `SELECT conversation_id, id, raw FROM messages WHERE account_id = ? AND deleted_at IS NULL`, accountId);
   return new Map(rows.map((r) => [`${r.conversation_id}/${r.id}`, r.raw]));
 }
 
@@ -120,9 +119,7 @@ export function mirrorEqualsFake(mirror: Mirror, ws: FakeWorkspace, accountId = 
   const missing = [...b.keys()].filter((k) => a.get(k) !== b.get(k));
   const extra = [...a.keys()].filter((k) => !b.has(k));
   const convs = new Map(
-    (mirror.db.prepare(`SELECT id, raw FROM conversations WHERE account_id = ? AND deleted_at IS NULL`).all(accountId) as { id: string; raw: string }[]).map(
-      (r) => [r.id, r.raw],
-    ),
+    sqlAll<{ id: string; raw: string }>(mirror, `SELECT id, raw FROM conversations WHERE account_id = ? AND deleted_at IS NULL`, accountId).map((r) => [r.id, r.raw]),
   );
   const fakeConvs = new Map(ws.list().map((c) => [c.id, JSON.stringify(c.data)]));
   const convMissing = [...fakeConvs.keys()].filter((id) => convs.get(id) !== fakeConvs.get(id));
