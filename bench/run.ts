@@ -1,7 +1,7 @@
 /**
  * `npm run bench`: convo-mirror's speed, memory and request economy (issue 4).
  *
- * Starts the fake API in a separate process (`node dist/src/cli.js fake-api ...`), then measures,
+ * Starts the fake API in a separate process (`node dist/src/cli/index.js fake-api ...`), then measures,
  * for a workspace of 2,000 conversations (seed 7; `--large`: 10,000):
  * - full sync (`runSync` with `full: true`, no configured rate cap, concurrency 8): wall time,
  *   messages/s, requests vs the minimum, peak RSS (sampled every 50 ms);
@@ -9,7 +9,7 @@
  * - the storage ceiling: the same rows written straight into a fresh SQLite mirror, no HTTP;
  * - incremental with nothing changed, and with 1 % of conversations given 3 new messages;
  * - under a server-side limit of 20 requests/s (a smaller workspace, see `--limited-conversations`);
- * - hostile API (issue 8; about 10 s): the real CLI (`node dist/src/cli.js sync`, a child process
+ * - hostile API (issue 8; about 10 s): the real CLI (`node dist/src/cli/index.js sync`, a child process
  *   with `--import dist/bench/rss-probe.js` recording its peak RSS) against a fake with faults armed
  *   (dist/bench/hostile-fake.js, its own process): one conversation serving a 300 MiB page and another
  *   an endless body, together and each alone (peak RSS, exit code); a conversation list that never
@@ -40,7 +40,7 @@ import { runSync, type RunSummary } from '../src/run/index.js';
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */
 const root = path.resolve(here, '..', '..');
-const cliJs = path.join(root, 'dist', 'src', 'cli.js');
+const cliJs = path.join(root, 'dist', 'src', 'cli', 'index.js');
 const hostileFakeJs = path.join(root, 'dist', 'bench', 'hostile-fake.js');
 const rssProbeJs = path.join(root, 'dist', 'bench', 'rss-probe.js');
 const API_KEY = 'bench-key-0123456789abcdef';
@@ -353,7 +353,7 @@ interface CliRun {
   stderrTail: string;
 }
 
-/** Runs `node --import rss-probe dist/src/cli.js sync` against `url` in a fresh temp dir. */
+/** Runs `node --import rss-probe dist/src/cli/index.js sync` against `url` in a fresh temp dir. */
 async function cliSync(url: string): Promise<CliRun> {
   const dir = tempDir();
   const rssFile = path.join(dir, 'maxrss');

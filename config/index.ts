@@ -72,11 +72,41 @@ export interface Config {
 /** Flags as parsed by the CLI (commander gives strings, or numbers where it coerces). Undefined = not given. */
 export type ConfigFlags = Partial<Record<keyof Config, string | number | boolean | undefined>>;
 
-interface FieldDef {
+/** Commands that take configuration flags (`fake-api` and `demo` have their own). */
+export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' | 'retry-failed';
+
+/** Commands that call the API. */
+const API: readonly ConfigCommand[] = ['sync', 'daemon'];
+/** Commands that open the mirror and its exports. */
+const MIRROR: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon'];
+/** Commands that reach the job queue. */
+const QUEUE: readonly ConfigCommand[] = ['status', 'daemon', 'enqueue', 'retry-failed'];
+/** Every command that takes configuration flags. */
+const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
+
+/**
+ * One configuration field: where it comes from (flag, env), how it is validated, its default, and
+ * how the CLI shows it. src/cli/flags.ts generates every command's options (help text
+ * `<help> (env <ENV>, default <default>[; <note>])`) and the flags → {@link ConfigFlags} mapping
+ * from this, so a field is declared once.
+ */
+export interface FieldDef {
+  /** Environment variable, e.g. `CONVO_MIRROR_BASE_URL`. */
   env: string;
+  /** Command-line flag as commander declares it: `--base-url <url>`, or `--group-readable` for a switch. */
   flag: string;
+  /** Validation (and coercion) of the raw string, or boolean for a switch. */
   schema: z.ZodType;
+  /** Value when neither flag nor env is given; absent = undefined (or required, for baseUrl/apiKey). */
   defaultValue?: unknown;
+  /** One line of help, without the env and default (they are appended). */
+  help: string;
+  /** The default as help shows it, when `String(defaultValue)` is not the best way to say it. */
+  shownDefault?: string;
+  /** Appended after the env (and default) in help, e.g. a caution. */
+  helpNote?: string;
+  /** Commands that take the flag. */
+  commands: readonly ConfigCommand[];
 }
 
 const uuid = z
@@ -90,11 +120,14 @@ const intFrom = (min: number, max: number) =>
     .min(min, `must be at least ${min}`)
     .max(max, `must be at most ${max}`);
 
-/** Field table: env variable, flag, validation and default, one place for all of them. */
+/**
+ * Field table: env variable, flag, validation, default, help and the commands that take it, one
+ * place for all of them. The order is the order of the flags in every command's help.
+ */
 export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
   baseUrl: {
     env: 'CONVO_MIRROR_BASE_URL',
-    flag: '--base-url',
+    flag: '--base-url <url>',
     schema: z
       .string()
       .trim()
@@ -105,10 +138,12 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
       .refine((s) => !URL.canParse(s) || (new URL(s).search === '' && !s.includes('?')), 'must not carry a query string (paths /v1/... are appended to it)')
       .refine((s) => !URL.canParse(s) || (new URL(s).hash === '' && !s.includes('#')), 'must not carry a fragment (#...)')
       .transform((s) => s.replace(/\/+$/, '')),
+    help: "API base URL, the spec's {base_url}",
+    commands: API,
   },
   apiKey: {
     env: 'CONVO_MIRROR_API_KEY',
-    flag: '--api-key',
+    flag: '--api-key <key>',
     schema: z
       .string()
       .trim()
@@ -116,64 +151,62 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
       // Sent as a header value: CR, LF, other control characters or non-ASCII are a paste error
       // (and would be refused by the HTTP stack, or worse, split the header).
       .regex(/^[\x20-\x7e]+$/, 'must be printable ASCII: it holds a control character (CR, LF, tab...) or a non-ASCII character'),
+    help: 'API key sent as X-Api-Key',
+    helpNote: 'prefer the env: flags show in ps',
+    commands: API,
   },
-  accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id', schema: uuid },
-  db: { env: 'CONVO_MIRROR_DB', flag: '--db', schema: z.string().min(1, 'must not be empty'), defaultValue: 'data/mirror.sqlite' },
-  exportDir: {
-    env: 'CONVO_MIRROR_EXPORT_DIR',
-    flag: '--export-dir',
-    schema: z.string().min(1, 'must not be empty'),
-    defaultValue: 'data/exports',
+  accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id <uuid>', schema: uuid, help: 'workspace sent as X-Account-Id', commands: MIRROR },
+  concurrency: {
+    env: 'CONVO_MIRROR_CONCURRENCY',
+    flag: '--concurrency <n>',
+    schema: intFrom(1, 64),
+    defaultValue: 4,
+    help: 'conversations in flight',
+    commands: API,
   },
-  concurrency: { env: 'CONVO_MIRROR_CONCURRENCY', flag: '--concurrency', schema: intFrom(1, 64), defaultValue: 4 },
   maxRps: {
     env: 'CONVO_MIRROR_MAX_RPS',
-    flag: '--max-rps',
+    flag: '--max-rps <n>',
     schema: z.coerce
       .number({ error: 'must be a number' })
       .refine((n) => n === 0 || n >= 0.1, 'must be 0 (no cap) or at least 0.1 requests per second')
       .refine((n) => n <= 10_000, 'must be at most 10000'),
     defaultValue: 10,
+    help: 'requests per second cap for the process, 0 = none',
+    commands: API,
   },
   requestTimeoutMs: {
     env: 'CONVO_MIRROR_REQUEST_TIMEOUT_MS',
-    flag: '--request-timeout',
+    flag: '--request-timeout <ms>',
     schema: intFrom(100, 600_000),
     defaultValue: 30_000,
+    help: 'per-request timeout in ms',
+    commands: API,
   },
-  maxRetries: { env: 'CONVO_MIRROR_MAX_RETRIES', flag: '--max-retries', schema: intFrom(0, 20), defaultValue: 6 },
-  logLevel: { env: 'LOG_LEVEL', flag: '--log-level', schema: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(', ')}` }), defaultValue: 'info' },
-  redisUrl: {
-    env: 'REDIS_URL',
-    flag: '--redis-url',
-    schema: z
-      .string()
-      .trim()
-      .refine((s) => /^rediss?:\/\/[^\s]+$/.test(s) && URL.canParse(s), 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379'),
-    defaultValue: 'redis://127.0.0.1:6379',
+  maxRetries: {
+    env: 'CONVO_MIRROR_MAX_RETRIES',
+    flag: '--max-retries <n>',
+    schema: intFrom(0, 20),
+    defaultValue: 6,
+    help: 'retries per request for transient failures',
+    commands: API,
   },
-  schedule: { env: 'CONVO_MIRROR_SCHEDULE', flag: '--schedule', schema: cron(), defaultValue: '*/15 * * * *' },
-  fullSchedule: { env: 'CONVO_MIRROR_FULL_SCHEDULE', flag: '--full-schedule', schema: cron(), defaultValue: '0 3 * * *' },
-  tz: {
-    env: 'CONVO_MIRROR_TZ',
-    flag: '--tz',
-    schema: z.string().trim().refine(isTimeZone, 'must be an IANA time zone such as UTC or Europe/Paris'),
-    defaultValue: 'UTC',
+  changeField: {
+    env: 'CONVO_MIRROR_CHANGE_FIELD',
+    flag: '--change-field <field>',
+    schema: z.string().trim().regex(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/, 'must be auto, none, or a field name of the conversation object'),
+    defaultValue: 'auto',
+    help: 'change signal of incremental syncs: auto, none or a field name',
+    commands: API,
   },
-  shutdownTimeoutMs: { env: 'CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS', flag: '--shutdown-timeout', schema: intFrom(0, 3_600_000), defaultValue: 30_000 },
-  queuePrefix: {
-    env: 'CONVO_MIRROR_QUEUE_PREFIX',
-    flag: '--queue-prefix',
-    schema: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 letters, digits, dots, dashes or underscores'),
-    defaultValue: 'convo-mirror',
-  },
-  jobAttempts: { env: 'CONVO_MIRROR_JOB_ATTEMPTS', flag: '--job-attempts', schema: intFrom(1, 100), defaultValue: 5 },
-  jobLockMs: { env: 'CONVO_MIRROR_JOB_LOCK_MS', flag: '--job-lock', schema: intFrom(1000, 3_600_000), defaultValue: 30_000 },
   maxResponseBytes: {
     env: 'CONVO_MIRROR_MAX_RESPONSE_BYTES',
-    flag: '--max-response-bytes',
+    flag: '--max-response-bytes <n>',
     schema: intFrom(65_536, 1_073_741_824),
     defaultValue: 32 * 1024 * 1024,
+    help: 'largest API response read, bytes; larger ones fail that conversation',
+    shownDefault: '33554432 = 32 MiB',
+    commands: API,
   },
   groupReadable: {
     env: 'CONVO_MIRROR_GROUP_READABLE',
@@ -182,14 +215,92 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
       .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false' })])
       .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes'),
     defaultValue: false,
+    help: 'create files 0640 and directories 0750 instead of 0600 and 0700',
+    commands: API,
   },
-  changeField: {
-    env: 'CONVO_MIRROR_CHANGE_FIELD',
-    flag: '--change-field',
-    schema: z.string().trim().regex(/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/, 'must be auto, none, or a field name of the conversation object'),
-    defaultValue: 'auto',
+  db: {
+    env: 'CONVO_MIRROR_DB',
+    flag: '--db <path>',
+    schema: z.string().min(1, 'must not be empty'),
+    defaultValue: 'data/mirror.sqlite',
+    help: 'SQLite mirror',
+    commands: MIRROR,
+  },
+  exportDir: {
+    env: 'CONVO_MIRROR_EXPORT_DIR',
+    flag: '--export-dir <dir>',
+    schema: z.string().min(1, 'must not be empty'),
+    defaultValue: 'data/exports',
+    help: 'JSONL exports',
+    commands: MIRROR,
+  },
+  logLevel: {
+    env: 'LOG_LEVEL',
+    flag: '--log-level <level>',
+    schema: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(', ')}` }),
+    defaultValue: 'info',
+    help: LOG_LEVELS.join('|'),
+    commands: EVERY,
+  },
+  redisUrl: {
+    env: 'REDIS_URL',
+    flag: '--redis-url <url>',
+    schema: z
+      .string()
+      .trim()
+      .refine((s) => /^rediss?:\/\/[^\s]+$/.test(s) && URL.canParse(s), 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379'),
+    defaultValue: 'redis://127.0.0.1:6379',
+    help: 'Redis of the job queue',
+    commands: QUEUE,
+  },
+  queuePrefix: {
+    env: 'CONVO_MIRROR_QUEUE_PREFIX',
+    flag: '--queue-prefix <prefix>',
+    schema: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 letters, digits, dots, dashes or underscores'),
+    defaultValue: 'convo-mirror',
+    help: 'BullMQ key prefix, one per mirror',
+    commands: QUEUE,
+  },
+  jobAttempts: {
+    env: 'CONVO_MIRROR_JOB_ATTEMPTS',
+    flag: '--job-attempts <n>',
+    schema: intFrom(1, 100),
+    defaultValue: 5,
+    help: 'attempts before a job is kept as failed',
+    commands: QUEUE,
+  },
+  schedule: { env: 'CONVO_MIRROR_SCHEDULE', flag: '--schedule <cron>', schema: cron(), defaultValue: '*/15 * * * *', help: 'regular sync', commands: ['daemon'] },
+  fullSchedule: { env: 'CONVO_MIRROR_FULL_SCHEDULE', flag: '--full-schedule <cron>', schema: cron(), defaultValue: '0 3 * * *', help: 'full refresh', commands: ['daemon'] },
+  tz: {
+    env: 'CONVO_MIRROR_TZ',
+    flag: '--tz <zone>',
+    schema: z.string().trim().refine(isTimeZone, 'must be an IANA time zone such as UTC or Europe/Paris'),
+    defaultValue: 'UTC',
+    help: 'time zone of the crons',
+    commands: ['daemon'],
+  },
+  shutdownTimeoutMs: {
+    env: 'CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS',
+    flag: '--shutdown-timeout <ms>',
+    schema: intFrom(0, 3_600_000),
+    defaultValue: 30_000,
+    help: 'grace period for running jobs on SIGTERM/SIGINT, ms',
+    commands: ['daemon'],
+  },
+  jobLockMs: {
+    env: 'CONVO_MIRROR_JOB_LOCK_MS',
+    flag: '--job-lock <ms>',
+    schema: intFrom(1000, 3_600_000),
+    defaultValue: 30_000,
+    help: "job lock; a dead worker's job is picked up again after about this long",
+    commands: ['daemon'],
   },
 };
+
+/** The flag's name without its value placeholder: `--base-url <url>` → `--base-url`. */
+export function flagName(def: Pick<FieldDef, 'flag'>): string {
+  return def.flag.split(' ')[0]!;
+}
 
 /**
  * A URL (or text meant as one) with everything from after the scheme up to the LAST `@` masked,
@@ -247,7 +358,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
     const fromFlag = flags[key];
     const fromEnv = env[def.env];
     const raw = fromFlag !== undefined ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : undefined;
-    const name = fromFlag !== undefined ? `${def.flag}` : def.env;
+    const name = fromFlag !== undefined ? flagName(def) : def.env;
     if (typeof raw === 'string' && raw.trim() === '') {
       // A blank value would coerce to 0 (e.g. "no rate cap"): refuse it rather than guess.
       throw new ConfigError(name, 'must not be blank');
@@ -258,7 +369,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
         continue;
       }
       if (needsApi && (key === 'baseUrl' || key === 'apiKey')) {
-        throw new ConfigError(def.env, `is required (set it in the environment or pass ${def.flag})`);
+        throw new ConfigError(def.env, `is required (set it in the environment or pass ${flagName(def)})`);
       }
       out[key] = undefined;
       continue;

@@ -1,42 +1,21 @@
 /**
- * The CLI as a user runs it: a child process (`node dist/src/cli.js`, built by `npm test`) against
- * the fake API in this process, real SQLite and export files in temp dirs.
+ * The CLI as a user runs it: a child process (the built CLI that package.json's `bin` names, built
+ * by `npm test`) against the fake API in this process, real SQLite and export files in temp dirs.
+ * Every child has a time limit and is killed afterwards.
  */
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { describe, it, expect, beforeAll, afterAll, afterEach } from 'vitest';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { verifyExports } from '../src/export/exporter.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, tempDir, liveMessages } from './helpers.js';
+import { assertBuilt, killLeftovers, run, start } from './children.js';
+import { sqlAll } from './sql.js';
 
-const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/src/cli.js');
-
-interface Ran {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-function run(args: string[], env: NodeJS.ProcessEnv, onSpawn?: (child: ChildProcess) => void): Promise<Ran> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-    onSpawn?.(child);
-  });
-}
-
-beforeAll(() => {
-  if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run "npm run build" first (npm test does it)`);
-});
+beforeAll(assertBuilt);
+afterEach(killLeftovers);
 
 describe('convo-mirror sync (CLI)', () => {
   let fake: FakeApi;
@@ -149,7 +128,9 @@ describe('crash safety: SIGKILL mid-run, then re-run', () => {
             killed++;
           }
         });
-        const r = await run(['sync'], env, (c) => (child = c));
+        const started = start(['sync'], env);
+        child = started.child;
+        const r = await started.done;
         off();
         expect(r.signal).toBe('SIGKILL');
       }
@@ -168,7 +149,7 @@ describe('crash safety: SIGKILL mid-run, then re-run', () => {
         const eq = mirrorEqualsFake(mirror, ws);
         expect(eq.ok, eq.detail).toBe(true);
         expect(verifyExports(mirror, path.join(dir, 'exports'))).toEqual([]);
-        const runs = mirror.db.prepare(`SELECT status FROM runs ORDER BY id`).all() as { status: string }[];
+        const runs = sqlAll<{ status: string }>(mirror, `SELECT status FROM runs ORDER BY id`);
         expect(runs.map((r) => r.status)).toEqual(['interrupted', 'interrupted', 'interrupted', 'succeeded']);
       } finally {
         mirror.close();

@@ -2,8 +2,8 @@
  * Issue 8 through the CLI as a process: a misbehaving API (404s it contradicts, a list that never
  * ends, huge and endless bodies, hostile ids), bad input refused before any request or file, a
  * damaged or full mirror, files private whatever the umask, and read-only commands on an auditor's
- * copy. Each test spawns `node dist/src/cli.js` (built by `npm test`) against the fake API in this
- * process on 127.0.0.1, with real SQLite and export files in temp dirs. Every wait is bounded and
+ * copy. Each test spawns the built CLI (package.json's `bin`, built by `npm test`) against the fake
+ * API in this process on 127.0.0.1, with real SQLite and export files in temp dirs. Every wait is bounded and
  * every child is killed afterwards.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +14,7 @@ import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { CLI, assertBuilt, killLeftovers, run, runCommand, waitFor, type Ran } from './children.js';
+import { sqlAll, sqlValue } from './sql.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -171,8 +172,8 @@ describe('a misbehaving server cannot make a run endless or unbounded', () => {
     const list = fake.requests.filter((q) => q.path === '/v1/conversations').length;
     expect(list).toBe(13); // its first page says 2 pages: ceil(2 * 1.1) + 10 pages, then it stops
     expect(fake.requests.length).toBeLessThan(300);
-    const live = withMirror(path.join(dir, 'mirror.sqlite'), (m) => m.db.prepare(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`).get());
-    expect(live).toEqual({ n: 0 });
+    const tombstoned = withMirror(path.join(dir, 'mirror.sqlite'), (m) => sqlValue(m, `SELECT count(*) FROM messages WHERE deleted_at IS NOT NULL`));
+    expect(tombstoned).toBe(0);
   });
 
   it('a 300 MiB page and a body that never ends fail their conversations, named with the page and the cap; the others are mirrored', async () => {
@@ -194,8 +195,7 @@ describe('a misbehaving server cannot make a run endless or unbounded', () => {
       expect(reqs[0]!.bytesSent).toBeLessThan(4 * 1024 * 1024 + 32 * 1024 * 1024);
     }
     withMirror(path.join(dir, 'mirror.sqlite'), (m) => {
-      const n = m.db.prepare(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`).get() as { n: number };
-      expect(n.n).toBe(9);
+      expect(sqlValue(m, `SELECT count(*) FROM messages WHERE deleted_at IS NULL`)).toBe(9);
     });
   });
 
@@ -314,8 +314,8 @@ describe('a damaged mirror stops the run', () => {
     expect((await run(['sync'], env)).code).toBe(0);
     // Overwrite the root page of the messages table (and of its index) with garbage.
     const pages = withMirror(db, (m) => {
-      const size = m.db.pragma('page_size', { simple: true }) as number;
-      const roots = m.db.prepare(`SELECT rootpage FROM sqlite_master WHERE tbl_name = 'messages' AND rootpage > 0`).all() as { rootpage: number }[];
+      const size = sqlValue(m, `PRAGMA page_size`);
+      const roots = sqlAll<{ rootpage: number }>(m, `SELECT rootpage FROM sqlite_master WHERE tbl_name = 'messages' AND rootpage > 0`);
       return { size, roots: roots.map((r) => r.rootpage) };
     });
     const fd = fs.openSync(db, 'r+');

@@ -14,7 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { writerIsLive } from '../src/store/lock.js';
-import { readMirrorResult, statusOf, verifyOf } from '../src/cli.js';
+import { readMirrorResult, statusOf, verifyOf } from '../src/cli/index.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, snapshotEntries, tempDir, type EntrySnapshot } from './helpers.js';
 import { assertBuilt, CLI, killLeftovers, run, within } from './children.js';

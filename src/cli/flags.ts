@@ -1,0 +1,60 @@
+/**
+ * Command-line flags generated from the one configuration table (config/ `CONFIG_FIELDS`): each
+ * command's options, their help text, and the parsed options → {@link ConfigFlags} mapping.
+ */
+import { Option, type Command } from 'commander';
+import { CONFIG_FIELDS, type Config, type ConfigCommand, type ConfigFlags, type FieldDef } from '../../config/index.js';
+import { ConfigError } from '../errors.js';
+
+/** The fields a command takes, in table (= help) order. */
+function fieldsOf(command: ConfigCommand): [keyof Config, FieldDef][] {
+  return (Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][]).filter(([, def]) => def.commands.includes(command));
+}
+
+/** The default as help shows it: `shownDefault`, else the value (quoted when it holds a space); undefined = none. */
+function shownDefault(def: FieldDef): string | undefined {
+  if (def.shownDefault !== undefined) return def.shownDefault;
+  if (def.defaultValue === undefined) return undefined;
+  const v = String(def.defaultValue);
+  return /\s/.test(v) ? JSON.stringify(v) : v;
+}
+
+/** Help text of a field's flag: `<help> (env <ENV>[, default <default>][; <note>])`. */
+export function flagHelp(def: FieldDef): string {
+  const dflt = shownDefault(def);
+  return `${def.help} (env ${def.env}${dflt === undefined ? '' : `, default ${dflt}`}${def.helpNote ? `; ${def.helpNote}` : ''})`;
+}
+
+/** Adds the configuration flags `command` takes (see {@link CONFIG_FIELDS}) to `cmd`; returns `cmd`. */
+export function addConfigFlags(cmd: Command, command: ConfigCommand): Command {
+  for (const [, def] of fieldsOf(command)) cmd.addOption(new Option(def.flag, flagHelp(def)));
+  return cmd;
+}
+
+/**
+ * The configuration flags among commander's parsed options `o` of `command` (undefined = not
+ * given), for {@link loadConfig}.
+ */
+export function configFlagsOf(o: Record<string, unknown>, command: ConfigCommand): ConfigFlags {
+  const flags: ConfigFlags = {};
+  for (const [key, def] of fieldsOf(command)) flags[key] = o[new Option(def.flag).attributeName()] as string | boolean | undefined;
+  return flags;
+}
+
+/**
+ * Conversation ids given on the command line: each must be non-empty and usable as one path
+ * segment (`.` and `..` would be normalized out of `/v1/conversations/:id/messages`).
+ *
+ * @throws {@link ConfigError} naming `--conversation` and the id
+ */
+export function conversationIdsFrom(ids: string[] | undefined): string[] | undefined {
+  if (ids === undefined) return undefined;
+  for (const id of ids) {
+    if (id.trim() === '') throw new ConfigError('--conversation', 'must not be empty');
+    if (id === '.' || id === '..') throw new ConfigError('--conversation', `${JSON.stringify(id)} is not a conversation id`);
+  }
+  return ids;
+}
+
+/** Where the job queue lives, from the configuration. */
+export const queueSettings = (config: Config): { redisUrl: string; prefix: string } => ({ redisUrl: config.redisUrl, prefix: config.queuePrefix });

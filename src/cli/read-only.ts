@@ -1,0 +1,122 @@
+/**
+ * The read-only commands' computations (`status`, `verify`) on an existing mirror, without the
+ * writer lock, on a consistent snapshot.
+ */
+import fs from 'node:fs';
+import { loadConfig, type Config, type ConfigFlags } from '../../config/index.js';
+import { Mirror } from '../store/mirror.js';
+import { MirrorUnusableError, describeError } from '../errors.js';
+import { verifyExports } from '../export/exporter.js';
+import { EXIT, exitFor, fail, type SetExit } from './exit.js';
+
+/** Failpoints of the read-only commands' computations, for tests. */
+export interface SnapshotHooks {
+  /**
+   * Called after each computation on a read-only open, before {@link Mirror.snapshotChanged} is
+   * asked (attempt 1, 2, 3).
+   */
+  onSnapshot?: (attempt: number, mirror: Mirror) => void;
+}
+
+/** What `status` reports from the mirror (the queue is read apart). */
+export interface StatusResult {
+  counts: Record<string, number>;
+  runs: Record<string, unknown>[];
+  failures: Record<string, unknown>[];
+}
+
+/** What `verify` found. */
+export interface VerifyResult {
+  /** Absolute path of the mirror. */
+  file: string;
+  /** quick_check problems, and the database error that stopped the export check, if any. */
+  dbProblems: string[];
+  /** Export files that do not match their records. */
+  problems: { path: string; problem: string; detail?: string | undefined }[];
+  /** Published files and lines recorded. */
+  files: { n: number; l: number };
+}
+
+/** Computes {@link StatusResult} from a read-only mirror. */
+export function statusOf(mirror: Mirror): StatusResult {
+  return { counts: mirror.counts(), runs: mirror.lastRuns(5), failures: mirror.lastRunFailures() };
+}
+
+/** Computes {@link VerifyResult}: the database first (the export records are only as good as it is), then the exports. */
+export function verifyOf(mirror: Mirror, exportDir: string): VerifyResult {
+  const dbProblems = mirror.quickCheck();
+  let problems: VerifyResult['problems'] = [];
+  let files = { n: 0, l: 0 };
+  try {
+    problems = verifyExports(mirror, exportDir);
+    const totals = mirror.exportTotals();
+    files = { n: totals.files, l: totals.lines };
+  } catch (err) {
+    // The mirror's own reads turn a damaged page into MirrorUnusableError: a finding, not a crash.
+    if (!(err instanceof MirrorUnusableError)) throw err;
+    dbProblems.push(describeError(err.cause));
+  }
+  return { file: mirror.file, dbProblems, problems, files };
+}
+
+/**
+ * Computes a read-only command's whole result on an existing mirror with
+ * {@link Mirror.readConsistent}: a result read from a file a writer changed meanwhile is thrown
+ * away and computed again (at most 3 attempts), so a writer that starts mid-way cannot make a
+ * healthy mirror look damaged.
+ */
+export function readMirrorResult<R>(file: string, compute: (mirror: Mirror) => R, hooks: SnapshotHooks = {}): R {
+  return Mirror.readConsistent(file, compute, hooks.onSnapshot ? { onSnapshot: hooks.onSnapshot } : {});
+}
+
+/**
+ * {@link readMirrorResult} with SIGINT/SIGTERM held off: the read is synchronous, so with a
+ * listener installed a signal waits for it to end and a private copy of the mirror (a `-wal` with
+ * no live writer) is always removed. Returns the signal that came meanwhile, if any.
+ */
+async function readUninterrupted<R>(file: string, compute: (mirror: Mirror) => R): Promise<{ result: R; interrupted?: NodeJS.Signals }> {
+  let interrupted: NodeJS.Signals | undefined;
+  const onSignal = (sig: NodeJS.Signals) => (interrupted ??= sig);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  let result: R;
+  try {
+    result = readMirrorResult(file, compute);
+  } finally {
+    // A signal that came during the synchronous read is delivered on the next turn of the loop.
+    await new Promise((resolve) => setImmediate(resolve));
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  return interrupted ? { result, interrupted } : { result };
+}
+
+/**
+ * Runs a read-only command (`status`, `verify`) on an existing mirror, without the writer lock:
+ * `compute` builds the whole result on a consistent read-only snapshot ({@link readMirrorResult}),
+ * then `print` (after the mirror is closed) writes it and returns the exit code. A missing mirror is
+ * a configuration error (exit 2) and is not created; a signal during the read exits 130.
+ */
+export async function withExistingMirror<R>(
+  flags: ConfigFlags,
+  setExit: SetExit,
+  compute: (mirror: Mirror, config: Config) => R,
+  print: (result: R, config: Config) => number | Promise<number>,
+): Promise<void> {
+  try {
+    const config = loadConfig(process.env, flags, { needsApi: false });
+    if (!fs.existsSync(config.db)) {
+      setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
+      return;
+    }
+    // Read-only: no lock, no WAL switch, no migration, no file created beside it (an auditor's copy, a backup).
+    const read = await readUninterrupted(config.db, (mirror) => compute(mirror, config));
+    if (read.interrupted) {
+      setExit(fail(EXIT.INTERRUPTED, `interrupted by ${read.interrupted}`));
+      return;
+    }
+    setExit(await print(read.result, config));
+  } catch (err) {
+    setExit(exitFor(err));
+  }
+}

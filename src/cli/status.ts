@@ -1,0 +1,29 @@
+/**
+ * `convo-mirror status`: counts per table, the last runs and their failures, and the job queue,
+ * read without the writer lock.
+ */
+import type { Command } from 'commander';
+import { queueStatus } from '../../jobs/admin.js';
+import { EXIT, type SetExit } from './exit.js';
+import { addConfigFlags, configFlagsOf, queueSettings } from './flags.js';
+import { statusOf, withExistingMirror } from './read-only.js';
+import { formatQueueStatus, formatStatus } from './summary.js';
+
+/** Adds `status` to `program`. */
+export function addStatusCommand(program: Command, setExit: SetExit): void {
+  const cmd = program
+    .command('status')
+    .description('Show counts per table, the last runs and their failures, the export watermark, and the job queue (counts, schedulers, failed jobs)')
+    .option('--json', 'print as JSON');
+  addConfigFlags(cmd, 'status').action((o) =>
+    withExistingMirror(configFlagsOf(o, 'status'), setExit, statusOf, async (status, config) => {
+      const queue = await queueStatus(queueSettings(config));
+      if (o.json) {
+        process.stdout.write(JSON.stringify({ db: config.db, counts: status.counts, runs: status.runs, failures: status.failures, queue }, null, 2) + '\n');
+      } else {
+        process.stdout.write([...formatStatus(config.db, status), ...formatQueueStatus(queue)].join('\n') + '\n');
+      }
+      return EXIT.OK;
+    }),
+  );
+}

@@ -1,0 +1,86 @@
+/**
+ * What the commands print: the run summary (stdout), the failures (stderr), the mirror's status
+ * and the queue's.
+ */
+import type { RunSummary } from '../run/index.js';
+import { LIST_FAILURE_ID } from '../sync/workspace.js';
+import type { QueueStatus } from '../../jobs/admin.js';
+import type { StatusResult } from './read-only.js';
+
+/** Whether stderr is a terminal (a progress bar and pretty logs instead of JSON lines). */
+export const isTTY = (): boolean => process.stderr.isTTY === true;
+
+/** The run's summary lines, e.g. `run 3 (workspace, incremental) succeeded in 1.2 s`. */
+export function summaryLines(s: RunSummary): string[] {
+  const c = s.conversations;
+  const m = s.messages;
+  return [
+    `run ${s.runId} (${s.scope === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
+    `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
+      (c.notSynced ? `, ${c.notSynced} not synced (the run stopped early)` : '') +
+      (s.scope === 'workspace' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
+    `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
+    `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
+    exportLine(s.export),
+  ];
+}
+
+function exportLine(e: RunSummary['export']): string {
+  if (e.error !== undefined) {
+    return (
+      `  exports: publication FAILED (${e.error}); ` +
+      `${e.lines ? `${e.lines} lines in ${e.files} files were published before it; ` : ''}` +
+      'every committed change stays in the change log and the next run publishes it'
+    );
+  }
+  return e.lines === 0
+    ? `  exports: no new lines: nothing changed since the last publication (watermark ${e.watermark})`
+    : `  exports: ${e.lines} new lines in ${e.files} files (watermark ${e.watermark})`;
+}
+
+/** Prints the run summary to stdout: {@link summaryLines}, or the whole summary as JSON. */
+export function printSummary(s: RunSummary, json: boolean): void {
+  process.stdout.write(json ? JSON.stringify(s, null, 2) + '\n' : summaryLines(s).join('\n') + '\n');
+}
+
+/** Names each failed conversation (or the conversation list) on stderr: `failed: conversation <id>: [CODE] message`. */
+export function reportFailures(s: RunSummary): void {
+  for (const f of s.failures) {
+    const what = f.id === LIST_FAILURE_ID ? 'conversation list' : `conversation ${f.id}`;
+    process.stderr.write(`failed: ${what}: [${f.code}] ${f.message}\n`);
+  }
+}
+
+/** `status`'s mirror part: counts per table, the last runs, the failures of the last run. */
+export function formatStatus(db: string, { counts, runs, failures }: StatusResult): string[] {
+  const out: string[] = [`mirror ${db}`];
+  for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
+  out.push('last runs:');
+  for (const r of runs) {
+    out.push(
+      `  #${r.id} ${r.scope ?? r.mode}${r.refresh ? ` ${r.refresh}` : ''}${r.trigger ? ` (${r.trigger})` : ''} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
+        `${r.conversations_synced} conversations, +${r.messages_inserted} ~${r.messages_updated} -${r.messages_deleted} messages, ` +
+        `${r.requests} requests, ${r.retries} retries, ${r.conversations_failed} failed, ${r.export_lines} export lines` +
+        (r.error ? `; error: ${r.error}` : ''),
+    );
+  }
+  if (failures.length) {
+    out.push('failures of the last run:');
+    for (const f of failures) out.push(`  ${f.conversation_id}: [${f.code}] ${f.message}`);
+  }
+  return out;
+}
+
+/** `status`'s queue part: counts, schedulers and the failed jobs (dead letters). */
+export function formatQueueStatus(q: QueueStatus): string[] {
+  if ('error' in q) return [`queue: unavailable (${q.error})`];
+  const out = [`queue ${q.prefix} on ${q.redis}: ` + Object.entries(q.counts).map(([k, v]) => `${k} ${v}`).join(', ')];
+  out.push('schedulers:');
+  if (q.schedulers.length === 0) out.push('  none (start convo-mirror daemon)');
+  for (const s of q.schedulers) out.push(`  ${s.id}: ${s.pattern} (${s.tz ?? 'UTC'}), next run ${s.next ?? 'unknown'}`);
+  if (q.failed.length) {
+    out.push('failed jobs (dead letter; convo-mirror retry-failed re-queues them):');
+    for (const f of q.failed) out.push(`  ${f.id} ${f.name}${f.conversation_id ? ` ${f.conversation_id}` : ''} after ${f.attempts} attempts at ${f.failed_at}: ${f.reason}`);
+  }
+  return out;
+}

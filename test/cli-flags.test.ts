@@ -1,0 +1,98 @@
+/**
+ * The CLI's configuration flags come from the one table (config/ `CONFIG_FIELDS`): every field shows
+ * in the help of each command that takes it, with its env name and default, and nowhere else; flags
+ * parsed by the real program land in the configuration. In-process: the program is built and
+ * parsed with each command's action swapped for one that only records its options.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Command } from 'commander';
+import { CONFIG_FIELDS, loadConfig, type Config, type ConfigCommand, type FieldDef } from '../config/index.js';
+import { buildProgram, EXIT } from '../src/cli/index.js';
+import { configFlagsOf, flagHelp } from '../src/cli/flags.js';
+
+const COMMANDS: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
+const FIELDS = Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][];
+
+function commandOf(program: Command, name: string): Command {
+  const cmd = program.commands.find((c) => c.name() === name);
+  if (!cmd) throw new Error(`no command ${name}`);
+  return cmd;
+}
+
+/** The command's help with line wrapping undone (one space between words). */
+function helpOf(name: string): string {
+  return commandOf(buildProgram(() => {}), name).helpInformation().replace(/\s+/g, ' ');
+}
+
+/**
+ * Parses `convo-mirror <command> ...args` with the real program, its action replaced by one that
+ * keeps the options; returns the configuration they give (no env).
+ */
+async function configFrom(command: ConfigCommand, args: string[]): Promise<Config> {
+  const codes: number[] = [];
+  const program = buildProgram((c) => codes.push(c));
+  let opts: Record<string, unknown> | undefined;
+  commandOf(program, command).action((o: Record<string, unknown>) => {
+    opts = o;
+  });
+  await program.parseAsync(['node', 'convo-mirror', command, ...args]);
+  expect(codes).toEqual([]);
+  if (!opts) throw new Error(`${command}: the action did not run`);
+  return loadConfig({}, configFlagsOf(opts, command), { needsApi: false });
+}
+
+describe('configuration flags in help', () => {
+  it.each(COMMANDS)('%s: every field it takes is listed with its flag, help, env name and default; no other field is', (name) => {
+    const help = helpOf(name);
+    const cmd = commandOf(buildProgram(() => {}), name);
+    for (const [key, def] of FIELDS) {
+      const long = def.flag.split(' ')[0]!;
+      const option = cmd.options.find((o) => o.long === long);
+      if (def.commands.includes(name)) {
+        expect(help, `${name} --help lacks ${key}`).toContain(`${def.flag} ${flagHelp(def)}`);
+        expect(option?.description).toMatch(new RegExp(`\\(env ${def.env}(, default [^)]+)?(; [^)]+)?\\)$`));
+        if (def.defaultValue !== undefined) expect(option?.description).toContain(', default ');
+      } else {
+        expect(option, `${name} takes ${long}, which its table entry does not list`).toBeUndefined();
+      }
+    }
+  });
+
+  it('shows the defaults as before: quoted crons, the response cap in MiB, no default for the URL', () => {
+    expect(helpOf('daemon')).toContain('--schedule <cron> regular sync (env CONVO_MIRROR_SCHEDULE, default "*/15 * * * *")');
+    expect(helpOf('sync')).toContain('(env CONVO_MIRROR_MAX_RESPONSE_BYTES, default 33554432 = 32 MiB)');
+    expect(helpOf('sync')).toContain("--base-url <url> API base URL, the spec's {base_url} (env CONVO_MIRROR_BASE_URL)");
+    expect(helpOf('sync')).toContain('(env CONVO_MIRROR_API_KEY; prefer the env: flags show in ps)');
+  });
+});
+
+describe('configuration flags parse into the configuration', () => {
+  it('sync: --max-rps, --concurrency, --request-timeout, --group-readable, --db', async () => {
+    const config = await configFrom('sync', ['--max-rps', '3', '--concurrency', '7', '--request-timeout', '1500', '--group-readable', '--db', 'x.sqlite']);
+    expect([config.maxRps, config.concurrency, config.requestTimeoutMs, config.groupReadable, config.db]).toEqual([3, 7, 1500, true, 'x.sqlite']);
+    // Not given: the defaults.
+    expect([config.maxRetries, config.exportDir]).toEqual([6, 'data/exports']);
+  });
+
+  it('daemon: the schedule flags and the queue flags', async () => {
+    const config = await configFrom('daemon', ['--schedule', '* * * * *', '--tz', 'Europe/Paris', '--job-lock', '5000', '--queue-prefix', 'p1', '--job-attempts', '2']);
+    expect([config.schedule, config.tz, config.jobLockMs, config.queuePrefix, config.jobAttempts]).toEqual(['* * * * *', 'Europe/Paris', 5000, 'p1', 2]);
+  });
+
+  it('a flag a command does not take is a usage error (exit 2), before any action runs', async () => {
+    const program = buildProgram(() => {});
+    let ran = false;
+    commandOf(program, 'verify')
+      .configureOutput({ writeErr: () => {}, writeOut: () => {} })
+      .action(() => {
+        ran = true;
+      });
+    const err = await program.parseAsync(['node', 'convo-mirror', 'verify', '--max-rps', '3']).then(
+      () => undefined,
+      (e: unknown) => e as { exitCode?: number; code?: string },
+    );
+    expect(err?.code).toBe('commander.unknownOption');
+    expect(err?.exitCode).toBe(EXIT.CONFIG);
+    expect(ran).toBe(false);
+  });
+});
