@@ -25,4 +25,4 @@ RUN mkdir -p /app/data/exports && chown -R node:node /app/data
 USER node
 ENV CONVO_MIRROR_DB=/app/data/mirror.sqlite \
     CONVO_MIRROR_EXPORT_DIR=/app/data/exports
-CMD ["node", "dist/src/cli.js", "daemon"]
+CMD ["node", "dist/src/cli/index.js", "daemon"]

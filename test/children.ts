@@ -40,7 +40,7 @@ export interface Started {
 /** Children still running; {@link killLeftovers} SIGKILLs them (call it in afterEach). */
 const live = new Set<ChildProcess>();
 
-/** Spawns `node dist/src/cli.js ...args`; `timeoutMs` bounds its life. */
+/** Spawns `node dist/src/cli/index.js ...args`; `timeoutMs` bounds its life. */
 export function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
   return startCommand([process.execPath, CLI, ...args], env, timeoutMs);
 }

@@ -1,5 +1,5 @@
 /**
- * The daemon as a process: `node dist/src/cli.js daemon|enqueue|status|retry-failed` (built by
+ * The daemon as a process: `node dist/src/cli/index.js daemon|enqueue|status|retry-failed` (built by
  * `npm test`) against the fake API in this process and the test run's real Redis
  * (test/global-setup.ts), on 127.0.0.1, with real SQLite and export files in temp dirs.
  *

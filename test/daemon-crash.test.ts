@@ -3,7 +3,7 @@
  * remaining conversation jobs inside that same run and publishes them in one batch; it does not
  * shatter the run into one recorded run and one export publication per remaining conversation.
  *
- * `node dist/src/cli.js daemon` (built by `npm test`) against the fake API in this process and the
+ * `node dist/src/cli/index.js daemon` (built by `npm test`) against the fake API in this process and the
  * test run's real Redis, with a real SQLite mirror and export files in a temp dir. Bounded waits;
  * every child is killed in afterEach; the queue prefix is removed in afterAll.
  */
