@@ -28,10 +28,12 @@ import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
 import { MANIFEST, TEMP_DIR, assertSafeExportDir, isTempName, kindOf, manifestTempName, partitionTempName } from './paths.js';
 import { manifestOf, renderManifest, type ExportFile, type Manifest } from './manifest.js';
+import { exportLine } from './lines.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 export { recordedManifest, renderManifest, type ExportFile, type Manifest } from './manifest.js';
 export { verifyExports, type VerifyProblem, type VerifyProblemKind } from './verify.js';
+export { exportLine } from './lines.js';
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
@@ -179,7 +181,8 @@ class PartitionWriter {
   private readonly tmp: string;
   private readonly dirAbs: string;
   private readonly hash = crypto.createHash('sha256');
-  private readonly head: ExportChange;
+  /** Where this file's partition is and its first seq. */
+  private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
   private buffered: string[] = [];
   private bufferedBytes = 0;
   private lastSeq = 0;
@@ -191,7 +194,7 @@ class PartitionWriter {
     first: ExportChange,
     private readonly batchId: number,
   ) {
-    this.head = { ...first, line: '' };
+    this.head = { stream: first.stream, account_id: first.account_id, day: first.day, seq: first.seq };
     const rel = partitionDir(first.stream, first.account_id, first.day);
     this.dirAbs = path.join(target.root, rel);
     this.tmp = path.join(target.temp, partitionTempName(first.stream, batchId, first.seq));
@@ -213,8 +216,7 @@ class PartitionWriter {
   }
 
   write(row: ExportChange): void {
-    // Each stored line is a JSON object without seq; the exported line puts seq first.
-    const text = `{"seq":${row.seq},${row.line.slice(1)}\n`;
+    const text = `${exportLine(row)}\n`;
     this.buffered.push(text);
     this.bufferedBytes += text.length;
     this.lastSeq = row.seq;
