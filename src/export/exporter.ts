@@ -12,7 +12,8 @@
  *    exported watermark advanced.
  *
  * Layout: `<dir>/<stream>/account=<account_id>/date=<YYYY-MM-DD>/<first_seq>-<last_seq>.jsonl`,
- * stream `messages` or `conversations`, date from the line's `synced_at` (UTC).
+ * stream `messages` or `conversations`, date from the line's `synced_at` (UTC). Each line is
+ * {@link exportLine} of its change-log row (src/export/lines.ts) followed by `\n`.
  *
  * Nothing lost, nothing leaked: publication deletes nothing but its own leftovers in
  * `.convo-mirror-tmp/`, never replaces a published file with other bytes, and never writes over a
@@ -172,8 +173,8 @@ interface Target {
 }
 
 /**
- * Streams one file of one partition: lines go to a temp file in `.convo-mirror-tmp/` as they come
- * (bounded memory), hashed on the way; `publish()` fsyncs it, renames it to its seq-range name in
+ * Streams one file of one partition: each row's {@link exportLine} and a newline go to a temp file
+ * in `.convo-mirror-tmp/` as they come (bounded memory), hashed on the way; `publish()` fsyncs it, renames it to its seq-range name in
  * the partition directory, then fsyncs that directory.
  */
 class PartitionWriter {
@@ -215,8 +216,21 @@ class PartitionWriter {
     return h.stream === row.stream && h.account_id === row.account_id && h.day === row.day && this.lines < maxLines;
   }
 
+  /**
+   * Appends the line of `row`.
+   *
+   * @throws {@link ExportError} from {@link exportLine} (a row with neither record nor line), or
+   *   naming the temp file when it cannot be written; the temp file is then closed and removed
+   */
   write(row: ExportChange): void {
-    const text = `${exportLine(row)}\n`;
+    let text: string;
+    try {
+      text = `${exportLine(row)}\n`;
+    } catch (err) {
+      fs.closeSync(this.fd);
+      fs.rmSync(this.tmp, { force: true });
+      throw err;
+    }
     this.buffered.push(text);
     this.bufferedBytes += text.length;
     this.lastSeq = row.seq;
