@@ -10,7 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { MANIFEST, TEMP_DIR, publishChanges, verifyExports, type Manifest } from '../src/export/exporter.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
-import { systemClock, type Clock } from '../src/clock.js';
+import { testClock } from './clock.js';
+import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
 import {
   ACCOUNT_ID,
   mirrorEqualsFake,
@@ -38,14 +39,10 @@ const parseLines = (buf: Buffer): ExportLine[] =>
     .filter((l) => l !== '')
     .map((l) => JSON.parse(l) as ExportLine);
 
-/** The real clock moved to noon UTC of a fixed day, so a test cannot straddle a date partition. */
-function noonClock(): Clock {
-  const start = Date.now();
-  const noon = Date.UTC(2026, 0, 15, 12);
-  return { now: () => noon + (Date.now() - start), sleep: systemClock.sleep };
-}
+/** Virtual time from noon UTC of a fixed day (waits move it), so a test cannot straddle a date partition. */
+const noonClock = () => testClock({ start: Date.UTC(2026, 0, 15, 12), sleep: 'advance' });
 
-const maxSeq = (h: Harness) => (h.mirror.db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`).get() as { m: number }).m;
+const maxSeq = (h: Harness) => sqlValue(h.mirror, `SELECT coalesce(max(seq), 0) FROM change_log`);
 
 /** Projection of a served message onto the fields of an export line. */
 function messageFields(raw: Record<string, unknown>): Record<string, unknown> {
@@ -90,7 +87,7 @@ async function busyHistory(): Promise<Harness> {
 describe('exports after a history of changes', () => {
   it('replaying every line by seq equals the live mirror, for messages and conversations', async () => {
     const h = await busyHistory();
-    const ops = h.mirror.db.prepare(`SELECT stream, op, count(*) AS n FROM change_log GROUP BY stream, op ORDER BY stream, op`).all() as { stream: string; op: string; n: number }[];
+    const ops = sqlAll<{ stream: string; op: string; n: number }>(h.mirror, `SELECT stream, op, count(*) AS n FROM change_log GROUP BY stream, op ORDER BY stream, op`);
     // the history exercised every kind of change
     expect(ops.map((o) => `${o.stream}:${o.op}`)).toEqual([
       'conversations:delete',
@@ -102,12 +99,10 @@ describe('exports after a history of changes', () => {
     ]);
 
     const msgs = replay(readExportLines(h.exportDir, 'messages'), 'messages');
-    const live = h.mirror.db.prepare(`SELECT account_id, conversation_id, id, raw FROM messages WHERE deleted_at IS NULL`).all() as {
-      account_id: string;
-      conversation_id: string;
-      id: string;
-      raw: string;
-    }[];
+    const live = sqlAll<{ account_id: string; conversation_id: string; id: string; raw: string }>(
+      h.mirror,
+      `SELECT account_id, conversation_id, id, raw FROM messages WHERE deleted_at IS NULL`,
+    );
     expect(new Set(msgs.keys())).toEqual(new Set(live.map((r) => `${r.account_id}/${r.conversation_id}/${r.id}`)));
     for (const r of live) {
       const line = msgs.get(`${r.account_id}/${r.conversation_id}/${r.id}`)!;
@@ -121,11 +116,7 @@ describe('exports after a history of changes', () => {
     }
 
     const convs = replay(readExportLines(h.exportDir, 'conversations'), 'conversations');
-    const liveConvs = h.mirror.db.prepare(`SELECT account_id, id, raw FROM conversations WHERE deleted_at IS NULL`).all() as {
-      account_id: string;
-      id: string;
-      raw: string | null;
-    }[];
+    const liveConvs = sqlAll<{ account_id: string; id: string; raw: string | null }>(h.mirror, `SELECT account_id, id, raw FROM conversations WHERE deleted_at IS NULL`);
     expect(new Set(convs.keys())).toEqual(new Set(liveConvs.map((r) => `${r.account_id}/${r.id}`)));
     for (const r of liveConvs) {
       expect(r.raw).not.toBeNull();
@@ -147,7 +138,7 @@ describe('exports after a history of changes', () => {
     const max = maxSeq(h);
     expect(seqs).toEqual([...Array(max).keys()].map((i) => i + 1));
     // each line is the change-log row of its seq
-    const rows = h.mirror.db.prepare(`SELECT seq, stream, op, record_id FROM change_log ORDER BY seq`).all() as { seq: number; stream: string; op: string; record_id: string }[];
+    const rows = sqlAll<{ seq: number; stream: string; op: string; record_id: string }>(h.mirror, `SELECT seq, stream, op, record_id FROM change_log ORDER BY seq`);
     const bySeq = new Map(all.map((l) => [l.seq, l]));
     for (const r of rows) {
       const l = bySeq.get(r.seq)!;
@@ -164,7 +155,7 @@ describe('exports after a history of changes', () => {
     let withAttachments = 0;
     let withoutAttachments = 0;
     const served = new Map<string, Record<string, unknown>>();
-    for (const r of h.mirror.db.prepare(`SELECT conversation_id, id, raw FROM messages`).all() as { conversation_id: string; id: string; raw: string }[]) {
+    for (const r of sqlAll<{ conversation_id: string; id: string; raw: string }>(h.mirror, `SELECT conversation_id, id, raw FROM messages`)) {
       served.set(`${r.conversation_id}/${r.id}`, JSON.parse(r.raw));
     }
     for (const [p, buf] of jsonlFiles(h.exportDir)) {
@@ -222,7 +213,7 @@ describe('exports after a history of changes', () => {
     }
     const firsts = manifest.files.map((f) => f.first_seq);
     expect(firsts).toEqual([...firsts].sort((a, b) => a - b));
-    const recorded = h.mirror.db.prepare(`SELECT path, lines, bytes, sha256 FROM export_files ORDER BY path`).all();
+    const recorded = sqlAll(h.mirror, `SELECT path, lines, bytes, sha256 FROM export_files ORDER BY path`);
     expect(recorded).toEqual(
       manifest.files.map((f) => ({ path: f.path, lines: f.lines, bytes: f.bytes, sha256: f.sha256 })).sort((a, b) => (a.path < b.path ? -1 : 1)),
     );
@@ -269,17 +260,14 @@ describe('verifyExports', () => {
 describe('publishChanges', () => {
   /** Turns the last published batch back into "planned, not published" as a crash would leave it. */
   function unpublishLastBatch(h: Harness): { batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; manifest: Buffer } {
-    const db = h.mirror.db;
-    const batch = db.prepare(`SELECT id, first_seq, last_seq FROM export_batches ORDER BY id DESC LIMIT 1`).get() as { id: number; first_seq: number; last_seq: number };
-    const paths = (db.prepare(`SELECT path FROM export_files WHERE batch_id = ?`).all(batch.id) as { path: string }[]).map((r) => r.path);
+    const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(h.mirror, `SELECT id, first_seq, last_seq FROM export_batches ORDER BY id DESC LIMIT 1`)!;
+    const paths = sqlAll<{ path: string }>(h.mirror, `SELECT path FROM export_files WHERE batch_id = ?`, batch.id).map((r) => r.path);
     expect(paths.length).toBeGreaterThan(0);
     const files = new Map(paths.map((p) => [p, fs.readFileSync(path.join(h.exportDir, p))]));
     const manifest = fs.readFileSync(path.join(h.exportDir, MANIFEST));
-    db.transaction(() => {
-      db.prepare(`UPDATE export_batches SET published_at = NULL WHERE id = ?`).run(batch.id);
-      db.prepare(`UPDATE export_state SET watermark = ? WHERE id = 1`).run(batch.first_seq - 1);
-      db.prepare(`DELETE FROM export_files WHERE batch_id = ?`).run(batch.id);
-    })();
+    sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, batch.id);
+    sqlRun(h.mirror, `UPDATE export_state SET watermark = ? WHERE id = 1`, batch.first_seq - 1);
+    sqlRun(h.mirror, `DELETE FROM export_files WHERE batch_id = ?`, batch.id);
     for (const p of paths) fs.rmSync(path.join(h.exportDir, p));
     return { batch, files, manifest };
   }
@@ -311,7 +299,7 @@ describe('publishChanges', () => {
     expect(new Set(seqs).size).toBe(seqs.length);
     expect(seqs.length).toBe(maxSeq(h));
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
-    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NULL`).get()).toEqual({ n: 0 });
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM export_batches WHERE published_at IS NULL`)).toBe(0);
 
     // and a further call has nothing to do
     const again = publishChanges(h.mirror, { exportDir: h.exportDir });
@@ -370,12 +358,12 @@ describe('publishChanges', () => {
     const h = await start({ workspace: ws });
     const s = await h.sync();
     const snapshot = snapshotFiles(h.exportDir);
-    const batches = h.mirror.db.prepare(`SELECT * FROM export_batches`).all();
+    const batches = sqlAll(h.mirror, `SELECT * FROM export_batches`);
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res).toEqual({ files: [], lines: 0, watermark: s.export.watermark, resumed: false });
     expect(res.watermark).toBe(maxSeq(h));
     expect(snapshotFiles(h.exportDir)).toEqual(snapshot);
-    expect(h.mirror.db.prepare(`SELECT * FROM export_batches`).all()).toEqual(batches);
+    expect(sqlAll(h.mirror, `SELECT * FROM export_batches`)).toEqual(batches);
   });
 
   it('with nothing ever synced publishes zero files', async () => {
@@ -442,9 +430,9 @@ describe('one export directory per mirror', () => {
     // Simulate the batch being planned again while a different file already sits at its name.
     fs.rmSync(path.join(h.exportDir, MANIFEST));
     fs.writeFileSync(path.join(h.exportDir, rel), 'not what the mirror would write\n');
-    const batch = h.mirror.db.prepare(`SELECT id, first_seq FROM export_batches ORDER BY id DESC LIMIT 1`).get() as { id: number; first_seq: number };
-    h.mirror.db.prepare(`UPDATE export_batches SET published_at = NULL WHERE id = ?`).run(batch.id);
-    h.mirror.db.prepare(`UPDATE export_state SET watermark = ?`).run(batch.first_seq - 1);
+    const batch = sqlGet<{ id: number; first_seq: number }>(h.mirror, `SELECT id, first_seq FROM export_batches ORDER BY id DESC LIMIT 1`)!;
+    sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, batch.id);
+    sqlRun(h.mirror, `UPDATE export_state SET watermark = ?`, batch.first_seq - 1);
     expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(/refusing to replace the published export file/);
     expect(fs.readFileSync(path.join(h.exportDir, rel), 'utf8')).toBe('not what the mirror would write\n');
     expect(bytes.length).toBeGreaterThan(0);
@@ -461,8 +449,8 @@ describe('replay after a sync of named conversations', () => {
     await h.sync({ conversationIds: [target.id] });
     const convLines = readExportLines(h.exportDir, 'conversations');
     expect(convLines.map((l) => [l.op, l.id, l['data']])).toEqual([['insert', target.id, { id: target.id }]]);
-    const live = h.mirror.db.prepare(`SELECT id FROM conversations WHERE deleted_at IS NULL`).all() as { id: string }[];
-    expect([...replay(convLines, 'conversations').keys()]).toEqual(live.map((r) => `${ACCOUNT_ID}/${r.id}`));
+    const live = h.mirror.liveConversationIds(ACCOUNT_ID);
+    expect([...replay(convLines, 'conversations').keys()]).toEqual(live.map((id) => `${ACCOUNT_ID}/${id}`));
     // A later full sync replaces the placeholder with the object as served: an update line.
     await h.sync();
     const after = readExportLines(h.exportDir, 'conversations').filter((l) => l.id === target.id);

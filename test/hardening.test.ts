@@ -9,6 +9,7 @@ import { FakeWorkspace } from '../src/fake-api/index.js';
 import { AuthError, MirrorUnusableError, RunError } from '../src/errors.js';
 import type { RunSummary } from '../src/run/index.js';
 import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, readExportLines, replay, type Harness, type HarnessOptions } from './helpers.js';
+import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -23,12 +24,13 @@ function expectExact(h: Harness): void {
 
 /** Live messages and the tombstone of one conversation in the mirror. */
 function rowsOf(h: Harness, id: string): { liveMessages: number; deadMessages: number; conversationDeleted: boolean } {
-  const m = h.mirror.db
-    .prepare(`SELECT sum(deleted_at IS NULL) AS live, sum(deleted_at IS NOT NULL) AS dead FROM messages WHERE account_id = ? AND conversation_id = ?`)
-    .get(ACCOUNT_ID, id) as { live: number | null; dead: number | null };
-  const c = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE account_id = ? AND id = ?`).get(ACCOUNT_ID, id) as
-    | { deleted_at: string | null }
-    | undefined;
+  const m = sqlGet<{ live: number | null; dead: number | null }>(
+    h.mirror,
+    `SELECT sum(deleted_at IS NULL) AS live, sum(deleted_at IS NOT NULL) AS dead FROM messages WHERE account_id = ? AND conversation_id = ?`,
+    ACCOUNT_ID,
+    id,
+  )!;
+  const c = sqlGet<{ deleted_at: string | null }>(h.mirror, `SELECT deleted_at FROM conversations WHERE account_id = ? AND id = ?`, ACCOUNT_ID, id);
   return { liveMessages: m.live ?? 0, deadMessages: m.dead ?? 0, conversationDeleted: c?.deleted_at != null };
 }
 
@@ -37,8 +39,7 @@ function expectExportsReplayToMirror(h: Harness): void {
   const lines = readExportLines(h.exportDir, 'messages');
   expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
   const live = replay(lines, 'messages');
-  const mirrored = h.mirror.db.prepare(`SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`).get() as { n: number };
-  expect(live.size).toBe(mirrored.n);
+  expect(live.size).toBe(h.mirror.counts().messages);
 }
 
 async function rejected(p: Promise<RunSummary>): Promise<RunError<RunSummary>> {
@@ -70,7 +71,7 @@ describe('a 404 is not proof of a deletion', () => {
     }
     expect(readExportLines(h.exportDir, 'messages').filter((l) => l.op === 'delete')).toEqual([]);
     expect(readExportLines(h.exportDir, 'conversations').filter((l) => l.op === 'delete')).toEqual([]);
-    const recorded = h.mirror.db.prepare(`SELECT conversation_id, code FROM run_failures WHERE run_id = ?`).all(s.runId) as { conversation_id: string; code: string }[];
+    const recorded = sqlAll<{ conversation_id: string; code: string }>(h.mirror, `SELECT conversation_id, code FROM run_failures WHERE run_id = ?`, s.runId);
     expect(recorded.map((r) => r.conversation_id).sort()).toEqual([...flaky].sort());
 
     // Disarmed: a plain incremental sync asks each failed conversation again (whatever its change
@@ -182,7 +183,7 @@ describe('a run stopped early still tells what it committed', () => {
     expect(s.messages.inserted).toBe(150);
     expect(s.conversations.notSynced).toBeGreaterThan(0);
     expect(s.export.lines).toBeGreaterThanOrEqual(150);
-    const run = h.mirror.db.prepare(`SELECT status, conversations_synced, messages_inserted FROM runs WHERE id = ?`).get(s.runId);
+    const run = sqlGet(h.mirror, `SELECT status, conversations_synced, messages_inserted FROM runs WHERE id = ?`, s.runId);
     expect(run).toEqual({ status: 'failed', conversations_synced: 5, messages_inserted: 150 });
   });
 
@@ -193,8 +194,8 @@ describe('a run stopped early still tells what it committed', () => {
     for (const c of ws.list()) ws.appendMessages(c.id, 400);
     // SQLite's own cap on the file's pages: the next page that needs room fails with SQLITE_FULL,
     // exactly as on a full disk.
-    const pages = h.mirror.db.pragma('page_count', { simple: true }) as number;
-    h.mirror.db.pragma(`max_page_count = ${pages}`);
+    const pages = sqlValue(h.mirror, `PRAGMA page_count`);
+    sqlRun(h.mirror, `PRAGMA max_page_count = ${pages}`);
     const err = await rejected(h.sync({ concurrency: 1 }));
     expect(err.cause).toBeInstanceOf(MirrorUnusableError);
     expect((err.cause as MirrorUnusableError).sqliteCode).toBe('SQLITE_FULL');
@@ -233,8 +234,8 @@ describe('a server that never stops serving pages', () => {
     expect(err.summary.failures.filter((f) => f.code === 'PAGE_RUNAWAY').map((f) => f.id)).toEqual(['(conversation list)']);
     expect(new Set(err.summary.failures.filter((f) => f.code !== 'PAGE_RUNAWAY').map((f) => f.code))).toEqual(new Set(['LISTED_BUT_NOT_FOUND']));
     // The runaway list's first page declared 2 pages (200 conversations): nothing past them is kept.
-    const rows = h.mirror.db.prepare(`SELECT count(*) AS n FROM conversations`).get() as { n: number };
-    expect(rows.n).toBeLessThanOrEqual(2 + 200);
-    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`).get()).toEqual({ n: 0 });
+    const { conversations, conversations_tombstoned } = h.mirror.counts();
+    expect(conversations! + conversations_tombstoned!).toBeLessThanOrEqual(2 + 200);
+    expect(conversations_tombstoned).toBe(0);
   });
 });

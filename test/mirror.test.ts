@@ -10,10 +10,14 @@ import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { MIGRATIONS } from '../src/store/migrations.js';
 import { StoreError } from '../src/errors.js';
-import { systemClock, type Clock } from '../src/clock.js';
+import type { Clock } from '../src/clock.js';
+import { exportLine } from '../src/export/lines.js';
+import { publishChanges, verifyExports } from '../src/export/exporter.js';
+import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, harness, quietLogger, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 import { sweepInterruptedRuns } from '../src/run/index.js';
-import { sqlAll } from './sql.js';
+import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
+import { testClock } from './clock.js';
 
 const open: Harness[] = [];
 const dirs: string[] = [];
@@ -42,26 +46,28 @@ function openMirror(file: string, clock?: Clock): Mirror {
   return m;
 }
 
-/** A clock whose time the test can push forward (so a rewritten timestamp cannot go unnoticed). */
-function shiftableClock(): Clock & { shift(ms: number): void } {
-  let offset = 0;
-  return { now: () => Date.now() + offset, sleep: systemClock.sleep, shift: (ms) => (offset += ms) };
-}
+/** Noon UTC of a fixed day: one date partition per stream, and timestamps a test moves on purpose. */
+const NOON = Date.UTC(2026, 0, 15, 12);
+/** Virtual time from noon: waits move it (so a rewritten timestamp cannot go unnoticed), nothing really waits. */
+const movingClock = () => testClock({ start: NOON, sleep: 'advance' });
 
 const HOUR = 3_600_000;
+
+/** Every change-log row, as the exporter reads them (in file order). */
+const allChanges = (m: Mirror) => [...m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })];
 
 describe('migrations', () => {
   it('a new mirror gets every migration and user_version = number of migrations', () => {
     const file = dbFile();
     const m = openMirror(file);
     expect(MIGRATIONS.length).toBeGreaterThan(0);
-    expect(m.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
-    const tables = (m.db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`).all() as { name: string }[]).map((r) => r.name);
+    expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
+    const tables = sqlAll<{ name: string }>(m, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`).map((r) => r.name);
     for (const t of ['conversations', 'messages', 'message_history', 'change_log', 'checkpoints', 'crawl_pages', 'runs', 'run_failures', 'export_state', 'export_batches', 'export_files']) {
       expect(tables).toContain(t);
     }
-    expect(m.db.prepare(`SELECT id, watermark FROM export_state`).all()).toEqual([{ id: 1, watermark: 0 }]);
-    expect(String(m.db.pragma('journal_mode', { simple: true })).toLowerCase()).toBe('wal');
+    expect(sqlAll(m, `SELECT id, watermark FROM export_state`)).toEqual([{ id: 1, watermark: 0 }]);
+    expect(sqlValue<string>(m, `PRAGMA journal_mode`).toLowerCase()).toBe('wal');
   });
 
   it('reopening is idempotent and keeps the data', () => {
@@ -69,14 +75,14 @@ describe('migrations', () => {
     const m1 = Mirror.open(file);
     const runId = m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m1.finishRun(runId, { status: 'succeeded', requests: 7 });
-    const schema1 = m1.db.prepare(`SELECT type, name, sql FROM sqlite_master ORDER BY name`).all();
+    const schema1 = sqlAll(m1, `SELECT type, name, sql FROM sqlite_master ORDER BY name`);
     m1.close();
     for (let i = 0; i < 2; i++) {
       const m = Mirror.open(file);
-      expect(m.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
-      expect(m.db.prepare(`SELECT type, name, sql FROM sqlite_master ORDER BY name`).all()).toEqual(schema1);
-      expect(m.db.prepare(`SELECT id, status, requests FROM runs`).all()).toEqual([{ id: runId, status: 'succeeded', requests: 7 }]);
-      expect(m.db.prepare(`SELECT count(*) AS n FROM export_state`).get()).toEqual({ n: 1 });
+      expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
+      expect(sqlAll(m, `SELECT type, name, sql FROM sqlite_master ORDER BY name`)).toEqual(schema1);
+      expect(sqlAll(m, `SELECT id, status, requests FROM runs`)).toEqual([{ id: runId, status: 'succeeded', requests: 7 }]);
+      expect(sqlGet(m, `SELECT count(*) AS n FROM export_state`)).toEqual({ n: 1 });
       m.close();
     }
   });
@@ -124,28 +130,137 @@ describe('migrations', () => {
   });
 });
 
+describe('migration 6: the change log keeps the record, the exporter makes the line', () => {
+  /** Rows a version-5 mirror wrote: the finished export line without seq. */
+  const LEGACY = [
+    {
+      seq: 1,
+      stream: 'conversations',
+      op: 'insert',
+      conversation_id: 'c1',
+      record_id: 'c1',
+      synced_at: '2025-06-01T10:00:00.000Z',
+      line: '{"op":"insert","synced_at":"2025-06-01T10:00:00.000Z","account_id":"acct","id":"c1","data":{"id":"c1","subject":"Grüße ✅","n":1.5e+300}}',
+    },
+    {
+      seq: 2,
+      stream: 'messages',
+      op: 'insert',
+      conversation_id: 'c1',
+      record_id: 'm1',
+      synced_at: '2025-06-01T10:00:00.000Z',
+      line: '{"op":"insert","synced_at":"2025-06-01T10:00:00.000Z","account_id":"acct","conversation_id":"c1","id":"m1","content":"hi\\nthere \\u2028","visibility":"global","sender":{"id":"u1","name":"Ann","type":"Customer"},"attachments":[{"url":"x"}],"created_at":"2025-06-01T09:00:00Z"}',
+    },
+    {
+      seq: 3,
+      stream: 'messages',
+      op: 'delete',
+      conversation_id: 'c1',
+      record_id: 'm0',
+      synced_at: '2025-06-01T11:00:00.000Z',
+      line: '{"op":"delete","synced_at":"2025-06-01T11:00:00.000Z","account_id":"acct","conversation_id":"c1","id":"m0","content":"bye","visibility":"personal","sender":{"id":"u2","name":"Bo","type":"User"},"created_at":"2025-06-01T08:00:00Z"}',
+    },
+  ] as const;
+
+  /** A version-5 mirror file with {@link LEGACY} in its change log and its AUTOINCREMENT counter at `counter`. */
+  function v5Mirror(counter: number): string {
+    const file = dbFile();
+    const db = new Database(file);
+    db.pragma('journal_mode = WAL');
+    for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
+    db.pragma('user_version = 5');
+    const ins = db.prepare(`INSERT INTO change_log (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id, line)
+                            VALUES (@seq, @stream, @op, 'acct', @conversation_id, @record_id, @synced_at, NULL, @line)`);
+    for (const r of LEGACY) ins.run(r);
+    // As if later seqs had been handed out (a counter above max(seq)): none may be handed out again.
+    db.prepare(`UPDATE sqlite_sequence SET seq = ? WHERE name = 'change_log'`).run(counter);
+    db.close();
+    return file;
+  }
+
+  it('a v5 mirror migrates to 6 keeping every row and seq, never reuses a seq, and publishes its legacy lines byte for byte', () => {
+    const file = v5Mirror(7);
+    const m = openMirror(file, movingClock());
+    expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
+    expect(MIGRATIONS.length).toBeGreaterThanOrEqual(6);
+    expect(sqlAll(m, `SELECT seq, stream, op, conversation_id, record_id, synced_at, line, record FROM change_log ORDER BY seq`)).toEqual(
+      LEGACY.map((r) => ({ ...r, record: null })),
+    );
+
+    // New rows carry the record, no line, and seqs after the old counter.
+    const conv = { id: 'c2', subject: 'new' };
+    const listed: Page<Conversation> = { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
+    m.upsertConversations('acct', listed, null);
+    const msg = { id: 'm9', content: 'new', visibility: 'global', sender: { id: 'u1', name: 'Ann', type: 'Customer' }, created_at: '2026-01-15T11:00:00Z' };
+    const served: Page<Message> = { page: 1, data: [msg], raw: [msg], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
+    m.commitMessagesPage('acct', 'c2', served, null);
+    expect(sqlAll(m, `SELECT seq, stream, line, record FROM change_log WHERE seq > 3 ORDER BY seq`)).toEqual([
+      { seq: 8, stream: 'conversations', line: null, record: JSON.stringify(conv) },
+      { seq: 9, stream: 'messages', line: null, record: JSON.stringify(msg) },
+    ]);
+
+    const exportDir = path.join(path.dirname(file), 'exports');
+    const res = publishChanges(m, { exportDir });
+    expect(res.lines).toBe(5);
+    const read = (rel: string) => fs.readFileSync(path.join(exportDir, rel), 'utf8');
+    const legacyLine = (i: number) => `{"seq":${LEGACY[i]!.seq},${LEGACY[i]!.line.slice(1)}\n`;
+    expect(read('conversations/account=acct/date=2025-06-01/000000000001-000000000001.jsonl')).toBe(legacyLine(0));
+    expect(read('messages/account=acct/date=2025-06-01/000000000002-000000000003.jsonl')).toBe(legacyLine(1) + legacyLine(2));
+    expect(read('conversations/account=acct/date=2026-01-15/000000000008-000000000008.jsonl')).toBe(
+      `{"seq":8,"op":"insert","synced_at":"2026-01-15T12:00:00.000Z","account_id":"acct","id":"c2","data":{"id":"c2","subject":"new"}}\n`,
+    );
+    expect(read('messages/account=acct/date=2026-01-15/000000000009-000000000009.jsonl')).toBe(
+      `{"seq":9,"op":"insert","synced_at":"2026-01-15T12:00:00.000Z","account_id":"acct","conversation_id":"c2","id":"m9","content":"new",` +
+        `"visibility":"global","sender":{"id":"u1","name":"Ann","type":"Customer"},"created_at":"2026-01-15T11:00:00Z"}\n`,
+    );
+    expect(verifyExports(m, exportDir)).toEqual([]);
+    expect(m.exportWatermark()).toBe(9);
+  });
+
+  it('a v5 mirror whose change log is empty starts its seqs at 1', () => {
+    const file = dbFile();
+    const db = new Database(file);
+    for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
+    db.pragma('user_version = 5');
+    db.close();
+    const m = openMirror(file);
+    const conv = { id: 'c1' };
+    m.upsertConversations('acct', { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
+    expect(sqlAll(m, `SELECT seq, line, record FROM change_log`)).toEqual([{ seq: 1, line: null, record: '{"id":"c1"}' }]);
+  });
+
+  it('a change-log row needs a record or a line', () => {
+    const m = openMirror(dbFile());
+    expect(() =>
+      sqlRun(m, `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at) VALUES ('messages', 'insert', 'a', 'c', 'm', 'x')`),
+    ).toThrow(/CHECK constraint failed/);
+  });
+});
+
 describe('edits and unchanged rows', () => {
   it('an edited message gives one update change-log row, its old version in message_history, and a new updated_at', async () => {
-    const clock = shiftableClock();
+    const clock = movingClock();
     const ws = FakeWorkspace.fromCounts([40, 130]);
     const h = await start({ workspace: ws, clock });
     await h.sync();
     const conv = ws.list()[1]!;
     const msg = conv.messages[117]!;
     const oldRaw = JSON.stringify(msg);
-    const get = h.mirror.db.prepare(`SELECT raw, content, updated_at, first_seen_at, deleted_at, position FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`);
-    const before = get.get(ACCOUNT_ID, conv.id, msg.id) as { raw: string; updated_at: string; first_seen_at: string; position: number };
+    type Row = { raw: string; content: string; updated_at: string; first_seen_at: string; deleted_at: string | null; position: number };
+    const get = () =>
+      sqlGet<Row>(h.mirror, `SELECT raw, content, updated_at, first_seen_at, deleted_at, position FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`, ACCOUNT_ID, conv.id, msg.id)!;
+    const before = get();
     expect(before.raw).toBe(oldRaw);
-    const others = h.mirror.db.prepare(`SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`).all(msg.id);
+    const others = sqlAll(h.mirror, `SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`, msg.id);
 
-    clock.shift(HOUR);
+    clock.advance(HOUR);
     ws.editMessage(conv.id, msg.id, 'Edited: the refund went through ✅\nsecond line');
     const s2 = await h.sync();
     expect(s2.messages.updated).toBe(1);
     expect(s2.messages.inserted).toBe(0);
     expect(mirrorEqualsFake(h.mirror, ws).ok).toBe(true);
 
-    const after = get.get(ACCOUNT_ID, conv.id, msg.id) as { raw: string; content: string; updated_at: string; first_seen_at: string; deleted_at: string | null; position: number };
+    const after = get();
     expect(after.raw).toBe(JSON.stringify(msg));
     expect(after.content).toBe('Edited: the refund went through ✅\nsecond line');
     expect(after.updated_at).not.toBe(before.updated_at);
@@ -154,71 +269,68 @@ describe('edits and unchanged rows', () => {
     expect(after.position).toBe(117);
     expect(after.deleted_at).toBeNull();
 
-    const updates = h.mirror.db.prepare(`SELECT seq, record_id, conversation_id, line FROM change_log WHERE stream = 'messages' AND op = 'update'`).all() as {
-      seq: number;
-      record_id: string;
-      conversation_id: string;
-      line: string;
-    }[];
+    const updates = allChanges(h.mirror).filter((c) => c.stream === 'messages' && c.op === 'update');
     expect(updates.length).toBe(1);
     expect(updates[0]!.record_id).toBe(msg.id);
     expect(updates[0]!.conversation_id).toBe(conv.id);
-    expect(JSON.parse(updates[0]!.line).content).toBe(msg.content);
+    expect(updates[0]!.record).toBe(JSON.stringify(msg));
+    expect(JSON.parse(exportLine(updates[0]!)).content).toBe(msg.content);
 
-    const hist = h.mirror.db.prepare(`SELECT account_id, conversation_id, id, raw, valid_from, valid_to, replaced_by_seq FROM message_history`).all();
+    const hist = sqlAll(h.mirror, `SELECT account_id, conversation_id, id, raw, valid_from, valid_to, replaced_by_seq FROM message_history`);
     expect(hist).toEqual([
       { account_id: ACCOUNT_ID, conversation_id: conv.id, id: msg.id, raw: oldRaw, valid_from: before.updated_at, valid_to: after.updated_at, replaced_by_seq: updates[0]!.seq },
     ]);
     // nothing else was rewritten
-    expect(h.mirror.db.prepare(`SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`).all(msg.id)).toEqual(others);
+    expect(sqlAll(h.mirror, `SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`, msg.id)).toEqual(others);
     // the conversation's last_activity_at moved: one conversation update
-    const convUpdates = h.mirror.db.prepare(`SELECT record_id FROM change_log WHERE stream = 'conversations' AND op = 'update'`).all();
+    const convUpdates = sqlAll(h.mirror, `SELECT record_id FROM change_log WHERE stream = 'conversations' AND op = 'update'`);
     expect(convUpdates).toEqual([{ record_id: conv.id }]);
 
     // editing it again keeps both earlier versions
     const secondRaw = JSON.stringify(msg);
     ws.editMessage(conv.id, msg.id, 'Edited twice');
-    clock.shift(HOUR);
+    clock.advance(HOUR);
     await h.sync();
-    const hist2 = h.mirror.db.prepare(`SELECT raw FROM message_history WHERE id = ? ORDER BY replaced_by_seq`).all(msg.id) as { raw: string }[];
+    const hist2 = sqlAll<{ raw: string }>(h.mirror, `SELECT raw FROM message_history WHERE id = ? ORDER BY replaced_by_seq`, msg.id);
     expect(hist2.map((r) => r.raw)).toEqual([oldRaw, secondRaw]);
   });
 
   it('a re-sync of unchanged data writes nothing: change_log does not grow, updated_at stays', async () => {
-    const clock = shiftableClock();
+    const clock = movingClock();
     const ws = FakeWorkspace.fromCounts([0, 5, 101, 230]);
     const h = await start({ workspace: ws, clock });
     await h.sync({ full: true });
     const snap = () => ({
-      messages: h.mirror.db.prepare(`SELECT conversation_id, id, updated_at, first_seen_at, raw, position FROM messages ORDER BY conversation_id, id`).all(),
-      conversations: h.mirror.db.prepare(`SELECT id, raw, updated_at, first_seen_at, message_count FROM conversations ORDER BY id`).all(),
-      changes: (h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log`).get() as { n: number }).n,
-      history: (h.mirror.db.prepare(`SELECT count(*) AS n FROM message_history`).get() as { n: number }).n,
+      messages: sqlAll(h.mirror, `SELECT conversation_id, id, updated_at, first_seen_at, raw, position FROM messages ORDER BY conversation_id, id`),
+      conversations: sqlAll(h.mirror, `SELECT id, raw, updated_at, first_seen_at, message_count FROM conversations ORDER BY id`),
+      changes: h.mirror.counts().change_log,
+      history: h.mirror.counts().message_history,
     });
     const s1 = snap();
     expect(s1.changes).toBe(4 + 336);
-    clock.shift(HOUR);
+    clock.advance(HOUR);
     const s = await h.sync({ full: true });
     expect(s.messages).toMatchObject({ inserted: 0, updated: 0, deleted: 0, served: 336 });
     expect(s.conversations).toMatchObject({ inserted: 0, updated: 0 });
     expect(snap()).toEqual(s1);
   });
   it('a message whose position shifted (an earlier one was deleted) keeps its updated_at and logs no change', async () => {
-    const clock = shiftableClock();
+    const clock = movingClock();
     const ws = FakeWorkspace.fromCounts([150]);
     const h = await start({ workspace: ws, clock });
     await h.sync();
     const conv = ws.list()[0]!;
     const read = () =>
       new Map(
-        (h.mirror.db.prepare(`SELECT id, position, updated_at, deleted_at FROM messages`).all() as { id: string; position: number; updated_at: string; deleted_at: string | null }[]).map(
-          (r) => [r.id, r],
-        ),
+        sqlAll<{ id: string; position: number; updated_at: string; deleted_at: string | null }>(h.mirror, `SELECT id, position, updated_at, deleted_at FROM messages`).map((r) => [
+          r.id,
+          r,
+        ]),
       );
     const before = read();
     const victim = conv.messages[0]!.id;
     ws.deleteMessage(conv.id, victim);
-    clock.shift(HOUR);
+    clock.advance(HOUR);
     await h.sync();
     const after = read();
     for (const [i, m] of conv.messages.entries()) {
@@ -227,7 +339,7 @@ describe('edits and unchanged rows', () => {
       expect(after.get(m.id)!.updated_at).toBe(before.get(m.id)!.updated_at);
     }
     expect(after.get(victim)!.deleted_at).not.toBeNull();
-    const msgChanges = h.mirror.db.prepare(`SELECT op, count(*) AS n FROM change_log WHERE stream = 'messages' GROUP BY op ORDER BY op`).all();
+    const msgChanges = sqlAll(h.mirror, `SELECT op, count(*) AS n FROM change_log WHERE stream = 'messages' GROUP BY op ORDER BY op`);
     expect(msgChanges).toEqual([
       { op: 'delete', n: 1 },
       { op: 'insert', n: 150 },
@@ -238,12 +350,10 @@ describe('edits and unchanged rows', () => {
 describe('runs', () => {
   it('records status, counts and requests of each run', async () => {
     const ws = FakeWorkspace.fromCounts([3, 120, 0]);
-    // noon UTC of a fixed day: one date partition per stream, whatever the time of the test
-    const start0 = Date.now();
-    const clock: Clock = { now: () => Date.UTC(2026, 0, 15, 12) + (Date.now() - start0), sleep: systemClock.sleep };
-    const h = await start({ workspace: ws, clock });
+    // noon UTC of a fixed day: one date partition per stream
+    const h = await start({ workspace: ws, clock: movingClock() });
     const s1 = await h.sync({ full: true });
-    const row = (id: number) => h.mirror.db.prepare(`SELECT * FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
+    const row = (id: number) => sqlGet(h.mirror, `SELECT * FROM runs WHERE id = ?`, id)!;
     const r1 = row(s1.runId);
     expect(r1).toMatchObject({
       scope: 'workspace',
@@ -294,7 +404,7 @@ describe('runs', () => {
       requests: h.fake.requests.length - before,
     });
     expect(r2['export_lines']).toBe(2);
-    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM runs`).get()).toEqual({ n: 2 });
+    expect(h.mirror.counts().runs).toBe(2);
   });
 
   it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts", async () => {
@@ -303,22 +413,22 @@ describe('runs', () => {
     const dead = m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m1.close(); // the process "died" without finishRun
     const m2 = openMirror(file);
-    expect((m2.db.prepare(`SELECT status, ended_at FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('running');
+    expect(m2.runStatus(dead)).toBe('running');
     // Runs overlap in the daemon: starting one never touches another.
     const concurrent = m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    expect((m2.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('running');
-    m2.db.prepare(`DELETE FROM runs WHERE id = ?`).run(concurrent);
+    expect(m2.runStatus(dead)).toBe('running');
+    sqlRun(m2, `DELETE FROM runs WHERE id = ?`, concurrent);
     expect(m2.markInterruptedRuns()).toBe(1);
     const next = m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     expect(next).toBeGreaterThan(dead);
-    const rows = m2.db.prepare(`SELECT id, status, ended_at FROM runs ORDER BY id`).all() as { id: number; status: string; ended_at: string | null }[];
+    const rows = sqlAll<{ id: number; status: string; ended_at: string | null }>(m2, `SELECT id, status, ended_at FROM runs ORDER BY id`);
     expect(rows.map((r) => [r.id, r.status])).toEqual([
       [dead, 'interrupted'],
       [next, 'running'],
     ]);
     expect(rows[0]!.ended_at).not.toBeNull();
     m2.finishRun(next, { status: 'succeeded' });
-    expect((m2.db.prepare(`SELECT status FROM runs WHERE id = ?`).get(dead) as { status: string }).status).toBe('interrupted');
+    expect(m2.runStatus(dead)).toBe('interrupted');
   });
 
   it("a run left 'running' is marked interrupted by the start-up sweep; a sync itself never touches another run", async () => {

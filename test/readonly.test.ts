@@ -18,6 +18,7 @@ import { readMirrorResult, statusOf, verifyOf } from '../src/cli/index.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, snapshotEntries, tempDir, type EntrySnapshot } from './helpers.js';
 import { assertBuilt, CLI, killLeftovers, run, within } from './children.js';
+import { connectionOf, sqlRun } from './sql.js';
 
 const dirs: string[] = [];
 const mirrors: Mirror[] = [];
@@ -115,8 +116,8 @@ function copyWithWal(copyDir: string, opts: { shm: boolean; conversations?: numb
   const src = path.join(dir(), 'mirror.sqlite');
   const w = Mirror.open(src);
   fill(w, 'a', opts.conversations ?? 3, 120);
-  w.db.pragma('wal_checkpoint(TRUNCATE)');
-  w.db.pragma('wal_autocheckpoint = 0');
+  sqlRun(w, `PRAGMA wal_checkpoint(TRUNCATE)`);
+  sqlRun(w, `PRAGMA wal_autocheckpoint = 0`);
   fill(w, 'b', opts.walConversations ?? 2, 120);
   fs.mkdirSync(copyDir, { recursive: true });
   const file = path.join(copyDir, 'mirror.sqlite');
@@ -141,7 +142,7 @@ async function childWriter(file: string, runs: number): Promise<ChildProcess> {
   const script = `
     const { Mirror } = await import(${JSON.stringify(distMirror)});
     const m = Mirror.open(${JSON.stringify(file)});
-    m.db.pragma('wal_autocheckpoint = 0');
+    m.db.pragma('wal_autocheckpoint = 0'); // plain JS in a child: the private connection, as test/sql.ts reaches it
     for (let i = 0; i < ${runs}; i++) m.finishRun(m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' }), { status: 'succeeded' });
     process.stdout.write('ready\\n');
     setInterval(() => {}, 60_000);
@@ -287,7 +288,7 @@ describe('read-only open of a copy with a -wal', () => {
       expect(m.quickCheck()).toEqual([]);
       expect(m.snapshotChanged()).toBe(false);
       expect(() => m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toThrow(/read-only/);
-      expect(() => m.db.exec(`DELETE FROM runs`)).toThrow(/readonly|read-only/i);
+      expect(() => connectionOf(m).exec(`DELETE FROM runs`)).toThrow(/readonly|read-only/i);
       const copies = privateCopies(tmp);
       expect(copies).toHaveLength(1);
       const copyDir = path.join(tmp, copies[0]!);
@@ -551,7 +552,7 @@ describe('status and verify (the CLI) on a read-only copy with a -wal', () => {
     // A sync that is still running when the snapshot is taken: its last runs are only in the -wal.
     const db = path.join(src, 'mirror.sqlite');
     const w = Mirror.open(db);
-    w.db.pragma('wal_autocheckpoint = 0');
+    sqlRun(w, `PRAGMA wal_autocheckpoint = 0`);
     for (let i = 0; i < 3; i++) w.finishRun(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded' });
     const copy = path.join(dir(), 'snapshot');
     fs.cpSync(src, copy, { recursive: true });

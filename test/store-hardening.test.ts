@@ -15,7 +15,10 @@ import { Mirror } from '../src/store/mirror.js';
 import { MIGRATIONS } from '../src/store/migrations.js';
 import { MirrorUnusableError, StoreError } from '../src/errors.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
+import { exportLine } from '../src/export/lines.js';
+import type { ExportChange } from '../src/store/mirror.js';
 import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, snapshotEntries, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -275,7 +278,7 @@ describe('read-only open', () => {
     after.close();
     // The writer migrates it.
     const w = Mirror.open(file);
-    expect(w.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
+    expect(sqlValue(w, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
     w.close();
     track(Mirror.open(file, { readonly: true }));
   });
@@ -329,10 +332,10 @@ describe('corrupt and unusable files', () => {
     expect(w.liveCounts(ACCOUNT_ID).messages).toBe(3600);
     w.close();
     // Damage the root pages of the message and conversation b-trees and the middle third of the file.
-    const ro = Mirror.open(file, { readonly: true }).db; // creates no -wal (a plain read-only connection would)
-    const pageSize = ro.pragma('page_size', { simple: true }) as number;
-    const pageCount = ro.pragma('page_count', { simple: true }) as number;
-    const roots = (ro.prepare(`SELECT rootpage FROM sqlite_master WHERE tbl_name IN ('messages', 'conversations') AND rootpage > 0`).all() as { rootpage: number }[]).map((r) => r.rootpage);
+    const ro = Mirror.open(file, { readonly: true }); // creates no -wal (a plain read-only connection would)
+    const pageSize = sqlValue(ro, `PRAGMA page_size`);
+    const pageCount = sqlValue(ro, `PRAGMA page_count`);
+    const roots = sqlAll<{ rootpage: number }>(ro, `SELECT rootpage FROM sqlite_master WHERE tbl_name IN ('messages', 'conversations') AND rootpage > 0`).map((r) => r.rootpage);
     ro.close();
     expect(fs.existsSync(`${file}-wal`)).toBe(false);
     const fd = fs.openSync(file, 'r+');
@@ -406,9 +409,9 @@ describe('corrupt and unusable files', () => {
     const file = path.join(dir(), 'mirror.sqlite');
     const m = track(Mirror.open(file));
     const ids = fill(m, 2, 50);
-    const pages = m.db.pragma('page_count', { simple: true }) as number;
-    expect(m.db.pragma('freelist_count', { simple: true })).toBe(0);
-    m.db.pragma(`max_page_count = ${pages}`);
+    const pages = sqlValue(m, `PRAGMA page_count`);
+    expect(sqlValue(m, `PRAGMA freelist_count`)).toBe(0);
+    sqlRun(m, `PRAGMA max_page_count = ${pages}`);
     const changes = m.counts().change_log;
     const err = thrown(() => m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null));
     expect(err).toBeInstanceOf(MirrorUnusableError);
@@ -419,7 +422,7 @@ describe('corrupt and unusable files', () => {
     expect(m.liveCounts(ACCOUNT_ID).messages).toBe(100);
     expect(m.counts().change_log).toBe(changes);
     expect(m.loadCheckpoint(ACCOUNT_ID, ids[1]!)).toBeUndefined();
-    m.db.pragma(`max_page_count = ${pages * 100}`);
+    sqlRun(m, `PRAGMA max_page_count = ${pages * 100}`);
     expect(m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null).inserted).toBe(50);
   });
 });
@@ -435,7 +438,7 @@ describe('a conversation back from a tombstone', () => {
     const counts = m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
     expect(counts).toMatchObject({ inserted: 1, updated: 0 });
     expect(m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
-    const ops = m.db.prepare(`SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`).all(id) as { op: string }[];
+    const ops = sqlAll<{ op: string }>(m, `SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`, id);
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
     // A live conversation listed again with a new raw keeps its crawl baseline.
     m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
@@ -454,18 +457,20 @@ describe('a conversation back from a tombstone', () => {
     expect(counts.inserted).toBe(20);
     expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
     expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
-    const last = m.db.prepare(`SELECT op, run_id, line FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq DESC LIMIT 1`).get(id) as {
-      op: string;
-      run_id: number;
-      line: string;
-    };
+    const last = sqlGet<ExportChange & { run_id: number }>(
+      m,
+      `SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line, run_id
+       FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq DESC LIMIT 1`,
+      id,
+    )!;
     expect(last.op).toBe('insert');
     expect(last.run_id).toBe(7);
-    expect(JSON.parse(last.line)).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
+    expect(JSON.parse(last.record!)).toEqual({ id, updated_at: '2025-06-01T00:00:00Z' });
+    expect(JSON.parse(exportLine(last))).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
     // Committing more pages does not revive it twice.
     m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
     expect(m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
-    const ops = m.db.prepare(`SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`).all(id) as { op: string }[];
+    const ops = sqlAll<{ op: string }>(m, `SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`, id);
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
     expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
   });
@@ -536,12 +541,12 @@ describe('resumeRun', () => {
     m.finishRun(partial, { status: 'partial', error: 'some failed' });
     const failed = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     m.finishRun(failed, { status: 'failed', error: 'boom' });
-    const row = (id: number) => m.db.prepare(`SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`).get(id) as Record<string, unknown>;
+    const row = (id: number) => sqlGet(m, `SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`, id);
 
     expect(m.resumeRun(dead)).toBe('running');
     expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 0 });
     expect(m.markInterruptedRuns()).toBe(1);
-    m.db.prepare(`UPDATE runs SET error = 'process died' WHERE id = ?`).run(dead);
+    sqlRun(m, `UPDATE runs SET error = 'process died' WHERE id = ?`, dead);
     expect(m.runStatus(dead)).toBe('interrupted');
     expect(m.runEnded(dead)).toBe(true);
     expect(m.resumeRun(dead)).toBe('resumed');
@@ -563,7 +568,7 @@ describe('resumeRun', () => {
     expect(m.runStatus(partial)).toBe('partial');
     expect(m.resumeRun(9999)).toBe('ended');
     expect(m.runStatus(9999)).toBeUndefined();
-    expect(m.db.prepare(`SELECT count(*) AS n FROM runs`).get()).toEqual({ n: 4 });
+    expect(m.counts().runs).toBe(4);
   });
 
   it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', () => {
@@ -574,7 +579,7 @@ describe('resumeRun', () => {
     db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES ('full', 'default', '2025-01-01T00:00:00.000Z', 'interrupted')`).run();
     db.close();
     const m = track(Mirror.open(file));
-    expect(m.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
+    expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
     expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'interrupted', resumes: 0 }]);
     expect(m.resumeRun(1)).toBe('resumed');
     expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'running', resumes: 1 }]);

@@ -12,7 +12,8 @@
  *    exported watermark advanced.
  *
  * Layout: `<dir>/<stream>/account=<account_id>/date=<YYYY-MM-DD>/<first_seq>-<last_seq>.jsonl`,
- * stream `messages` or `conversations`, date from the line's `synced_at` (UTC).
+ * stream `messages` or `conversations`, date from the line's `synced_at` (UTC). Each line is
+ * {@link exportLine} of its change-log row (src/export/lines.ts) followed by `\n`.
  *
  * Nothing lost, nothing leaked: publication deletes nothing but its own leftovers in
  * `.convo-mirror-tmp/`, never replaces a published file with other bytes, and never writes over a
@@ -28,10 +29,12 @@ import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
 import { MANIFEST, TEMP_DIR, assertSafeExportDir, isTempName, kindOf, manifestTempName, partitionTempName } from './paths.js';
 import { manifestOf, renderManifest, type ExportFile, type Manifest } from './manifest.js';
+import { exportLine } from './lines.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 export { recordedManifest, renderManifest, type ExportFile, type Manifest } from './manifest.js';
 export { verifyExports, type VerifyProblem, type VerifyProblemKind } from './verify.js';
+export { exportLine } from './lines.js';
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
@@ -170,8 +173,8 @@ interface Target {
 }
 
 /**
- * Streams one file of one partition: lines go to a temp file in `.convo-mirror-tmp/` as they come
- * (bounded memory), hashed on the way; `publish()` fsyncs it, renames it to its seq-range name in
+ * Streams one file of one partition: each row's {@link exportLine} and a newline go to a temp file
+ * in `.convo-mirror-tmp/` as they come (bounded memory), hashed on the way; `publish()` fsyncs it, renames it to its seq-range name in
  * the partition directory, then fsyncs that directory.
  */
 class PartitionWriter {
@@ -179,7 +182,8 @@ class PartitionWriter {
   private readonly tmp: string;
   private readonly dirAbs: string;
   private readonly hash = crypto.createHash('sha256');
-  private readonly head: ExportChange;
+  /** Where this file's partition is and its first seq. */
+  private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
   private buffered: string[] = [];
   private bufferedBytes = 0;
   private lastSeq = 0;
@@ -191,7 +195,7 @@ class PartitionWriter {
     first: ExportChange,
     private readonly batchId: number,
   ) {
-    this.head = { ...first, line: '' };
+    this.head = { stream: first.stream, account_id: first.account_id, day: first.day, seq: first.seq };
     const rel = partitionDir(first.stream, first.account_id, first.day);
     this.dirAbs = path.join(target.root, rel);
     this.tmp = path.join(target.temp, partitionTempName(first.stream, batchId, first.seq));
@@ -212,9 +216,21 @@ class PartitionWriter {
     return h.stream === row.stream && h.account_id === row.account_id && h.day === row.day && this.lines < maxLines;
   }
 
+  /**
+   * Appends the line of `row`.
+   *
+   * @throws {@link ExportError} from {@link exportLine} (a row with neither record nor line), or
+   *   naming the temp file when it cannot be written; the temp file is then closed and removed
+   */
   write(row: ExportChange): void {
-    // Each stored line is a JSON object without seq; the exported line puts seq first.
-    const text = `{"seq":${row.seq},${row.line.slice(1)}\n`;
+    let text: string;
+    try {
+      text = `${exportLine(row)}\n`;
+    } catch (err) {
+      fs.closeSync(this.fd);
+      fs.rmSync(this.tmp, { force: true });
+      throw err;
+    }
     this.buffered.push(text);
     this.bufferedBytes += text.length;
     this.lastSeq = row.seq;

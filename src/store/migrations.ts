@@ -168,4 +168,33 @@ export const MIGRATIONS: readonly string[] = [
   UPDATE runs SET scope = CASE mode WHEN 'conversations' THEN 'conversations' ELSE 'workspace' END;
   UPDATE runs SET refresh = 'incremental' WHERE mode = 'scheduled';
   `,
+  /* 6: the change log keeps the record, not the export line: the line's format belongs to the
+        exporter (src/export/lines.ts). change_log is rebuilt with a nullable line (kept on the rows
+        written by older versions, which are exported as they are) and a record column (the record's
+        served JSON). Every row keeps its seq, and the AUTOINCREMENT counter is carried over, so no
+        seq is ever handed out twice. */ `
+  CREATE TABLE change_log_v6 (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream          TEXT NOT NULL CHECK (stream IN ('messages', 'conversations')),
+    op              TEXT NOT NULL CHECK (op IN ('insert', 'update', 'delete')),
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    record_id       TEXT NOT NULL,
+    synced_at       TEXT NOT NULL,
+    run_id          INTEGER,
+    line            TEXT,             -- legacy: the export line without seq, on rows written before version 6
+    record          TEXT,             -- the record as served (JSON): a message (a delete: its last version), a conversation ({"id": ...} when only known by id)
+    CHECK (line IS NOT NULL OR record IS NOT NULL)
+  );
+  INSERT INTO change_log_v6 (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record)
+    SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, NULL FROM change_log ORDER BY seq;
+  -- The copy set change_log_v6's counter to its largest seq; the old counter may be higher.
+  UPDATE sqlite_sequence SET seq = max(seq, (SELECT seq FROM sqlite_sequence WHERE name = 'change_log'))
+    WHERE name = 'change_log_v6' AND EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log');
+  INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'change_log_v6', seq FROM sqlite_sequence
+    WHERE name = 'change_log' AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log_v6');
+  DROP TABLE change_log;
+  ALTER TABLE change_log_v6 RENAME TO change_log;
+  `,
 ];

@@ -1,0 +1,174 @@
+/**
+ * The `conversations` table: listing pages upserted, stand-ins for conversations synced by id,
+ * revivals, tombstones, and the baseline a complete crawl leaves (message count, change signal).
+ * Methods that change rows append their change-log rows and expect to run inside the caller's
+ * transaction; none opens one itself.
+ */
+import type { Db, Statement } from './sqlite.js';
+import type { Conversation, Page } from '../api/schemas.js';
+import type { ChangeLog } from './change-log.js';
+import type { ChangeOp, WriteCounts } from './types.js';
+
+/** Row counts starting at zero. */
+export const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
+
+/** The change signal `field` of a conversation's served object (JSON), as a string; null when absent. */
+export function signalOf(raw: string | null, field: string): string | null {
+  if (raw === null) return null;
+  try {
+    const v = (JSON.parse(raw) as Record<string, unknown>)[field];
+    return v === undefined || v === null ? null : typeof v === 'string' ? v : JSON.stringify(v);
+  } catch {
+    return null;
+  }
+}
+
+type Key = [accountId: string, id: string];
+interface StoredConversation {
+  raw: string | null;
+  deleted_at: string | null;
+}
+interface CrawlStateRow {
+  message_count: number | null;
+  crawled_signal: string | null;
+  raw: string | null;
+}
+
+/** What the last complete crawl of a conversation left; see `Mirror.crawlState`. */
+export interface CrawlState {
+  messageCount: number | null;
+  crawledSignal: string | null;
+  raw: string | null;
+}
+
+/** Typed statements and row logic of `conversations`. */
+export class Conversations {
+  private readonly get: Statement<Key, StoredConversation>;
+  private readonly upsert: Statement<{ account_id: string; id: string; raw: string; now: string }>;
+  private readonly insert: Statement<[accountId: string, id: string, raw: string, firstSeenAt: string, updatedAt: string]>;
+  private readonly revive: Statement<[updatedAt: string, ...Key]>;
+  private readonly markDeleted: Statement<[deletedAt: string, ...Key]>;
+  private readonly finish: Statement<[messageCount: number, lastSyncedAt: string, ...Key]>;
+  private readonly setSignal: Statement<[signal: string | null, ...Key]>;
+  private readonly stateOf: Statement<Key, CrawlStateRow>;
+  private readonly live: Statement<[accountId: string], { id: string }>;
+  private readonly liveCount: Statement<[accountId: string], { n: number }>;
+
+  constructor(
+    db: Db,
+    private readonly changes: ChangeLog,
+  ) {
+    this.get = db.prepare(`SELECT raw, deleted_at FROM conversations WHERE account_id = ? AND id = ?`);
+    this.upsert = db.prepare(`
+      INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at)
+      VALUES (@account_id, @id, @raw, @now, @now)
+      ON CONFLICT (account_id, id) DO UPDATE SET raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL,
+        -- a conversation back from a tombstone gets a full crawl, whatever its change signal says
+        message_count = CASE WHEN conversations.deleted_at IS NULL THEN conversations.message_count END,
+        crawled_signal = CASE WHEN conversations.deleted_at IS NULL THEN conversations.crawled_signal END
+      WHERE conversations.raw IS NOT excluded.raw OR conversations.deleted_at IS NOT NULL`);
+    this.insert = db.prepare(`INSERT INTO conversations (account_id, id, raw, first_seen_at, updated_at) VALUES (?, ?, ?, ?, ?)`);
+    this.revive = db.prepare(
+      `UPDATE conversations SET deleted_at = NULL, message_count = NULL, crawled_signal = NULL, updated_at = ? WHERE account_id = ? AND id = ?`,
+    );
+    this.markDeleted = db.prepare(`UPDATE conversations SET deleted_at = ? WHERE account_id = ? AND id = ? AND deleted_at IS NULL`);
+    this.finish = db.prepare(`UPDATE conversations SET message_count = ?, last_synced_at = ? WHERE account_id = ? AND id = ?`);
+    this.setSignal = db.prepare(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`);
+    this.stateOf = db.prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`);
+    this.live = db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`);
+    this.liveCount = db.prepare(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`);
+  }
+
+  private logChange(op: ChangeOp, accountId: string, id: string, now: string, runId: number | null, record: string): void {
+    this.changes.append({ stream: 'conversations', op, account_id: accountId, conversation_id: id, record_id: id, synced_at: now, run_id: runId, record });
+  }
+
+  /** Upserts one listing page (see `Mirror.upsertConversations`); call inside a transaction. */
+  upsertPage(accountId: string, page: Page<Conversation>, runId: number | null, now: string): WriteCounts {
+    const counts = zeroCounts();
+    page.raw.forEach((obj, i) => {
+      const id = page.data[i]!.id;
+      const raw = JSON.stringify(obj);
+      const prev = this.get.get(accountId, id);
+      if (prev && prev.raw === raw && prev.deleted_at === null) {
+        counts.unchanged++;
+        return;
+      }
+      this.upsert.run({ account_id: accountId, id, raw, now });
+      const op = !prev || prev.raw === null || prev.deleted_at !== null ? 'insert' : 'update';
+      if (op === 'insert') counts.inserted++;
+      else counts.updated++;
+      this.logChange(op, accountId, id, now, runId, raw);
+    });
+    return counts;
+  }
+
+  /**
+   * Makes sure a conversation whose messages are being committed has a live row, and that the
+   * exports know it. One synced by id (never listed) gets `raw` `{"id": ...}` (the only field we
+   * know) with an `insert` change; the next listing replaces it with the object as served (an
+   * `update`). A tombstoned one is revived with an `insert` change carrying its last known `raw`,
+   * and its crawl baseline (`message_count`, `crawled_signal`) is cleared. Call inside a transaction.
+   */
+  ensure(accountId: string, conversationId: string, now: string, runId: number | null): void {
+    const prev = this.get.get(accountId, conversationId);
+    if (prev && prev.deleted_at === null) return;
+    const standIn = JSON.stringify({ id: conversationId });
+    if (prev) {
+      this.revive.run(now, accountId, conversationId);
+      this.logChange('insert', accountId, conversationId, now, runId, prev.raw ?? standIn);
+      return;
+    }
+    this.insert.run(accountId, conversationId, standIn, now, now);
+    this.logChange('insert', accountId, conversationId, now, runId, standIn);
+  }
+
+  /**
+   * Tombstones a live conversation, with a `delete` change when it was ever listed (a stand-in
+   * never exported a listed object). Call inside a transaction.
+   *
+   * @returns whether a live conversation was tombstoned
+   */
+  tombstone(accountId: string, conversationId: string, now: string, runId: number | null): boolean {
+    const prev = this.get.get(accountId, conversationId);
+    if (!prev || prev.deleted_at !== null) return false;
+    this.markDeleted.run(now, accountId, conversationId);
+    if (prev.raw !== null) this.logChange('delete', accountId, conversationId, now, runId, prev.raw);
+    return true;
+  }
+
+  /**
+   * Records a complete crawl: `message_count`, `last_synced_at`, and (with `changeField`) the
+   * signal the conversation showed as the next incremental sync's baseline.
+   */
+  finishCrawl(accountId: string, conversationId: string, messageCount: number, now: string, changeField?: string): void {
+    this.finish.run(messageCount, now, accountId, conversationId);
+    if (changeField) this.setSignal.run(signalOf(this.get.get(accountId, conversationId)?.raw ?? null, changeField), accountId, conversationId);
+  }
+
+  /** Clears the change signal of the last crawl (`crawled_signal = NULL`); nothing for an unknown id. */
+  forgetSignal(accountId: string, conversationId: string): void {
+    this.setSignal.run(null, accountId, conversationId);
+  }
+
+  /** Whether a row (live or tombstoned) exists. */
+  has(accountId: string, conversationId: string): boolean {
+    return this.get.get(accountId, conversationId) !== undefined;
+  }
+
+  /** What the last complete crawl of a live conversation left (all null when none, or not live). */
+  crawlState(accountId: string, conversationId: string): CrawlState {
+    const r = this.stateOf.get(accountId, conversationId);
+    return { messageCount: r?.message_count ?? null, crawledSignal: r?.crawled_signal ?? null, raw: r?.raw ?? null };
+  }
+
+  /** Ids of live conversations, sorted. */
+  liveIds(accountId: string): string[] {
+    return this.live.all(accountId).map((r) => r.id);
+  }
+
+  /** How many conversations of the account are live. */
+  countLive(accountId: string): number {
+    return this.liveCount.get(accountId)?.n ?? 0;
+  }
+}

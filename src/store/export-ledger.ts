@@ -1,0 +1,82 @@
+/**
+ * The export ledger: the exported watermark (`export_state`), planned and published batches
+ * (`export_batches`), the published files (`export_files`), and the change-log rows of a batch in
+ * file order. The exporter (src/export/) owns the files; this owns what was published.
+ */
+import type { Db, Statement } from './sqlite.js';
+import type { ExportBatch, ExportChange, PublishedFile } from './types.js';
+
+type SeqRange = [firstSeq: number, lastSeq: number];
+
+/** Typed statements of the export ledger. */
+export class ExportLedger {
+  private readonly watermarkOf: Statement<[], { watermark: number }>;
+  private readonly pending: Statement<[], { id: number; first_seq: number; last_seq: number }>;
+  private readonly maxSeq: Statement<[], { m: number }>;
+  private readonly insertBatch: Statement<[firstSeq: number, lastSeq: number, plannedAt: string, runId: number | null]>;
+  private readonly changes: Statement<SeqRange, ExportChange>;
+  private readonly insertFile: Statement<PublishedFile & { now: string }>;
+  private readonly markPublished: Statement<[publishedAt: string, batchId: number]>;
+  private readonly setWatermark: Statement<[watermark: number]>;
+  private readonly files: Statement<[], PublishedFile>;
+  private readonly fileTotals: Statement<[], { files: number; lines: number }>;
+  private readonly publishedBatches: Statement<[], { n: number }>;
+
+  constructor(db: Db) {
+    this.watermarkOf = db.prepare(`SELECT watermark FROM export_state WHERE id = 1`);
+    this.pending = db.prepare(`SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL ORDER BY id LIMIT 1`);
+    this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
+    this.insertBatch = db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id) VALUES (?, ?, ?, ?)`);
+    this.changes = db.prepare(
+      `SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line
+       FROM change_log WHERE seq BETWEEN ? AND ? ORDER BY stream, account_id, day, seq`,
+    );
+    this.insertFile = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
+                                  VALUES (@path, @batch_id, @stream, @account_id, @date, @first_seq, @last_seq, @lines, @bytes, @sha256, @now)`);
+    this.markPublished = db.prepare(`UPDATE export_batches SET published_at = ? WHERE id = ?`);
+    this.setWatermark = db.prepare(`UPDATE export_state SET watermark = ? WHERE id = 1`);
+    this.files = db.prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files ORDER BY first_seq, path`);
+    this.fileTotals = db.prepare(`SELECT count(*) AS files, coalesce(sum(lines), 0) AS lines FROM export_files`);
+    this.publishedBatches = db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NOT NULL`);
+  }
+
+  /** The last `change_log.seq` published. */
+  watermark(): number {
+    return this.watermarkOf.get()?.watermark ?? 0;
+  }
+
+  /** See `Mirror.planExportBatch`; call inside an immediate transaction. */
+  plan(runId: number | null, plannedAt: string): ExportBatch | undefined {
+    const pending = this.pending.get();
+    if (pending) return { ...pending, resumed: true };
+    const wm = this.watermark();
+    const max = this.maxSeq.get()?.m ?? 0;
+    if (max <= wm) return undefined;
+    const r = this.insertBatch.run(wm + 1, max, plannedAt, runId);
+    return { id: Number(r.lastInsertRowid), first_seq: wm + 1, last_seq: max, resumed: false };
+  }
+
+  /** The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), as a lazy iterator. */
+  changesBetween(first: number, last: number): IterableIterator<ExportChange> {
+    return this.changes.iterate(first, last);
+  }
+
+  /** Records the files of a published batch, marks it published and moves the watermark; call inside a transaction. */
+  record(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], publishedAt: string): void {
+    for (const f of files) this.insertFile.run({ ...f, now: publishedAt });
+    this.markPublished.run(publishedAt, batch.id);
+    this.setWatermark.run(batch.last_seq);
+  }
+
+  /** Every published file as recorded, by first seq then path. */
+  publishedFiles(): PublishedFile[] {
+    return this.files.all();
+  }
+
+  /** Published files and lines in all, and whether any batch was ever published. */
+  totals(): { files: number; lines: number; everPublished: boolean } {
+    const t = this.fileTotals.get() ?? { files: 0, lines: 0 };
+    const published = this.publishedBatches.get()?.n ?? 0;
+    return { ...t, everPublished: t.files > 0 || published > 0 };
+  }
+}

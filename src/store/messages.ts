@@ -1,0 +1,264 @@
+/**
+ * Message crawls: the `messages` table (upserts, positions, tombstones), `message_history` (the
+ * superseded versions of edited messages), and a crawl's progress (`checkpoints`, `crawl_pages`).
+ * Methods that change rows append their change-log rows and expect to run inside the caller's
+ * transaction; none opens one itself.
+ */
+import type { Db, Statement } from './sqlite.js';
+import { PER_PAGE, type Message, type Page } from '../api/schemas.js';
+import type { ChangeLog } from './change-log.js';
+import { zeroCounts } from './conversations.js';
+import type { ChangeOp, Checkpoint, WriteCounts } from './types.js';
+
+type Crawl = [accountId: string, conversationId: string];
+type MessageKey = [accountId: string, conversationId: string, id: string];
+
+interface StoredMessage {
+  raw: string;
+  position: number;
+  deleted_at: string | null;
+  updated_at: string;
+}
+
+/** The columns of one message as written by an upsert. */
+interface MessageRow {
+  account_id: string;
+  conversation_id: string;
+  id: string;
+  position: number;
+  content: string;
+  visibility: string;
+  sender_id: string;
+  sender_name: string;
+  sender_type: string;
+  attachments: string | null;
+  created_at: string;
+  raw: string;
+  now: string;
+}
+
+interface CheckpointRow {
+  next_page: number;
+  total_count: number;
+  updated_at: string;
+  run_id: number | null;
+}
+
+/** Typed statements of the message tables. */
+class MessageStatements {
+  readonly get: Statement<MessageKey, StoredMessage>;
+  readonly upsert: Statement<MessageRow>;
+  readonly insertHistory: Statement<[...MessageKey, raw: string, validFrom: string, validTo: string, replacedBySeq: number]>;
+  readonly unseenLive: Statement<{ account_id: string; conversation_id: string }, { id: string; raw: string }>;
+  readonly live: Statement<Crawl, { id: string; raw: string }>;
+  readonly markDeleted: Statement<[deletedAt: string, ...MessageKey]>;
+  readonly idAt: Statement<[...Crawl, position: number], { id: string }>;
+  readonly idsBefore: Statement<[...Crawl, position: number], { id: string }>;
+  readonly liveCount: Statement<[accountId: string], { n: number }>;
+
+  constructor(db: Db) {
+    this.get = db.prepare(`SELECT raw, position, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`);
+    this.upsert = db.prepare(`
+      INSERT INTO messages (account_id, conversation_id, id, position, content, visibility, sender_id, sender_name, sender_type,
+                            attachments, created_at, raw, first_seen_at, updated_at, deleted_at)
+      VALUES (@account_id, @conversation_id, @id, @position, @content, @visibility, @sender_id, @sender_name, @sender_type,
+              @attachments, @created_at, @raw, @now, @now, NULL)
+      ON CONFLICT (account_id, conversation_id, id) DO UPDATE SET
+        position = excluded.position, content = excluded.content, visibility = excluded.visibility,
+        sender_id = excluded.sender_id, sender_name = excluded.sender_name, sender_type = excluded.sender_type,
+        attachments = excluded.attachments, created_at = excluded.created_at, raw = excluded.raw,
+        updated_at = CASE WHEN messages.raw IS NOT excluded.raw OR messages.deleted_at IS NOT NULL
+                          THEN excluded.updated_at ELSE messages.updated_at END,
+        deleted_at = NULL
+      WHERE messages.raw IS NOT excluded.raw OR messages.position IS NOT excluded.position OR messages.deleted_at IS NOT NULL`);
+    this.insertHistory = db.prepare(`INSERT INTO message_history (account_id, conversation_id, id, raw, valid_from, valid_to, replaced_by_seq)
+                                     VALUES (?, ?, ?, ?, ?, ?, ?)`);
+    this.unseenLive = db.prepare(`
+      SELECT id, raw FROM messages
+      WHERE account_id = @account_id AND conversation_id = @conversation_id AND deleted_at IS NULL
+        AND id NOT IN (SELECT j.value FROM crawl_pages c, json_each(c.ids) j
+                       WHERE c.account_id = @account_id AND c.conversation_id = @conversation_id)`);
+    this.live = db.prepare(`SELECT id, raw FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL`);
+    this.markDeleted = db.prepare(`UPDATE messages SET deleted_at = ? WHERE account_id = ? AND conversation_id = ? AND id = ?`);
+    this.idAt = db.prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position = ? AND deleted_at IS NULL LIMIT 1`);
+    this.idsBefore = db.prepare(
+      `SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND position < ? AND deleted_at IS NULL ORDER BY position`,
+    );
+    this.liveCount = db.prepare(`SELECT count(*) AS n FROM messages WHERE account_id = ? AND deleted_at IS NULL`);
+  }
+}
+
+/** Typed statements of a crawl's progress. */
+class CrawlStatements {
+  readonly getCheckpoint: Statement<Crawl, CheckpointRow>;
+  readonly saveCheckpoint: Statement<[...Crawl, nextPage: number, totalCount: number, startedAt: string, runId: number | null, updatedAt: string]>;
+  readonly clearCheckpoint: Statement<Crawl>;
+  readonly pages: Statement<Crawl, { page: number; ids: string }>;
+  readonly savePage: Statement<[...Crawl, page: number, ids: string]>;
+  readonly clearPages: Statement<Crawl>;
+  readonly seenCount: Statement<Crawl, { n: number }>;
+
+  constructor(db: Db) {
+    this.getCheckpoint = db.prepare(`SELECT next_page, total_count, updated_at, run_id FROM checkpoints WHERE account_id = ? AND conversation_id = ?`);
+    this.saveCheckpoint = db.prepare(`
+      INSERT INTO checkpoints (account_id, conversation_id, next_page, total_count, crawl_started_at, run_id, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (account_id, conversation_id) DO UPDATE SET next_page = excluded.next_page,
+        total_count = excluded.total_count, run_id = excluded.run_id, updated_at = excluded.updated_at`);
+    this.clearCheckpoint = db.prepare(`DELETE FROM checkpoints WHERE account_id = ? AND conversation_id = ?`);
+    this.pages = db.prepare(`SELECT page, ids FROM crawl_pages WHERE account_id = ? AND conversation_id = ? ORDER BY page`);
+    this.savePage = db.prepare(`INSERT OR REPLACE INTO crawl_pages (account_id, conversation_id, page, ids) VALUES (?, ?, ?, ?)`);
+    this.clearPages = db.prepare(`DELETE FROM crawl_pages WHERE account_id = ? AND conversation_id = ?`);
+    this.seenCount = db.prepare(
+      `SELECT count(DISTINCT j.value) AS n FROM crawl_pages c, json_each(c.ids) j WHERE c.account_id = ? AND c.conversation_id = ?`,
+    );
+  }
+}
+
+/** The columns an upsert writes for the served message `m` (`obj` as served) at `position`. */
+function messageRow(accountId: string, conversationId: string, m: Message, obj: Record<string, unknown>, raw: string, position: number, now: string): MessageRow {
+  return {
+    account_id: accountId,
+    conversation_id: conversationId,
+    id: m.id,
+    position,
+    content: m.content,
+    visibility: m.visibility,
+    sender_id: m.sender.id,
+    sender_name: m.sender.name,
+    sender_type: m.sender.type,
+    attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
+    created_at: m.created_at,
+    raw,
+    now,
+  };
+}
+
+/** Typed statements and row logic of message crawls. */
+export class Messages {
+  private readonly m: MessageStatements;
+  private readonly c: CrawlStatements;
+
+  constructor(
+    db: Db,
+    private readonly changes: ChangeLog,
+  ) {
+    this.m = new MessageStatements(db);
+    this.c = new CrawlStatements(db);
+  }
+
+  private logChange(op: ChangeOp, accountId: string, conversationId: string, id: string, now: string, runId: number | null, record: string): number {
+    return this.changes.append({ stream: 'messages', op, account_id: accountId, conversation_id: conversationId, record_id: id, synced_at: now, run_id: runId, record });
+  }
+
+  /**
+   * Writes one page's messages, its ids and the checkpoint (see `Mirror.commitMessagesPage`); the
+   * conversation must have a live row. Call inside a transaction.
+   */
+  commitPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null, now: string): WriteCounts {
+    const counts = zeroCounts();
+    const offset = (page.page - 1) * PER_PAGE;
+    const ids: string[] = [];
+    page.data.forEach((m, i) => {
+      ids.push(m.id);
+      const outcome = this.upsertOne(accountId, conversationId, m, page.raw[i]!, offset + i, runId, now);
+      counts[outcome]++;
+    });
+    this.c.savePage.run(accountId, conversationId, page.page, JSON.stringify(ids));
+    this.c.saveCheckpoint.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
+    return counts;
+  }
+
+  /**
+   * Upserts one served message: skipped when unchanged; a moved position alone is written but is
+   * no change of the record; an edit keeps the superseded version in `message_history`.
+   */
+  private upsertOne(
+    accountId: string,
+    conversationId: string,
+    m: Message,
+    obj: Record<string, unknown>,
+    position: number,
+    runId: number | null,
+    now: string,
+  ): 'inserted' | 'updated' | 'unchanged' {
+    const raw = JSON.stringify(obj);
+    const prev = this.m.get.get(accountId, conversationId, m.id);
+    if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) return 'unchanged';
+    this.m.upsert.run(messageRow(accountId, conversationId, m, obj, raw, position, now));
+    // Only the position moved (an earlier message was deleted): not a change of the record.
+    if (prev && prev.raw === raw && prev.deleted_at === null) return 'unchanged';
+    if (!prev || prev.deleted_at !== null) {
+      this.logChange('insert', accountId, conversationId, m.id, now, runId, raw);
+      return 'inserted';
+    }
+    const seq = this.logChange('update', accountId, conversationId, m.id, now, runId, raw);
+    this.m.insertHistory.run(accountId, conversationId, m.id, prev.raw, prev.updated_at, now, seq);
+    return 'updated';
+  }
+
+  /** Tombstones `messages` with `delete` changes carrying their last version; returns how many. */
+  private tombstoneAll(accountId: string, conversationId: string, messages: { id: string; raw: string }[], now: string, runId: number | null): number {
+    for (const msg of messages) {
+      this.m.markDeleted.run(now, accountId, conversationId, msg.id);
+      this.logChange('delete', accountId, conversationId, msg.id, now, runId, msg.raw);
+    }
+    return messages.length;
+  }
+
+  /** Tombstones the live messages no page of the current crawl served; returns how many. Call inside a transaction. */
+  tombstoneUnseen(accountId: string, conversationId: string, now: string, runId: number | null): number {
+    return this.tombstoneAll(accountId, conversationId, this.m.unseenLive.all({ account_id: accountId, conversation_id: conversationId }), now, runId);
+  }
+
+  /** Tombstones every live message of a conversation; returns how many. Call inside a transaction. */
+  tombstoneLive(accountId: string, conversationId: string, now: string, runId: number | null): number {
+    return this.tombstoneAll(accountId, conversationId, this.m.live.all(accountId, conversationId), now, runId);
+  }
+
+  /** Distinct message ids the pages of the current crawl served. */
+  seenCount(accountId: string, conversationId: string): number {
+    return this.c.seenCount.get(accountId, conversationId)?.n ?? 0;
+  }
+
+  /** Forgets a crawl's checkpoint and seen ids. */
+  clearCrawl(accountId: string, conversationId: string): void {
+    this.c.clearCheckpoint.run(accountId, conversationId);
+    this.c.clearPages.run(accountId, conversationId);
+  }
+
+  /** The committed checkpoint of an unfinished crawl, if any (see `Mirror.loadCheckpoint`). */
+  loadCheckpoint(accountId: string, conversationId: string): Checkpoint | undefined {
+    const cp = this.c.getCheckpoint.get(accountId, conversationId);
+    if (!cp) return undefined;
+    const seenIds = new Set<string>();
+    let lastPageIds: string[] = [];
+    for (const row of this.c.pages.all(accountId, conversationId)) {
+      const ids = JSON.parse(row.ids) as string[];
+      for (const id of ids) seenIds.add(id);
+      if (row.page === cp.next_page - 1) lastPageIds = ids;
+    }
+    return { nextPage: cp.next_page, totalCount: cp.total_count, seenIds, lastPageIds, updatedAt: Date.parse(cp.updated_at), runId: cp.run_id };
+  }
+
+  /**
+   * Starts an incremental crawl (see `Mirror.seedIncrementalCrawl`): clears the crawl state, then
+   * records the live messages before `beforePosition` as its page 0. Call inside a transaction.
+   */
+  seedIncremental(accountId: string, conversationId: string, beforePosition: number): string[] {
+    this.clearCrawl(accountId, conversationId);
+    const ids = this.m.idsBefore.all(accountId, conversationId, beforePosition).map((r) => r.id);
+    this.c.savePage.run(accountId, conversationId, 0, JSON.stringify(ids));
+    return ids;
+  }
+
+  /** Id of the live message at `position` (0-based, chronological), if any. */
+  idAt(accountId: string, conversationId: string, position: number): string | undefined {
+    return this.m.idAt.get(accountId, conversationId, position)?.id;
+  }
+
+  /** How many messages of the account are live. */
+  countLive(accountId: string): number {
+    return this.m.liveCount.get(accountId)?.n ?? 0;
+  }
+}

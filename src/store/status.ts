@@ -1,0 +1,49 @@
+/**
+ * What `status` and the manifest ask of the mirror as a whole: its id and its row counts.
+ */
+import type { Db, Statement } from './sqlite.js';
+
+/** The row counts `status` shows, each one query. */
+const COUNTS = {
+  conversations: `SELECT count(*) AS n FROM conversations WHERE deleted_at IS NULL`,
+  conversations_tombstoned: `SELECT count(*) AS n FROM conversations WHERE deleted_at IS NOT NULL`,
+  messages: `SELECT count(*) AS n FROM messages WHERE deleted_at IS NULL`,
+  messages_tombstoned: `SELECT count(*) AS n FROM messages WHERE deleted_at IS NOT NULL`,
+  message_history: `SELECT count(*) AS n FROM message_history`,
+  change_log: `SELECT count(*) AS n FROM change_log`,
+  export_watermark: `SELECT watermark AS n FROM export_state WHERE id = 1`,
+  unexported_changes: `SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`,
+  export_files: `SELECT count(*) AS n FROM export_files`,
+  checkpoints: `SELECT count(*) AS n FROM checkpoints`,
+  runs: `SELECT count(*) AS n FROM runs`,
+} as const;
+
+/** A row count `status` shows. */
+export type CountName = keyof typeof COUNTS;
+
+/** Typed statements of the mirror-wide reads. */
+export class MirrorStatus {
+  private readonly id: Statement<[], { value: string }>;
+  private readonly counters: { [K in CountName]: Statement<[], { n: number }> };
+
+  constructor(db: Db) {
+    this.id = db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`);
+    const counters = {} as { [K in CountName]: Statement<[], { n: number }> };
+    for (const name of Object.keys(COUNTS) as CountName[]) counters[name] = db.prepare(COUNTS[name]);
+    this.counters = counters;
+  }
+
+  /** The mirror's random id (32 hex digits), fixed at creation (migration 2). */
+  mirrorId(): string {
+    const row = this.id.get();
+    if (!row) throw new Error('mirror_meta has no mirror_id: the schema was not migrated');
+    return row.value;
+  }
+
+  /** Every count of {@link COUNTS}, by name, in that order. */
+  counts(): Record<CountName, number> {
+    const out = {} as Record<CountName, number>;
+    for (const name of Object.keys(COUNTS) as CountName[]) out[name] = this.counters[name].get()?.n ?? 0;
+    return out;
+  }
+}

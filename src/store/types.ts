@@ -1,0 +1,196 @@
+/**
+ * The store's public types: what callers pass to and get from {@link Mirror} (re-exported by
+ * `mirror.ts`; import them from there). No code here, so every table-group module can use them
+ * without importing the facade.
+ */
+import type { Clock } from '../clock.js';
+import type { FileModes } from '../private-fs.js';
+
+/** Account id used in the mirror when no `X-Account-Id` is configured. */
+export const DEFAULT_ACCOUNT = 'default';
+
+/** Row counts written by one page or one step. */
+export interface WriteCounts {
+  inserted: number;
+  updated: number;
+  unchanged: number;
+  deleted: number;
+}
+
+/** A resumable crawl of one conversation. */
+export interface Checkpoint {
+  /** Next page to fetch (1-based). */
+  nextPage: number;
+  /** `meta.total_count` at the last committed page. */
+  totalCount: number;
+  /** Message ids served on the committed pages of this crawl. */
+  seenIds: Set<string>;
+  /** Ids of the last committed page (`nextPage - 1`), in served order, to verify on resume. */
+  lastPageIds: string[];
+  /** When the last page was committed, epoch ms. */
+  updatedAt: number;
+  /** Run that committed the last page (null outside a recorded run). */
+  runId: number | null;
+}
+
+/** What a run covers: every conversation of the workspace, or conversations named by the caller. */
+export type RunScope = 'workspace' | 'conversations';
+/** How deep a run reads: new messages only (change signal, incremental crawls), or every page. */
+export type RunRefresh = 'incremental' | 'full';
+/** Who asked for a run: the `sync` command, a job scheduler, an `enqueue`d job, or a webhook. */
+export type RunTrigger = 'cli' | 'schedule' | 'on-demand' | 'webhook';
+
+/** How a run starts, recorded in `runs` ({@link Mirror.startRun}). */
+export interface RunStart {
+  scope: RunScope;
+  refresh: RunRefresh;
+  trigger: RunTrigger;
+  /** Account the run mirrors (`default` without `X-Account-Id`). */
+  accountId: string;
+}
+
+/** One conversation that failed in a run, as stored in `run_failures`. */
+export interface RunFailureRecord {
+  /** Conversation id, or `(conversation list)` for the listing itself. */
+  id: string;
+  /** The error's code, e.g. `HTTP_ERROR`, `SCHEMA_ERROR`, `LISTED_BUT_NOT_FOUND`. */
+  code: string;
+  /** HTTP status of the last attempt, when the failure was an HTTP answer. */
+  status: number | null;
+  /** Requests made for it (the first and the retries), when known. */
+  attempts: number | null;
+  message: string;
+}
+
+/** Outcome figures of a run, stored in `runs`. */
+export interface RunFigures {
+  status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
+  list_passes?: number;
+  conversations_listed?: number;
+  conversations_synced?: number;
+  conversations_failed?: number;
+  conversations_deleted?: number;
+  conversations_inserted?: number;
+  conversations_updated?: number;
+  messages_served?: number;
+  messages_inserted?: number;
+  messages_updated?: number;
+  messages_deleted?: number;
+  requests?: number;
+  retries?: number;
+  rate_limited?: number;
+  export_lines?: number;
+  export_files?: number;
+  error?: string | null;
+}
+
+/** One published export file, as recorded in `export_files` and listed by the manifest. */
+export interface PublishedFile {
+  /** Relative to the export directory, `/`-separated. */
+  path: string;
+  stream: string;
+  account_id: string;
+  /** UTC day of the lines' `synced_at`, `YYYY-MM-DD`. */
+  date: string;
+  first_seq: number;
+  last_seq: number;
+  lines: number;
+  bytes: number;
+  /** SHA-256 of the file's bytes, hex. */
+  sha256: string;
+  batch_id: number;
+}
+
+/** An export batch: a seq range fixed in SQLite before any of its files is written. */
+export interface ExportBatch {
+  id: number;
+  first_seq: number;
+  last_seq: number;
+  /** Planned by an earlier, interrupted publication. */
+  resumed: boolean;
+}
+
+/** A change-log stream: one export file tree per stream. */
+export type ChangeStream = 'messages' | 'conversations';
+/** What a change-log row records happened to its record. */
+export type ChangeOp = 'insert' | 'update' | 'delete';
+
+/**
+ * One change-log row as the exporter reads it ({@link Mirror.changesOf}). The exporter builds the
+ * export line from it (`exportLine` in src/export/lines.ts); the store keeps only the facts.
+ */
+export interface ExportChange {
+  /** The row's change-log sequence number (never reused). */
+  seq: number;
+  stream: ChangeStream;
+  op: ChangeOp;
+  account_id: string;
+  /** The conversation the record belongs to (for a conversation: its own id). */
+  conversation_id: string;
+  /** The message's or conversation's id. */
+  record_id: string;
+  /** When the change was committed, ISO 8601 UTC. */
+  synced_at: string;
+  /** UTC day of `synced_at`, `YYYY-MM-DD`. */
+  day: string;
+  /**
+   * The record as served (JSON), written from schema version 6 on: a message's object (for a
+   * `delete`: its last version), a conversation's object (`{"id": ...}` for one only known by id).
+   * Null on rows written by older versions, which carry `line` instead.
+   */
+  record: string | null;
+  /**
+   * Legacy: the finished export line without `seq` (a JSON object), on rows written before schema
+   * version 6; null on newer rows.
+   */
+  line: string | null;
+}
+
+/** Options of {@link Mirror.open}. */
+export interface MirrorOptions {
+  /** Time source for `*_at` columns. @defaultValue the system clock */
+  clock?: Clock;
+  /**
+   * Take the single-writer lock (`<file>.lock`). Ignored (no lock) when `readonly` is true.
+   * @defaultValue true
+   */
+  lock?: boolean;
+  /**
+   * Permission bits of every file and directory the mirror creates: missing parent directories,
+   * the database file (SQLite gives its `-wal`, `-shm` and `-journal` the same mode), `<file>.lock`
+   * and `<file>.lock.json`. Set exactly, whatever the umask; existing files and directories are
+   * never chmodded.
+   * @defaultValue {@link PRIVATE_MODES} (files 0600, directories 0700)
+   */
+  modes?: FileModes;
+  /**
+   * Open an existing mirror for reading only (`status`, `verify`, an auditor's copy, a backup):
+   * no lock taken, no migration, no `journal_mode` change, and every write method throws
+   * {@link StoreError}. How it is read depends on what is beside it ({@link Mirror.access}):
+   *
+   * - a live writer holds its lock (`writerIsLive`): a normal read-only connection (`'shared'`),
+   *   which reads every committed page through the writer's own `-wal` and `-shm`, as any SQLite
+   *   reader of a live database does;
+   * - no live writer and no `-wal` (or an empty one): the file is opened `immutable`
+   *   (`'immutable'`): SQLite reads it alone, creates nothing and changes no byte, even on a
+   *   read-only mount. Its state at open is recorded, so {@link Mirror.snapshotChanged} says when a
+   *   writer came along afterwards;
+   * - no live writer and a non-empty `-wal` (a copy or snapshot of a crashed or running mirror): the
+   *   file and its `-wal` (never the `-shm`) are copied into a new private directory under
+   *   `os.tmpdir()` (0700, files 0600) and that copy is opened (`'private-copy'`), so SQLite
+   *   recovers the WAL there; nothing is created or changed beside the original, and the directory
+   *   is removed by {@link Mirror.close} (or at process exit). This needs room for the file and its
+   *   `-wal` in the temp directory (`TMPDIR`).
+   *
+   * A file that changes while it is being copied is copied again (at most 3 times), then read
+   * through a normal read-only connection like a live one.
+   * @defaultValue false
+   */
+  readonly?: boolean;
+}
+
+/**
+ * How a {@link Mirror} reads its file: `'read-write'` (a writer), or for a read-only open
+ * `'immutable'`, `'shared'` or `'private-copy'` (see {@link MirrorOptions.readonly}).
+ */
+export type MirrorAccess = 'read-write' | 'immutable' | 'shared' | 'private-copy';
