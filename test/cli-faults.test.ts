@@ -9,10 +9,11 @@
 import { describe, it, expect, beforeAll, afterEach, afterAll } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
-import { assertBuilt, killLeftovers, run, start, waitFor, type Ran, type Started } from './children.js';
-import { sqlAll, sqlValue } from './sql.js';
+import { CLI as CLI_JS, assertBuilt, killLeftovers, run, start, startCommand, waitFor, type Ran, type Started } from './children.js';
+import { sqlAll, sqlRun, sqlValue } from './sql.js';
 
 /** Temp dirs of this file, removed in afterAll. */
 const dirs: string[] = [];
@@ -101,30 +102,25 @@ describe('SIGKILL during export publication, then re-run', () => {
     const exportDir = path.join(dir, 'exports');
     const env = cliEnv(fake, dir, { LOG_LEVEL: 'warn', CONVO_MIRROR_CONCURRENCY: '8' });
     const today = new Date().toISOString().slice(0, 10);
-    // Temp files are written in <exports>/.convo-mirror-tmp/, named <stream>-<batch>-<first seq>.<pid>.tmp;
-    // the conversations partition is written (and renamed) before the messages partition.
-    const tmpDir = path.join(exportDir, '.convo-mirror-tmp');
-    fs.mkdirSync(tmpDir, { recursive: true });
-    let child: Started['child'] | undefined;
-    let sawTmp: string | undefined;
-    const watcher = fs.watch(tmpDir, (_event, name) => {
-      const n = name === null ? '' : String(name);
-      if (sawTmp === undefined && n.startsWith('messages-') && n.endsWith('.tmp') && child) {
-        sawTmp = n;
-        child.kill('SIGKILL');
-      }
-    });
     try {
-      const first = start(['sync'], env);
-      child = first.child;
-      const r = await first.done;
-      watcher.close();
-      expect(
-        sawTmp,
-        `no messages .tmp file appeared in ${tmpDir} (exit ${r.code}, signal ${r.signal}; stderr: ${r.stderr.slice(-500)})`,
-      ).toBeDefined();
-      expect(r.signal, `the child was not killed during publication: exit ${r.code}`).toBe('SIGKILL');
-      // Killed during publication: the batch is planned, not recorded as published.
+      // A complete first sync, then its batch is put back to "planned, not published" with the
+      // messages files removed: the state of a crash after the conversations partition was renamed
+      // into place and before the messages partition was.
+      const first = await run(['sync'], env);
+      expect(first.code, first.stderr).toBe(0);
+      withMirror(db, (m) => {
+        const batch = sqlValue(m, `SELECT max(id) FROM export_batches`);
+        sqlRun(m, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, batch);
+        sqlRun(m, `UPDATE export_state SET watermark = 0 WHERE id = 1`);
+        for (const { path: rel } of sqlAll<{ path: string }>(m, `SELECT path FROM export_files WHERE stream = 'messages'`)) fs.rmSync(path.join(exportDir, rel));
+        sqlRun(m, `DELETE FROM export_files WHERE batch_id = ?`, batch);
+      });
+      // The publication is then killed for real at the failpoint before the messages file's
+      // rename: its temp file is written and fsynced in .convo-mirror-tmp/, nothing is recorded.
+      const killer = startCommand([process.execPath, '--input-type=module', '-e', publishUntilKilled(db, exportDir)], env);
+      const r = await killer.done;
+      expect(r.signal, `the publication was not killed at its failpoint: exit ${r.code}; stderr: ${r.stderr.slice(-500)}`).toBe('SIGKILL');
+      expect(fs.readdirSync(path.join(exportDir, '.convo-mirror-tmp')).filter((n) => n.startsWith('messages-') && n.endsWith('.tmp'))).toHaveLength(1);
       withMirror(db, (m) => {
         expect(sqlValue(m, `SELECT count(*) FROM export_batches WHERE published_at IS NULL`)).toBe(1);
         expect(sqlValue(m, `SELECT watermark FROM export_state WHERE id = 1`)).toBe(0);
@@ -132,6 +128,7 @@ describe('SIGKILL during export publication, then re-run', () => {
       // What was published (renamed into place) before the kill.
       const before = new Map([...snapshotFiles(exportDir)].filter(([rel]) => rel.endsWith('.jsonl')));
       expect([...before.keys()].some((rel) => rel.startsWith(`conversations/account=${ACCOUNT_ID}/date=${today}/`)), [...before.keys()].join(', ')).toBe(true);
+      expect([...before.keys()].some((rel) => rel.startsWith('messages/')), [...before.keys()].join(', ')).toBe(false);
 
       const again = await run(['sync', '--json'], env);
       expect(again.code, again.stderr).toBe(0);
@@ -162,12 +159,30 @@ describe('SIGKILL during export publication, then re-run', () => {
       expect(new Set(convIds).size).toBe(convIds.length);
       expect(convIds.length).toBe(totals.conversations);
     } finally {
-      watcher.close();
-      child?.kill('SIGKILL');
       await fake.close();
     }
   });
 });
+
+/**
+ * A module script that opens the mirror and publishes its pending batch, killing its own process
+ * (SIGKILL, like a power cut) at the exporter's `before-rename` failpoint of the first messages file.
+ */
+function publishUntilKilled(db: string, exportDir: string): string {
+  const dist = (rel: string) => JSON.stringify(pathToFileURL(path.join(path.dirname(CLI_JS), '..', rel)).href);
+  return `
+    import { Mirror } from ${dist('store/mirror.js')};
+    import { publishChanges } from ${dist('export/exporter.js')};
+    const mirror = Mirror.open(${JSON.stringify(db)});
+    publishChanges(mirror, {
+      exportDir: ${JSON.stringify(exportDir)},
+      failpoint: (point, file) => {
+        if (point === 'before-rename' && file.includes('/messages/')) process.kill(process.pid, 'SIGKILL');
+      },
+    });
+    process.stderr.write('publication ended without reaching the failpoint\\n');
+  `;
+}
 
 describe('SIGINT during a long Retry-After', () => {
   it('stops without waiting out the Retry-After, exit 130, prints an interrupted summary and records the run as interrupted', async () => {
