@@ -638,7 +638,7 @@ describe('ApiClient: the API key never leaks into errors', () => {
     expect(errors.map((e) => (e as ConvoMirrorError).code)).toEqual([
       'AUTH_ERROR',
       'AUTH_ERROR',
-      'HTTP_ERROR',
+      'NOT_FOUND',
       'HTTP_ERROR',
       'HTTP_ERROR',
       'HTTP_ERROR',
