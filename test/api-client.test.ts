@@ -8,7 +8,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ApiClient, PER_PAGE, type ApiClientOptions } from '../src/api/client.js';
+import { ApiClient, PER_PAGE, newTally, type ApiClientOptions } from '../src/api/client.js';
 import { RateLimiter } from '../src/api/rate-limit.js';
 import { systemClock } from '../src/clock.js';
 import { AuthError, ConfigError, ConvoMirrorError, HttpError, NotFoundError, RateLimitedError, RedirectRefusedError, SchemaError } from '../src/errors.js';
@@ -201,6 +201,28 @@ describe('ApiClient: pagination', () => {
     expect(pages).toHaveLength(1);
     expect(pages[0]!.data).toEqual([]);
     expect(pages[0]!.meta).toEqual({ current_page: 1, total_pages: 0, total_count: 0 });
+  });
+});
+
+describe('ApiClient: request tallies', () => {
+  it('a tally counts attempts, retries, 429s and the records served on pages that parsed', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 7]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { clock: frozenClock() });
+    const [big] = ws.list();
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '0', match: { path: msgRe(big!.id), page: 2 } });
+    const tally = newTally();
+    await collect(api.messages(big!.id, 1, tally));
+    // 3 pages + 1 retry of page 2; 100 + 100 + 50 messages served.
+    expect(tally).toEqual({ requests: 4, retries: 1, rateLimited: 1, served: 250 });
+    const list = newTally();
+    await collect(api.conversations(1, list));
+    expect(list).toEqual({ requests: 1, retries: 0, rateLimited: 0, served: 2 });
+    // A page that does not parse serves nothing.
+    fake.injectFault({ kind: 'status', status: 200, body: 'not json' });
+    const broken = newTally();
+    await rejection(collect(api.messages(big!.id, 1, broken)));
+    expect(broken).toEqual({ requests: 1, retries: 0, rateLimited: 0, served: 0 });
   });
 });
 
