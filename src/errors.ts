@@ -30,8 +30,13 @@ export class ConvoMirrorError extends Error {
 export class ConfigError extends ConvoMirrorError {
   /** The environment variable (or flag) at fault, e.g. `CONVO_MIRROR_BASE_URL`. */
   readonly variable: string;
-  constructor(variable: string, message: string) {
-    super('CONFIG_ERROR', `${variable}: ${message}`, { context: { variable } });
+  /**
+   * @param variable - the environment variable (or flag) at fault
+   * @param message - what is wrong with it and how to fix it; never the value of a secret
+   * @param cause - the error that revealed it, e.g. the {@link NotFoundError} of the conversation list
+   */
+  constructor(variable: string, message: string, cause?: unknown) {
+    super('CONFIG_ERROR', `${variable}: ${message}`, { context: { variable }, cause });
     this.variable = variable;
   }
 }
@@ -60,9 +65,18 @@ export class HttpError extends ConvoMirrorError {
   attempts: number;
   readonly retryAfterMs: number | undefined;
 
-  constructor(message: string, details: HttpErrorDetails, opts: { cause?: unknown; code?: string; retryable?: boolean } = {}) {
+  /**
+   * @param opts - `code` (default `HTTP_ERROR`), `retryable` (default from the status, see
+   *   {@link HttpError.isRetryableStatus}), `cause`, and `context`: loggable fields added to
+   *   method, path, status and attempts (e.g. `conversation_id`)
+   */
+  constructor(
+    message: string,
+    details: HttpErrorDetails,
+    opts: { cause?: unknown; code?: string; retryable?: boolean; context?: Record<string, unknown> } = {},
+  ) {
     super(opts.code ?? 'HTTP_ERROR', message, {
-      context: { method: details.method, path: details.path, status: details.status, attempts: details.attempts },
+      context: { ...opts.context, method: details.method, path: details.path, status: details.status, attempts: details.attempts },
       cause: opts.cause,
       retryable: opts.retryable ?? HttpError.isRetryableStatus(details.status),
     });
@@ -101,29 +115,65 @@ export class SchemaError extends ConvoMirrorError {
   }
 }
 
-/** A conversation asked for by id does not exist at the API (404) and was never mirrored. */
-export class NotFoundError extends ConvoMirrorError {
-  constructor(message: string, context: Record<string, unknown>, opts: { code?: string; retryable?: boolean } = {}) {
-    super(opts.code ?? 'NOT_FOUND', message, { context, retryable: opts.retryable ?? false });
+/**
+ * The API answered 404 (code `NOT_FOUND`, not retried). Thrown by the client for any 404 of a
+ * request it sends; the sync re-throws it for a conversation never mirrored, with a message naming
+ * the conversation and saying nothing was mirrored. (A 404 of the conversation list is a wrong base
+ * URL: the client turns it into a {@link ConfigError}.)
+ */
+export class NotFoundError extends HttpError {
+  /**
+   * @param message - what was not found
+   * @param details - the request (method, path, attempts); `status` is always 404
+   * @param opts - `code` (default `NOT_FOUND`), `retryable` (default false), extra `context`, `cause`
+   */
+  constructor(
+    message: string,
+    details: HttpErrorDetails,
+    opts: { code?: string; retryable?: boolean; context?: Record<string, unknown>; cause?: unknown } = {},
+  ) {
+    super(message, { ...details, status: 404 }, { code: opts.code ?? 'NOT_FOUND', retryable: opts.retryable ?? false, context: opts.context, cause: opts.cause });
   }
 }
 
 /**
- * A conversation that the listing still shows answered 404 on its messages. The two answers
- * contradict each other, so this is a failure of that conversation, never a deletion: nothing of
- * it is tombstoned, and the next run (or job attempt) asks again. Retryable.
+ * A conversation that the listing still shows (or the mirror holds) answered 404 on its messages
+ * (code `LISTED_BUT_NOT_FOUND`). The two answers contradict each other, so this is a failure of that
+ * conversation, never a deletion: nothing of it is tombstoned, and the next run (or job attempt)
+ * asks again. Retryable. Carries the request of the client's {@link NotFoundError} (its `cause`).
  */
 export class ListedButNotFoundError extends NotFoundError {
   /**
+   * @param notFound - the client's error for the 404 (its method, path and attempts are kept)
    * @param why - why the 404 is not taken as a deletion, e.g. `the conversation list shows it`
    */
-  constructor(conversationId: string, path: string, why = 'the conversation list shows it') {
+  constructor(conversationId: string, notFound: NotFoundError, why = 'the conversation list shows it') {
     super(
-      `conversation ${conversationId}: GET ${path} answered 404 although ${why}; ` +
+      `conversation ${conversationId}: GET ${notFound.path} answered 404 although ${why}; ` +
         'treated as a failure, not a deletion (nothing was tombstoned); the next run asks again',
-      { conversation_id: conversationId, path },
-      { code: 'LISTED_BUT_NOT_FOUND', retryable: true },
+      notFound,
+      { code: 'LISTED_BUT_NOT_FOUND', retryable: true, context: { conversation_id: conversationId }, cause: notFound },
     );
+  }
+}
+
+/**
+ * The API answered 429 (code `HTTP_ERROR`, like any other status; retryable). The client waits
+ * `Retry-After` (capped) before the next attempt and slows its request rate.
+ */
+export class RateLimitedError extends HttpError {
+  constructor(message: string, details: HttpErrorDetails) {
+    super(message, { ...details, status: 429 }, { retryable: true });
+  }
+}
+
+/**
+ * The API answered a 3xx (code `HTTP_ERROR`, not retried). Redirects are never followed: the API
+ * key must not leave the configured origin.
+ */
+export class RedirectRefusedError extends HttpError {
+  constructor(message: string, details: HttpErrorDetails) {
+    super(message, details, { retryable: false });
   }
 }
 

@@ -1,18 +1,19 @@
 /**
  * ApiClient against the real in-process fake API (and a few tiny node:http servers for answers the
- * fake cannot give). Real HTTP on 127.0.0.1; nothing of ours is mocked. Time is observed through an
- * injected Clock where exact delays matter, and measured on the real clock where real waiting matters.
+ * fake cannot give). Real HTTP on 127.0.0.1; nothing of ours is mocked. Waits are asserted on the
+ * injected test clock's recorded sleeps; where real waiting matters, on the gaps between arrivals in
+ * the fake's request log (lower bounds only), never on measured elapsed time.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ApiClient, PER_PAGE, type ApiClientOptions } from '../src/api/client.js';
+import { ApiClient, PER_PAGE, newTally, type ApiClientOptions } from '../src/api/client.js';
 import { RateLimiter } from '../src/api/rate-limit.js';
-import { systemClock, type Clock } from '../src/clock.js';
-import { AuthError, ConvoMirrorError, HttpError, SchemaError } from '../src/errors.js';
+import { systemClock } from '../src/clock.js';
+import { AuthError, ConfigError, ConvoMirrorError, HttpError, NotFoundError, RateLimitedError, RedirectRefusedError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
-import { collect, frozenClock, json, rejection } from './helpers.js';
+import { collect, frozenClock, json, rejection, testClock } from './helpers.js';
 
 const API_KEY = 'sk-live-SECRET-9f3a71c2e4';
 const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
@@ -43,20 +44,8 @@ function client(baseUrl: string, extra: Partial<ApiClientOptions> = {}): ApiClie
   return api;
 }
 
-/** A clock that records every sleep and advances virtual time instantly by that amount. */
-function recordingClock(): Clock & { sleeps: number[] } {
-  let offset = 0;
-  const sleeps: number[] = [];
-  return {
-    sleeps,
-    now: () => Date.now() + offset,
-    sleep: (ms: number) => {
-      sleeps.push(ms);
-      if (ms > 0) offset += ms;
-      return Promise.resolve();
-    },
-  };
-}
+/** Virtual time that moves by each recorded sleep (starts on a whole second, so HTTP-dates are exact). */
+const recordingClock = () => testClock({ start: Date.parse('2025-03-04T05:06:07.000Z'), sleep: 'advance' });
 
 interface Tiny {
   url: string;
@@ -153,7 +142,7 @@ describe('ApiClient: headers and per_page', () => {
     const api = client(`${tiny.url}/api/`);
     const err = await rejection(api.getJson('/v1/conversations?page=1&per_page=100'));
     expect(tiny.hits).toEqual(['/api/v1/conversations?page=1&per_page=100']);
-    expect(err).toBeInstanceOf(HttpError);
+    expect(err).toBeInstanceOf(NotFoundError);
     expect((err as HttpError).path).toBe('/v1/conversations?page=1&per_page=100');
     expect((err as HttpError).status).toBe(404);
   });
@@ -215,6 +204,28 @@ describe('ApiClient: pagination', () => {
   });
 });
 
+describe('ApiClient: request tallies', () => {
+  it('a tally counts attempts, retries, 429s and the records served on pages that parsed', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 7]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { clock: frozenClock() });
+    const [big] = ws.list();
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '0', match: { path: msgRe(big!.id), page: 2 } });
+    const tally = newTally();
+    await collect(api.messages(big!.id, 1, tally));
+    // 3 pages + 1 retry of page 2; 100 + 100 + 50 messages served.
+    expect(tally).toEqual({ requests: 4, retries: 1, rateLimited: 1, served: 250 });
+    const list = newTally();
+    await collect(api.conversations(1, list));
+    expect(list).toEqual({ requests: 1, retries: 0, rateLimited: 0, served: 2 });
+    // A page that does not parse serves nothing.
+    fake.injectFault({ kind: 'status', status: 200, body: 'not json' });
+    const broken = newTally();
+    await rejection(collect(api.messages(big!.id, 1, broken)));
+    expect(broken).toEqual({ requests: 1, retries: 0, rateLimited: 0, served: 0 });
+  });
+});
+
 describe('ApiClient: Retry-After', () => {
   it('honours Retry-After in seconds (recorded delay 1000 ms)', async () => {
     const ws = FakeWorkspace.fromCounts([5]);
@@ -233,17 +244,15 @@ describe('ApiClient: Retry-After', () => {
     expect(api.stats.requests).toBe(2);
   });
 
-  it('honours Retry-After as an HTTP-date (1000-2000 ms given second resolution)', async () => {
+  it('honours Retry-After as an HTTP-date (recorded delay: the date minus the clock)', async () => {
     const ws = FakeWorkspace.fromCounts([1]);
     const fake = await fakeApi(ws);
     const clock = recordingClock();
     const api = client(fake.url, { clock });
-    fake.injectFault({ kind: 'status', status: 429, retryAfter: new Date(Date.now() + 2000).toUTCString() });
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: new Date(clock.now() + 2000).toUTCString() });
 
     await collect(api.messages(ws.list()[0]!.id));
-    expect(clock.sleeps).toHaveLength(1);
-    expect(clock.sleeps[0]).toBeGreaterThanOrEqual(900);
-    expect(clock.sleeps[0]).toBeLessThanOrEqual(2000);
+    expect(clock.sleeps).toEqual([2000]);
   });
 
   it('honours Retry-After on a 503 too', async () => {
@@ -267,50 +276,50 @@ describe('ApiClient: Retry-After', () => {
     expect(clock.sleeps).toEqual([50]);
   });
 
-  it('really waits about a second for Retry-After: 1 on the system clock', async () => {
+  it('really waits a second for Retry-After: 1 on the system clock (gap in the fake\'s log)', async () => {
     const ws = FakeWorkspace.fromCounts([1]);
     const fake = await fakeApi(ws);
     const api = client(fake.url, { clock: systemClock });
     fake.injectFault({ kind: 'status', status: 429, retryAfter: '1' });
-    const t0 = Date.now();
     const pages = await collect(api.messages(ws.list()[0]!.id));
-    const elapsed = Date.now() - t0;
     expect(pages[0]!.data).toHaveLength(1);
-    expect(elapsed).toBeGreaterThanOrEqual(900);
-    expect(elapsed).toBeLessThan(5000);
+    expect(fake.requests.map((r) => r.status)).toEqual([429, 200]);
     const [first, second] = fake.requests;
-    expect(second!.at - first!.at).toBeGreaterThanOrEqual(900);
+    expect(second!.at - first!.at).toBeGreaterThanOrEqual(950);
   });
 
   it("a 429's Retry-After holds other concurrent requests of the same client", async () => {
     const ws = FakeWorkspace.fromCounts([1, 1]);
     const fake = await fakeApi(ws);
     const [a, b] = ws.list();
+    // Real waits, recorded; B starts once A's retry delay has begun (the limiter is paused by then).
+    const clock = testClock({ start: Date.now(), sleep: 'real' });
+    const realSleep = clock.sleep;
     let signalSleep!: () => void;
     const sleeping = new Promise<void>((resolve) => (signalSleep = resolve));
-    // The system clock, with a signal when the retry delay of A starts (after the limiter is paused).
-    const clock: Clock = {
-      now: () => Date.now(),
-      sleep: (ms) => {
-        if (ms >= 500) signalSleep();
-        return systemClock.sleep(ms);
-      },
+    clock.sleep = (ms, signal) => {
+      const slept = realSleep(ms, signal);
+      if (ms >= 500) signalSleep();
+      return slept;
     };
     const api = client(fake.url, { clock });
     fake.injectFault({ kind: 'status', status: 429, retryAfter: '1', match: { path: msgRe(a!.id) } });
 
     const pa = collect(api.messages(a!.id));
     await sleeping;
-    const t0 = Date.now();
     const pb = await collect(api.messages(b!.id));
-    const waitedB = Date.now() - t0;
     await pa;
 
     expect(pb[0]!.data).toHaveLength(1);
-    expect(waitedB).toBeGreaterThanOrEqual(800);
+    // A's retry delay, then B held by the limiter for the rest of the same pause (not a retry of B).
+    expect(clock.sleeps).toHaveLength(2);
+    expect(clock.sleeps[0]).toBe(1000);
+    expect(clock.sleeps[1]).toBeGreaterThan(0);
+    expect(clock.sleeps[1]).toBeLessThanOrEqual(1000);
+    expect(api.stats.retries).toBe(1);
     const rate429 = fake.requests.find((r) => r.status === 429)!;
     const bReq = fake.requests.find((r) => r.path === msgRe(b!.id))!;
-    expect(bReq.at - rate429.at).toBeGreaterThanOrEqual(900);
+    expect(bReq.at - rate429.at).toBeGreaterThanOrEqual(950);
   });
 });
 
@@ -410,11 +419,12 @@ describe('ApiClient: retries', () => {
     const ws = FakeWorkspace.fromCounts([2]);
     const fake = await fakeApi(ws);
     const api = client(fake.url, { requestTimeoutMs: 200, maxRetries: 1 });
-    fake.injectFault({ kind: 'slow', delayMs: 1000 });
-    const t0 = Date.now();
+    // Answered only after a minute (cancelled when the fake closes): the client cannot have waited for it.
+    fake.injectFault({ kind: 'slow', delayMs: 60_000 });
     const pages = await collect(api.messages(ws.list()[0]!.id));
-    expect(Date.now() - t0).toBeLessThan(900);
     expect(pages[0]!.data).toHaveLength(2);
+    expect(fake.requests.map((r) => r.status)).toEqual([0, 200]);
+    expect(fake.requests[1]!.at - fake.requests[0]!.at).toBeGreaterThanOrEqual(190);
     expect(fake.requests).toHaveLength(2);
     expect(api.stats.networkErrors).toBe(1);
     expect(api.stats.retries).toBe(1);
@@ -424,19 +434,17 @@ describe('ApiClient: retries', () => {
     const ws = FakeWorkspace.fromCounts([2]);
     const fake = await fakeApi(ws);
     const api = client(fake.url, { requestTimeoutMs: 200, maxRetries: 1 });
-    fake.injectFault({ kind: 'slow', delayMs: 1000, times: Infinity });
-    const t0 = Date.now();
+    fake.injectFault({ kind: 'slow', delayMs: 60_000, times: Infinity });
     const err = await rejection(collect(api.messages(ws.list()[0]!.id)));
-    const elapsed = Date.now() - t0;
     expect(err).toBeInstanceOf(HttpError);
     const h = err as HttpError;
     expect(h.status).toBeUndefined();
     expect(h.message).toMatch(/timed out/);
     expect(h.attempts).toBe(2);
     expect(h.retryable).toBe(true);
-    expect(fake.requests).toHaveLength(2);
-    expect(elapsed).toBeGreaterThanOrEqual(380);
-    expect(elapsed).toBeLessThan(1500);
+    // Neither attempt was answered: each ended on its own timeout.
+    expect(fake.requests.map((r) => r.status)).toEqual([0, 0]);
+    expect(fake.requests[1]!.at - fake.requests[0]!.at).toBeGreaterThanOrEqual(190);
   });
 });
 
@@ -481,13 +489,43 @@ describe('ApiClient: errors that are never retried', () => {
     expect(api.stats.retries).toBe(0);
   });
 
-  it('an unknown conversation answers 404 once, not retried', async () => {
+  it('an unknown conversation answers 404 once, not retried: a NotFoundError', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
     const api = client(fake.url);
     const err = (await rejection(collect(api.messages('no-such-conversation')))) as HttpError;
-    expect(err.status).toBe(404);
+    expect(err).toBeInstanceOf(NotFoundError);
+    expect(err).toMatchObject({ code: 'NOT_FOUND', retryable: false, method: 'GET', status: 404, attempts: 1 });
+    expect(err.message).toBe(`GET ${msgPath('no-such-conversation')}: answered 404`);
     expect(err.path).toBe(msgPath('no-such-conversation'));
     expect(fake.requests).toHaveLength(1);
+  });
+
+  it('a 404 of the conversation list is a wrong base URL: ConfigError naming CONVO_MIRROR_BASE_URL, one request', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(`${fake.url}/nope`, { maxRetries: 3 });
+    const err = (await rejection(collect(api.conversations()))) as ConfigError;
+    expect(err).toBeInstanceOf(ConfigError);
+    expect(err.variable).toBe('CONVO_MIRROR_BASE_URL');
+    expect(err.retryable).toBe(false);
+    expect(err.message).toBe(
+      "CONVO_MIRROR_BASE_URL: GET /v1/conversations?page=1&per_page=100 answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)",
+    );
+    expect(err.cause).toBeInstanceOf(NotFoundError);
+    expect(fake.requests.map((r) => [r.path, r.status])).toEqual([['/nope/v1/conversations', 404]]);
+  });
+
+  it('a 429 whose retries run out is a RateLimitedError (code HTTP_ERROR, retryable)', async () => {
+    const ws = FakeWorkspace.fromCounts([1]);
+    const fake = await fakeApi(ws);
+    const clock = frozenClock();
+    const api = client(fake.url, { maxRetries: 1, clock });
+    fake.injectFault({ kind: 'status', status: 429, retryAfter: '2', times: Infinity });
+    const err = (await rejection(collect(api.messages(ws.list()[0]!.id)))) as HttpError;
+    expect(err).toBeInstanceOf(RateLimitedError);
+    expect(err).toMatchObject({ code: 'HTTP_ERROR', retryable: true, status: 429, attempts: 2, retryAfterMs: 2000 });
+    // One retry, after the server's 2 s; the limiter was paused until then (frozen time: it waits too).
+    expect(clock.sleeps[0]).toBe(2000);
+    expect(fake.requests.map((r) => r.status)).toEqual([429, 429]);
   });
 
   it('a 302 redirect is neither followed nor retried', async () => {
@@ -498,7 +536,8 @@ describe('ApiClient: errors that are never retried', () => {
     });
     const api = client(redirector.url);
     const err = await rejection(collect(api.conversations()));
-    expect(err).toBeInstanceOf(HttpError);
+    expect(err).toBeInstanceOf(RedirectRefusedError);
+    expect((err as HttpError).code).toBe('HTTP_ERROR');
     expect((err as HttpError).status).toBe(302);
     expect((err as HttpError).retryable).toBe(false);
     expect((err as HttpError).attempts).toBe(1);
@@ -638,7 +677,7 @@ describe('ApiClient: the API key never leaks into errors', () => {
     expect(errors.map((e) => (e as ConvoMirrorError).code)).toEqual([
       'AUTH_ERROR',
       'AUTH_ERROR',
-      'HTTP_ERROR',
+      'NOT_FOUND',
       'HTTP_ERROR',
       'HTTP_ERROR',
       'HTTP_ERROR',
@@ -661,26 +700,32 @@ describe('ApiClient: the API key never leaks into errors', () => {
 });
 
 describe('ApiClient: rate cap', () => {
-  it('with maxRps 20, 21 concurrent requests take about a second', async () => {
+  it('with maxRps 20, 21 concurrent requests are spaced 50 ms apart: recorded waits 50, 100, ... 1000 ms', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const clock = frozenClock();
+    const api = client(fake.url, { maxRps: 20, clock });
+    const results = await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
+    expect(results.every((r) => r.status === 200)).toBe(true);
+    expect(fake.requests).toHaveLength(21);
+    expect(clock.sleeps).toEqual(Array.from({ length: 20 }, (_, i) => 50 * (i + 1)));
+  });
+
+  it('with maxRps 20 on the system clock, 21 concurrent requests reach the server over at least a second', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
     const api = client(fake.url, { maxRps: 20 });
-    const t0 = Date.now();
-    const results = await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
-    const elapsed = Date.now() - t0;
-    expect(results.every((r) => r.status === 200)).toBe(true);
-    expect(elapsed).toBeGreaterThanOrEqual(950);
-    expect(elapsed).toBeLessThan(3000);
+    await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
     expect(fake.requests).toHaveLength(21);
     const span = fake.requests[20]!.at - fake.requests[0]!.at;
     expect(span).toBeGreaterThanOrEqual(940);
   });
 
-  it('with maxRps 0 there is no cap', async () => {
+  it('with maxRps 0 there is no cap: nothing waits', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
-    const api = client(fake.url, { maxRps: 0 });
-    const t0 = Date.now();
+    const clock = frozenClock();
+    const api = client(fake.url, { maxRps: 0, clock });
     await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
-    expect(Date.now() - t0).toBeLessThan(900);
+    expect(fake.requests).toHaveLength(21);
+    expect(clock.sleeps).toEqual([]);
   });
 });
 

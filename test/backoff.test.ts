@@ -1,8 +1,10 @@
 /**
- * Pure retry-delay functions: full-jitter backoff with injected randomness, Retry-After parsing.
+ * Pure retry-delay functions: full-jitter backoff with injected randomness, Retry-After parsing, and
+ * retryDelay (the one decision of each retry's wait). No clock, no HTTP.
  */
 import { describe, expect, it } from 'vitest';
-import { fullJitterDelay, parseRetryAfter } from '../src/api/backoff.js';
+import { fullJitterDelay, parseRetryAfter, retryDelay, type RetryDelayInput } from '../src/api/backoff.js';
+import { HttpError, NotFoundError, RateLimitedError } from '../src/errors.js';
 
 describe('fullJitterDelay', () => {
   const opts = (random: number) => ({ baseMs: 100, maxMs: 1000, random: () => random });
@@ -98,5 +100,81 @@ describe('parseRetryAfter', () => {
   it('takes the first value of a repeated header', () => {
     expect(parseRetryAfter(['4', '9'], NOW)).toBe(4000);
     expect(parseRetryAfter([], NOW)).toBeUndefined();
+  });
+});
+
+describe('retryDelay', () => {
+  const backoff = { baseMs: 100, maxMs: 1000 };
+  const input = (over: Partial<RetryDelayInput> = {}): RetryDelayInput => ({
+    attempt: 1,
+    error: { status: 503, retryable: true },
+    retriesLeft: 3,
+    backoff,
+    maxRetryAfterMs: 120_000,
+    random: () => 0.5,
+    ...over,
+  });
+
+  it('does not retry an error that is not retryable, whatever else it says', () => {
+    expect(retryDelay(input({ error: { status: 404, retryable: false } }))).toBeUndefined();
+    expect(retryDelay(input({ error: { status: 400, retryable: false, retryAfterMs: 1000 } }))).toBeUndefined();
+  });
+
+  it('does not retry when no retries are left', () => {
+    expect(retryDelay(input({ retriesLeft: 0 }))).toBeUndefined();
+    expect(retryDelay(input({ retriesLeft: -1 }))).toBeUndefined();
+    expect(retryDelay(input({ retriesLeft: 0, error: { status: 429, retryAfterMs: 1000, retryable: true } }))).toBeUndefined();
+    expect(retryDelay(input({ retriesLeft: 1 }))).toBe(50);
+  });
+
+  it('honours Retry-After exactly (0 included), whatever the attempt and the jitter', () => {
+    for (const attempt of [1, 2, 7]) {
+      for (const r of [0, 0.5, 0.999]) {
+        expect(retryDelay(input({ attempt, random: () => r, error: { status: 429, retryAfterMs: 2000, retryable: true } }))).toBe(2000);
+      }
+    }
+    expect(retryDelay(input({ error: { status: 503, retryAfterMs: 0, retryable: true } }))).toBe(0);
+    // Longer than backoff.maxMs is fine: the server's word counts up to maxRetryAfterMs.
+    expect(retryDelay(input({ error: { status: 503, retryAfterMs: 90_000, retryable: true } }))).toBe(90_000);
+  });
+
+  it('caps Retry-After at maxRetryAfterMs (default 120 s)', () => {
+    expect(retryDelay(input({ maxRetryAfterMs: 50, error: { status: 429, retryAfterMs: 3_600_000, retryable: true } }))).toBe(50);
+    expect(retryDelay(input({ maxRetryAfterMs: 2000, error: { status: 429, retryAfterMs: 2000, retryable: true } }))).toBe(2000);
+    const { maxRetryAfterMs: _, ...noCap } = input({ error: { status: 429, retryAfterMs: 3_600_000, retryable: true } });
+    expect(retryDelay(noCap)).toBe(120_000);
+  });
+
+  it('without Retry-After: full jitter below min(maxMs, baseMs * 2^(attempt-1))', () => {
+    expect([1, 2, 3, 4, 5, 6].map((attempt) => retryDelay(input({ attempt, random: () => 0.999 })))).toEqual([99, 199, 399, 799, 999, 999]);
+    expect([1, 2, 3].map((attempt) => retryDelay(input({ attempt, random: () => 0 })))).toEqual([0, 0, 0]);
+    expect(retryDelay(input({ attempt: 3, random: () => 0.25 }))).toBe(100);
+    // Network errors and timeouts (no status) back off the same way.
+    expect(retryDelay(input({ attempt: 2, error: { retryable: true } }))).toBe(100);
+  });
+
+  it('takes the jitter from `random`, else from backoff.random, and the shape defaults to 500 ms .. 30 s', () => {
+    expect(retryDelay(input({ random: undefined, backoff: { ...backoff, random: () => 0.5 } }))).toBe(50);
+    expect(retryDelay(input({ random: () => 0.1, backoff: { ...backoff, random: () => 0.5 } }))).toBe(10);
+    expect(retryDelay(input({ backoff: undefined, random: () => 0.999 }))).toBe(499);
+    expect(retryDelay(input({ attempt: 20, backoff: undefined, random: () => 0.999 }))).toBe(29_970);
+  });
+
+  it('reads what it needs straight off the typed errors', () => {
+    const details = { method: 'GET', path: '/v1/conversations', attempts: 1 };
+    expect(retryDelay(input({ error: new RateLimitedError('429', { ...details, retryAfterMs: 1000 }) }))).toBe(1000);
+    expect(retryDelay(input({ error: new HttpError('503', { ...details, status: 503 }) }))).toBe(50);
+    expect(retryDelay(input({ error: new HttpError('timeout', details) }))).toBe(50);
+    expect(retryDelay(input({ error: new NotFoundError('404', details) }))).toBeUndefined();
+    expect(retryDelay(input({ error: new HttpError('400', { ...details, status: 400 }) }))).toBeUndefined();
+  });
+
+  it('always returns an integer >= 0 within the ceiling, with Math.random', () => {
+    for (let i = 0; i < 200; i++) {
+      const d = retryDelay(input({ attempt: 4, random: undefined, backoff: { baseMs: 10, maxMs: 1000 } }))!;
+      expect(Number.isInteger(d)).toBe(true);
+      expect(d).toBeGreaterThanOrEqual(0);
+      expect(d).toBeLessThan(80);
+    }
   });
 });

@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { sqlAll } from './sql.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -65,7 +66,7 @@ describe('incremental sync', () => {
     expect(pagesAsked(h, c.id, before)).toEqual([3, 1, 2, 3]);
     expect(s.messages.restarts).toBe(1);
     expectExact(h);
-    const ops = h.mirror.db.prepare(`SELECT op FROM change_log WHERE record_id = ? ORDER BY seq`).all(gone) as { op: string }[];
+    const ops = sqlAll(h.mirror, `SELECT op FROM change_log WHERE record_id = ? ORDER BY seq`, gone) as { op: string }[];
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete']);
   });
 
@@ -82,9 +83,7 @@ describe('incremental sync', () => {
     await h.sync({ changeFieldSetting: 'none' });
     expect(pagesAsked(h, c.id, before)).toEqual([3, 1, 2, 3]);
     expectExact(h);
-    const positions = h.mirror.db
-      .prepare(`SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL ORDER BY position`)
-      .all(ACCOUNT_ID, c.id) as { id: string }[];
+    const positions = sqlAll(h.mirror, `SELECT id FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL ORDER BY position`, ACCOUNT_ID, c.id) as { id: string }[];
     expect(positions.map((r) => r.id)).toEqual(c.messages.map((m) => m.id));
   });
 
@@ -94,6 +93,8 @@ describe('incremental sync', () => {
     await h.sync();
     const c = ws.list()[0]!;
     const edited = c.messages[7]!.id;
+    const original = c.messages[7]!.content;
+    expect(original).not.toBe('edited on page 1');
     ws.editMessage(c.id, edited, 'edited on page 1');
     const inc = await h.sync({ changeFieldSetting: 'none' });
     expect(inc.messages.updated).toBe(0);
@@ -103,12 +104,12 @@ describe('incremental sync', () => {
     expectExact(h);
     const lines = readExportLines(h.exportDir, 'messages').filter((l) => l.id === edited);
     expect(lines.map((l) => [l.op, l['content']])).toEqual([
-      ['insert', lines[0]!['content'] as string],
+      ['insert', original],
       ['update', 'edited on page 1'],
     ]);
-    const history = h.mirror.db.prepare(`SELECT raw FROM message_history WHERE id = ?`).all(edited) as { raw: string }[];
+    const history = sqlAll(h.mirror, `SELECT raw FROM message_history WHERE id = ?`, edited) as { raw: string }[];
     expect(history).toHaveLength(1);
-    expect((JSON.parse(history[0]!.raw) as { content: string }).content).not.toBe('edited on page 1');
+    expect((JSON.parse(history[0]!.raw) as { content: string }).content).toBe(original);
   });
 
   it('change signal on: unchanged conversations cost no message request; a moved signal is crawled', async () => {

@@ -2,13 +2,15 @@
  * Server-side rate limit of the fake (sliding 1 s window, 429 + Retry-After, RateLimit-* headers)
  * and the ApiClient's adaptive limiter: a cap learned from 429s and from the headers, pacing of
  * Remaining over Reset, the configured --max-rps as an upper bound. Real HTTP to the fake; the
- * limiter's arithmetic with an injected clock.
+ * limiter's arithmetic with an injected clock. Time is asserted on the test clock's recorded waits and
+ * on the arrival times in the fake's request log (lower bounds), never on measured elapsed time; the
+ * fake's own rate-limit window runs on an injected clock.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
 import { RateLimiter, parseRateLimitHeaders } from '../src/api/rate-limit.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
-import { frozenClock } from './helpers.js';
+import { frozenClock, testClock, type TestClock } from './helpers.js';
 
 const API_KEY = 'rate-limit-test-key';
 const LIST = '/v1/conversations?page=1&per_page=100';
@@ -24,15 +26,16 @@ async function fakeApi(extra: Partial<FakeApiOptions> = {}): Promise<FakeApi> {
   return fake;
 }
 
-function client(baseUrl: string, extra: Partial<ApiClientOptions> = {}): ApiClient {
-  const api = new ApiClient({ baseUrl, apiKey: API_KEY, maxRps: 0, maxRetries: 10, backoff: { baseMs: 5, maxMs: 20 }, ...extra });
+/** A client on a real-time test clock (its waits are recorded in `clock.sleeps`). */
+function client(baseUrl: string, extra: Partial<ApiClientOptions> = {}): { api: ApiClient; clock: TestClock } {
+  const clock = testClock({ start: Date.now(), sleep: 'real' });
+  const api = new ApiClient({ baseUrl, apiKey: API_KEY, maxRps: 0, maxRetries: 10, backoff: { baseMs: 5, maxMs: 20 }, clock, ...extra });
   cleanups.push(() => api.close());
-  return api;
+  return { api, clock };
 }
 
-/** Sends `n` list requests through `api`, `concurrency` at a time; resolves with the wall time in ms. */
-async function hammer(api: ApiClient, n: number, concurrency = 8): Promise<number> {
-  const t0 = Date.now();
+/** Sends `n` list requests through `api`, `concurrency` at a time. */
+async function hammer(api: ApiClient, n: number, concurrency = 8): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
@@ -42,13 +45,19 @@ async function hammer(api: ApiClient, n: number, concurrency = 8): Promise<numbe
       }
     }),
   );
-  return Date.now() - t0;
+}
+
+/** ms from the first to the last arrival of the requests the fake answered `status`. */
+function spanOf(fake: FakeApi, status = 200): number {
+  const at = fake.requests.filter((r) => r.status === status).map((r) => r.at);
+  return Math.max(...at) - Math.min(...at);
 }
 
 
 describe('fake API rateLimit option', () => {
   it('answers 429 with Retry-After above rps in a sliding second, and RateLimit-* headers on every response', async () => {
-    const fake = await fakeApi({ rateLimit: { rps: 5 } });
+    let now = 1_000_000;
+    const fake = await fakeApi({ rateLimit: { rps: 5 }, now: () => now });
     const res = await Promise.all(
       Array.from({ length: 8 }, () => fetch(`${fake.url}${LIST}`, { headers: { 'x-api-key': API_KEY } })),
     );
@@ -73,7 +82,12 @@ describe('fake API rateLimit option', () => {
     expect(anon.status).toBe(401);
     expect(anon.headers.get('ratelimit-limit')).toBeNull();
     // Once the window has moved on, requests are accepted again.
-    await new Promise((r) => setTimeout(r, 1050));
+    now += 999;
+    const still = await fetch(`${fake.url}${LIST}`, { headers: { 'x-api-key': API_KEY } });
+    await still.arrayBuffer();
+    expect(still.status).toBe(429);
+    expect(still.headers.get('ratelimit-reset')).toBe('0.001');
+    now += 1;
     const again = await fetch(`${fake.url}${LIST}`, { headers: { 'x-api-key': API_KEY } });
     expect(again.status).toBe(200);
     expect(again.headers.get('ratelimit-remaining')).toBe('4');
@@ -90,20 +104,23 @@ describe('fake API rateLimit option', () => {
 describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', () => {
   it('with RateLimit-* headers: paces below the limit from the first response, no 429, about requests/20 s', async () => {
     const fake = await fakeApi({ rateLimit: { rps: 20 } });
-    const api = client(fake.url);
-    const ms = await hammer(api, 60);
+    const { api, clock } = client(fake.url);
+    await hammer(api, 60);
     expect(api.stats.requests).toBe(60);
     expect(api.stats.rateLimited).toBeLessThanOrEqual(1); // < 2 % of 60
-    expect(ms).toBeGreaterThan(2_500); // 60 / 20 = 3 s ideal
-    expect(ms).toBeLessThan(4_500);
     expect(api.rateCap).toBeGreaterThan(15);
     expect(api.rateCap).toBeLessThan(20);
+    // Paced below 20/s from the first response: 60 requests reach the server over more than 2.5 s
+    // (60 / 20 = 3 s ideal), every one of them after a wait the limiter asked for (the first aside).
+    // That it is not much slower is the learned cap above 15/s with no 429 pause.
+    expect(spanOf(fake)).toBeGreaterThan(2_500);
+    expect(clock.sleeps.length).toBeGreaterThanOrEqual(50);
   });
 
   it('without headers: learns the rate from the first 429s, then they stop', async () => {
     const fake = await fakeApi({ rateLimit: { rps: 20, headers: false } });
-    const api = client(fake.url);
-    const ms = await hammer(api, 60);
+    const { api, clock } = client(fake.url);
+    await hammer(api, 60);
     const statuses = fake.requests.map((r) => r.status);
     const limited = statuses.filter((s) => s === 429).length;
     expect(statuses.filter((s) => s === 200)).toHaveLength(60);
@@ -114,17 +131,20 @@ describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', ()
     expect(statuses.slice(last429 + 1).length).toBeGreaterThanOrEqual(35);
     expect(api.rateCap).toBeGreaterThanOrEqual(15);
     expect(api.rateCap).toBeLessThanOrEqual(20);
-    // 60 / 20 = 3 s ideal, plus one Retry-After pause of 1 s.
-    expect(ms).toBeLessThan(5_500);
+    // Each 429 was retried after its Retry-After (1 s), and no wait was longer: one pause, then pacing.
+    expect(clock.sleeps).toContain(1000);
+    expect(Math.max(...clock.sleeps)).toBeLessThanOrEqual(1000);
   });
 
   it('--max-rps stays an upper bound under the learned cap', async () => {
     const fake = await fakeApi({ rateLimit: { rps: 20 } });
-    const api = client(fake.url, { maxRps: 10 });
-    const ms = await hammer(api, 15);
+    const { api, clock } = client(fake.url, { maxRps: 10 });
+    await hammer(api, 15);
     expect(api.stats.rateLimited).toBe(0);
-    expect(ms).toBeGreaterThan(1_300); // 15 at 10/s: the 15th leaves 1.4 s after the first
     expect(api.rateCap).toBe(10);
+    // 15 at 10/s: the 15th leaves 1.4 s after the first.
+    expect(spanOf(fake)).toBeGreaterThan(1_300);
+    expect(clock.sleeps.length).toBeGreaterThanOrEqual(14);
   });
 });
 

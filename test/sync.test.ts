@@ -5,7 +5,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace, type FakeConversation } from '../src/fake-api/index.js';
 import { AuthError, ConfigError, RunError } from '../src/errors.js';
-import { ACCOUNT_ID, API_KEY, harnessPool, snapshotFiles, mirrorEqualsFake, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, harnessPool, snapshotFiles, mirrorEqualsFake, readExportLines, testClock, type Harness, type HarnessOptions } from './helpers.js';
+import { sqlAll, sqlGet, sqlValue } from './sql.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -33,13 +34,11 @@ interface MsgRow {
 }
 
 function messageRows(h: Harness, conversationId: string): MsgRow[] {
-  return h.mirror.db
-    .prepare(`SELECT id, position, raw, attachments, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? ORDER BY position, id`)
-    .all(ACCOUNT_ID, conversationId) as MsgRow[];
+  return sqlAll(h.mirror, `SELECT id, position, raw, attachments, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? ORDER BY position, id`, ACCOUNT_ID, conversationId) as MsgRow[];
 }
 
 function changeCount(h: Harness): number {
-  return (h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log`).get() as { n: number }).n;
+  return sqlValue(h.mirror, `SELECT count(*) FROM change_log`);
 }
 
 // These tests pin full-refresh behaviour (two listing passes, every page read); incremental sync,
@@ -70,7 +69,7 @@ describe('pagination', () => {
       expect(rows.map((r) => r.id)).toEqual(c.messages.map((m) => m.id));
       const created = rows.map((r) => (JSON.parse(r.raw) as { created_at: string }).created_at);
       expect([...created].sort()).toEqual(created);
-      const conv = h.mirror.db.prepare(`SELECT message_count, last_synced_at FROM conversations WHERE account_id = ? AND id = ?`).get(ACCOUNT_ID, c.id) as {
+      const conv = sqlGet(h.mirror, `SELECT message_count, last_synced_at FROM conversations WHERE account_id = ? AND id = ?`, ACCOUNT_ID, c.id) as {
         message_count: number;
         last_synced_at: string | null;
       };
@@ -131,7 +130,7 @@ describe('stored rows', () => {
           expect(JSON.parse(row.attachments!)).toEqual(m.attachments);
         }
       }
-      const conv = h.mirror.db.prepare(`SELECT raw FROM conversations WHERE account_id = ? AND id = ?`).get(ACCOUNT_ID, c.id) as { raw: string };
+      const conv = sqlGet(h.mirror, `SELECT raw FROM conversations WHERE account_id = ? AND id = ?`, ACCOUNT_ID, c.id) as { raw: string };
       expect(JSON.parse(conv.raw)).toEqual(c.data);
     }
     // the seed gives every case, so each branch above was exercised
@@ -190,14 +189,12 @@ describe('changes during a crawl', () => {
     // page 1 was committed before the deletion, so the row exists and is tombstoned, not removed
     expect(v).toBeDefined();
     expect(v!.deleted_at).not.toBeNull();
-    const ops = h.mirror.db
-      .prepare(`SELECT op FROM change_log WHERE stream = 'messages' AND record_id = ? ORDER BY seq`)
-      .all(victim) as { op: string }[];
+    const ops = sqlAll(h.mirror, `SELECT op FROM change_log WHERE stream = 'messages' AND record_id = ? ORDER BY seq`, victim) as { op: string }[];
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete']);
     // the shifted messages were not reported as changed
-    const updates = h.mirror.db.prepare(`SELECT count(*) AS n FROM change_log WHERE stream = 'messages' AND op = 'update'`).get() as { n: number };
+    const updates = sqlGet(h.mirror, `SELECT count(*) AS n FROM change_log WHERE stream = 'messages' AND op = 'update'`) as { n: number };
     expect(updates.n).toBe(0);
-    const c = h.mirror.db.prepare(`SELECT message_count FROM conversations WHERE id = ?`).get(conv.id) as { message_count: number };
+    const c = sqlGet(h.mirror, `SELECT message_count FROM conversations WHERE id = ?`, conv.id) as { message_count: number };
     expect(c.message_count).toBe(249);
   });
 
@@ -277,7 +274,7 @@ describe('changes between syncs', () => {
     const reqs = messageRequests(h, gone.id, before);
     expect(reqs.length).toBe(1);
     expect(reqs[0]!.status).toBe(404);
-    const conv = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE account_id = ? AND id = ?`).get(ACCOUNT_ID, gone.id) as {
+    const conv = sqlGet(h.mirror, `SELECT deleted_at FROM conversations WHERE account_id = ? AND id = ?`, ACCOUNT_ID, gone.id) as {
       deleted_at: string | null;
     };
     expect(conv.deleted_at).not.toBeNull();
@@ -329,14 +326,13 @@ describe('failures', () => {
     expect(s1.failures[0]!.code).toBe('HTTP_ERROR');
     expect(s1.conversations.failed).toBe(1);
     expect(messageRequests(h, bad.id).length).toBe(3); // 1 + maxRetries
-    for (const c of ws.list()) {
-      if (c.id === bad.id) continue;
+    for (const c of ws.list().filter((x) => x.id !== bad.id)) {
       expect(messageRows(h, c.id).map((r) => r.id)).toEqual(c.messages.map((m) => m.id));
     }
     expect(messageRows(h, bad.id)).toEqual([]);
-    const run1 = h.mirror.db.prepare(`SELECT status, conversations_failed FROM runs WHERE id = ?`).get(s1.runId) as { status: string; conversations_failed: number };
+    const run1 = sqlGet(h.mirror, `SELECT status, conversations_failed FROM runs WHERE id = ?`, s1.runId) as { status: string; conversations_failed: number };
     expect(run1).toEqual({ status: 'partial', conversations_failed: 1 });
-    const rf = h.mirror.db.prepare(`SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ?`).all(s1.runId);
+    const rf = sqlAll(h.mirror, `SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ?`, s1.runId);
     expect(rf).toEqual([{ conversation_id: bad.id, code: 'HTTP_ERROR', status: 503, attempts: 3 }]);
 
     // second run: healthy, everything mirrored
@@ -355,7 +351,7 @@ describe('failures', () => {
     const rows = messageRows(h, bad.id);
     expect(rows.length).toBe(140);
     expect(rows.every((r) => r.deleted_at === null)).toBe(true);
-    const conv = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(bad.id) as { deleted_at: string | null };
+    const conv = sqlGet(h.mirror, `SELECT deleted_at FROM conversations WHERE id = ?`, bad.id) as { deleted_at: string | null };
     expect(conv.deleted_at).toBeNull();
     expect(changeCount(h)).toBe(changes);
     expectExact(h);
@@ -400,7 +396,7 @@ describe('failures', () => {
     expect((err as RunError).cause).toBeInstanceOf(AuthError);
     expect(h.fake.requests.length).toBe(1);
     expect(h.fake.requests[0]!.status).toBe(401);
-    const run = h.mirror.db.prepare(`SELECT status, error FROM runs ORDER BY id DESC LIMIT 1`).get() as { status: string; error: string | null };
+    const run = sqlGet(h.mirror, `SELECT status, error FROM runs ORDER BY id DESC LIMIT 1`) as { status: string; error: string | null };
     expect(run.status).toBe('failed');
     expect(run.error).toMatch(/401/);
     expect(run.error).not.toContain('wrong');
@@ -419,10 +415,10 @@ describe('named conversations', () => {
     expect(s.minimumRequests).toBe(3);
     expect(h.fake.requests.every((r) => r.path === msgPath(target.id))).toBe(true);
     expect(h.fake.requests.length).toBe(3);
-    const all = h.mirror.db.prepare(`SELECT DISTINCT conversation_id FROM messages`).all() as { conversation_id: string }[];
+    const all = sqlAll(h.mirror, `SELECT DISTINCT conversation_id FROM messages`) as { conversation_id: string }[];
     expect(all.map((r) => r.conversation_id)).toEqual([target.id]);
     expect(messageRows(h, target.id).map((r) => r.id)).toEqual(target.messages.map((m) => m.id));
-    const convs = h.mirror.db.prepare(`SELECT id FROM conversations`).all() as { id: string }[];
+    const convs = sqlAll(h.mirror, `SELECT id FROM conversations`) as { id: string }[];
     expect(convs.map((r) => r.id)).toEqual([target.id]);
   });
 });
@@ -444,7 +440,7 @@ describe('checkpoints', () => {
     expect(s2.status).toBe('succeeded');
     expect(s2.messages.restarts).toBe(1);
     expectExact(h);
-    const row = h.mirror.db.prepare(`SELECT deleted_at FROM messages WHERE id = ?`).get(gone) as { deleted_at: string | null };
+    const row = sqlGet(h.mirror, `SELECT deleted_at FROM messages WHERE id = ?`, gone) as { deleted_at: string | null };
     expect(row.deleted_at).not.toBeNull();
   });
 
@@ -457,7 +453,7 @@ describe('checkpoints', () => {
     expect(s1.status).toBe('partial');
     expect(s1.failures.map((f) => f.id)).toEqual([big.id]);
     expect(messageRequests(h, big.id).map((r) => r.query['page'])).toEqual(['1', '2', '3']);
-    const cp = h.mirror.db.prepare(`SELECT next_page, total_count FROM checkpoints WHERE account_id = ? AND conversation_id = ?`).get(ACCOUNT_ID, big.id);
+    const cp = sqlGet(h.mirror, `SELECT next_page, total_count FROM checkpoints WHERE account_id = ? AND conversation_id = ?`, ACCOUNT_ID, big.id);
     expect(cp).toEqual({ next_page: 3, total_count: 1200 });
     expect(messageRows(h, big.id).length).toBe(200);
 
@@ -471,12 +467,10 @@ describe('checkpoints', () => {
     expectExact(h);
     expect(messageRows(h, big.id).map((r) => r.position)).toEqual([...Array(1200).keys()]);
     expect(h.mirror.counts().checkpoints).toBe(0);
-    const perMessage = h.mirror.db
-      .prepare(`SELECT record_id, group_concat(op) AS ops FROM change_log WHERE stream = 'messages' AND conversation_id = ? GROUP BY record_id`)
-      .all(big.id) as { record_id: string; ops: string }[];
+    const perMessage = sqlAll(h.mirror, `SELECT record_id, group_concat(op) AS ops FROM change_log WHERE stream = 'messages' AND conversation_id = ? GROUP BY record_id`, big.id) as { record_id: string; ops: string }[];
     expect(perMessage.length).toBe(1200);
     expect(perMessage.every((r) => r.ops === 'insert')).toBe(true);
-    const c = h.mirror.db.prepare(`SELECT message_count FROM conversations WHERE id = ?`).get(big.id) as { message_count: number };
+    const c = sqlGet(h.mirror, `SELECT message_count FROM conversations WHERE id = ?`, big.id) as { message_count: number };
     expect(c.message_count).toBe(1200);
     const lines = readExportLines(h.exportDir, 'messages').filter((l) => l.conversation_id === big.id);
     expect(lines.length).toBe(1200);
@@ -520,9 +514,8 @@ describe('review regressions', () => {
     expect(s.listConfirmed).toBe(true);
     expect(s.listPasses).toBeGreaterThanOrEqual(2);
     expect(messageRows(h, added!).length).toBe(3);
-    const gone = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(doomed) as { deleted_at: string | null } | undefined;
     // Either never mirrored, or mirrored then tombstoned: never live.
-    if (gone) expect(gone.deleted_at).not.toBeNull();
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM conversations WHERE id = ? AND deleted_at IS NULL`, doomed)).toBe(0);
   });
 
   it('a conversation crawled in this run and deleted before the confirming pass is re-checked and tombstoned', async () => {
@@ -544,7 +537,7 @@ describe('review regressions', () => {
     expect(s.status).toBe('succeeded');
     expect(s.conversations.deleted).toBe(1);
     expect(messageRequests(h, doomed).map((r) => r.status)).toEqual([200, 404]);
-    const row = h.mirror.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(doomed) as { deleted_at: string | null };
+    const row = sqlGet(h.mirror, `SELECT deleted_at FROM conversations WHERE id = ?`, doomed) as { deleted_at: string | null };
     expect(row.deleted_at).not.toBeNull();
   });
 
@@ -563,20 +556,19 @@ describe('review regressions', () => {
     expect(messageRequests(h, conv.id, before).map((r) => Number(r.query['page']))).toEqual([1, 2, 3, 4, 5]);
     expectExact(h);
     expect(s.messages.updated).toBe(1);
-    const ops = h.mirror.db.prepare(`SELECT op FROM change_log WHERE record_id = ? ORDER BY seq`).all(edited) as { op: string }[];
+    const ops = sqlAll(h.mirror, `SELECT op FROM change_log WHERE record_id = ? ORDER BY seq`, edited) as { op: string }[];
     expect(ops.map((o) => o.op)).toEqual(['insert', 'update']);
   });
 
   it('a checkpoint older than 24 h is discarded: the crawl starts at page 1', async () => {
     const ws = FakeWorkspace.fromCounts([450]);
-    let offset = 0;
-    const clock = { now: () => Date.now() + offset, sleep: (ms: number) => new Promise<void>((r) => setTimeout(r, ms)) };
+    const clock = testClock({ start: Date.now(), sleep: 'real' });
     const h = await start({ workspace: ws, clock });
     const conv = ws.list()[0]!;
     h.fake.injectFault({ kind: 'status', status: 400, match: { path: msgPath(conv.id), page: 3 }, times: Infinity });
     await h.sync();
     h.fake.clearFaults();
-    offset = 25 * 3600 * 1000;
+    clock.advance(25 * 3600 * 1000);
     const before = h.fake.requests.length;
     expect((await h.sync()).status).toBe('succeeded');
     expect(messageRequests(h, conv.id, before).map((r) => Number(r.query['page']))).toEqual([1, 2, 3, 4, 5]);
@@ -591,7 +583,7 @@ describe('review regressions', () => {
     expect(s.status).toBe('partial');
     expect(s.failures.map((f) => [f.id, f.code])).toEqual([[unknown, 'NOT_FOUND']]);
     expect(s.conversations.deleted).toBe(0);
-    expect(h.mirror.db.prepare(`SELECT count(*) AS n FROM conversations`).get()).toEqual({ n: 0 });
+    expect(sqlGet(h.mirror, `SELECT count(*) AS n FROM conversations`)).toEqual({ n: 0 });
   });
 
   it('the conversation list answering 404 (wrong base URL) stops the run with a ConfigError', async () => {

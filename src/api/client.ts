@@ -20,10 +20,21 @@
 import { Pool, type Dispatcher } from 'undici';
 import pRetry, { AbortError } from 'p-retry';
 import type { Logger } from 'pino';
-import { AuthError, HttpError, PageRunawayError, ResponseTooLargeError, SchemaError, type HttpErrorDetails } from '../errors.js';
+import {
+  AuthError,
+  ConfigError,
+  HttpError,
+  NotFoundError,
+  PageRunawayError,
+  RateLimitedError,
+  RedirectRefusedError,
+  ResponseTooLargeError,
+  SchemaError,
+  type HttpErrorDetails,
+} from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
 import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate-limit.js';
-import { fullJitterDelay, parseRetryAfter, type BackoffOptions } from './backoff.js';
+import { parseRetryAfter, retryDelay, type BackoffOptions } from './backoff.js';
 import {
   ConversationsPageSchema,
   MAX_JSON_VALUES,
@@ -201,8 +212,10 @@ export class ApiClient {
    * meta (its own total plus 10 % plus 10 pages). A server that keeps announcing more pages beyond
    * that gets a {@link PageRunawayError} instead of another request.
    *
-   * @throws {@link HttpError}, {@link AuthError}, {@link ResponseTooLargeError}, {@link SchemaError}
-   *   (also for a page of more than {@link PER_PAGE} records), {@link PageRunawayError}
+   * @throws {@link ConfigError} for `CONVO_MIRROR_BASE_URL` when the list answers 404 (the list
+   *   endpoint is missing: the base URL is wrong); {@link HttpError}, {@link AuthError},
+   *   {@link ResponseTooLargeError}, {@link SchemaError} (also for a page of more than
+   *   {@link PER_PAGE} records), {@link PageRunawayError}
    */
   async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
     let bound: { maxPage: number; meta: Meta } | undefined;
@@ -210,7 +223,9 @@ export class ApiClient {
       const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}`;
       const context = { path, page };
       const what = `conversation list page ${page}`;
-      const res = await this.getJson(path, {}, tally, what);
+      const res = await this.getJson(path, {}, tally, what).catch((err: unknown) => {
+        throw err instanceof NotFoundError ? wrongBaseUrl(err) : err;
+      });
       checkPageSize(res.body, what, context);
       const parsed = parsePage(ConversationsPageSchema, res.body, page, what, context);
       bound ??= { maxPage: pageBound(parsed.meta), meta: parsed.meta };
@@ -232,8 +247,9 @@ export class ApiClient {
    *
    * @throws {@link SchemaError} for such an id (no request is sent), for a page that is not JSON,
    *   breaks the documented shape, holds more than {@link PER_PAGE} records or whose
-   *   `meta.current_page` is not the page asked for; {@link HttpError} (404 when the conversation is
-   *   gone), {@link AuthError}, {@link ResponseTooLargeError}, {@link PageRunawayError}
+   *   `meta.current_page` is not the page asked for; {@link NotFoundError} (404: the conversation is
+   *   gone, or never existed), {@link HttpError}, {@link AuthError}, {@link ResponseTooLargeError},
+   *   {@link PageRunawayError}
    */
   async *messages(conversationId: string, startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Message>> {
     if (conversationId === '' || conversationId === '.' || conversationId === '..') {
@@ -272,9 +288,11 @@ export class ApiClient {
    * @param tally - per-caller counters, added to as attempts are sent
    * @param label - what is being read, for error messages, e.g. `conversation 1b2c… messages page 3`
    *   @defaultValue `GET <path>`
-   * @throws {@link AuthError} on 401/403 (not retried), {@link ResponseTooLargeError} when the body
-   *   exceeds `maxResponseBytes` (not retried), {@link HttpError} on other failures once retries are
-   *   exhausted or for non-retryable statuses, {@link SchemaError} when a 2xx body is not JSON
+   * @throws {@link AuthError} on 401/403 (not retried), {@link NotFoundError} on 404 (not retried),
+   *   {@link RedirectRefusedError} on 3xx (not retried), {@link ResponseTooLargeError} when the body
+   *   exceeds `maxResponseBytes` (not retried), {@link RateLimitedError} (429) or {@link HttpError}
+   *   on other failures once retries are exhausted or for non-retryable statuses,
+   *   {@link SchemaError} when a 2xx body is not JSON
    */
   async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally, label?: string): Promise<JsonResponse> {
     let attempts = 0;
@@ -301,15 +319,18 @@ export class ApiClient {
           minTimeout: 0,
           maxTimeout: 0,
           onFailedAttempt: async ({ error, retriesLeft }) => {
-            if (retriesLeft <= 0) return;
             const httpErr = error as HttpError;
-            const retryAfter = httpErr.retryAfterMs;
-            const delay =
-              retryAfter !== undefined
-                ? Math.min(retryAfter, this.maxRetryAfterMs)
-                : fullJitterDelay(attempts, this.opts.backoff);
-            if (httpErr.status === 429 || retryAfter !== undefined) this.limiter.pauseUntil(this.clock.now() + delay);
-            if (httpErr.status === 429) this.opts.onRateLimited?.(delay);
+            const delay = retryDelay({
+              attempt: attempts,
+              error: httpErr,
+              retriesLeft,
+              backoff: this.opts.backoff,
+              maxRetryAfterMs: this.maxRetryAfterMs,
+            });
+            if (delay === undefined) return;
+            const limited = httpErr instanceof RateLimitedError;
+            if (limited || httpErr.retryAfterMs !== undefined) this.limiter.pauseUntil(this.clock.now() + delay);
+            if (limited) this.opts.onRateLimited?.(delay);
             log?.warn(
               { method: 'GET', path, status: httpErr.status, attempt: attempts, delay_ms: delay, err_code: httpErr.code, ...context },
               'request failed, retrying',
@@ -353,43 +374,16 @@ export class ApiClient {
     if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
     if (statusCode >= 200 && statusCode < 300) {
       const buf = await this.readBody(res, label, { ...details, status: statusCode });
-      // The byte cap bounds the text; this bounds what parsing it may build (a few MB of `{},`
-      // would otherwise become gigabytes of objects).
-      if (countJsonValues(buf) > MAX_JSON_VALUES) {
-        throw new SchemaError(
-          `${label}: GET ${path} answered a body of more than ${MAX_JSON_VALUES} JSON values; a page holds at most ${PER_PAGE} records`,
-          { ...context, path, max_values: MAX_JSON_VALUES },
-        );
-      }
-      let text: string;
-      const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf;
-      try {
-        text = buf.toString('utf8', bom ? 3 : 0);
-      } catch (err) {
-        // ERR_STRING_TOO_LONG: only possible with a cap above V8's longest string (about 512 MiB).
-        throw new SchemaError(`${label}: GET ${path} answered a body of ${buf.length} bytes, too long to decode as text`, { path }, err);
-      }
-      try {
-        return { status: statusCode, body: JSON.parse(text) };
-      } catch (err) {
-        const why = err instanceof RangeError ? 'JSON nested too deeply to parse' : 'a body that is not JSON';
-        throw new SchemaError(`GET ${path}: answered ${statusCode} with ${why}`, { ...context, path }, err);
-      }
+      return { status: statusCode, body: decodeJson(buf, statusCode, path, label, context) };
     }
     // The body of a failure is never used: read a little (so a short one keeps the connection
     // reusable), then drop it. Bounded in bytes and by the request's signal.
     await res.body.dump({ limit: ERROR_BODY_LIMIT_BYTES }).catch(() => undefined);
-    if (statusCode === 401 || statusCode === 403) throw new AuthError({ ...details, status: statusCode });
     if (statusCode === 429) {
       this.stats.rateLimited++;
       if (tally) tally.rateLimited++;
     }
-    const retryAfterMs = parseRetryAfter(headers['retry-after'], this.clock.now());
-    const reason =
-      statusCode >= 300 && statusCode < 400
-        ? `answered a ${statusCode} redirect, which is never followed (the API key must not leave the configured origin)`
-        : `answered ${statusCode}`;
-    throw new HttpError(`GET ${path}: ${reason}`, { ...details, status: statusCode, ...(retryAfterMs !== undefined ? { retryAfterMs } : {}) });
+    throw statusError({ ...details, status: statusCode, retryAfterMs: parseRetryAfter(headers['retry-after'], this.clock.now()) });
   }
 
   /**
@@ -476,6 +470,68 @@ export function pageBound(meta: Meta): number {
   const expected = declaredPages(meta);
   // Integer arithmetic: expected * 1.1 in floating point would round 10 pages up to 12.
   return Math.ceil((expected * 11) / 10) + 10;
+}
+
+/**
+ * The typed error of a non-2xx answer: {@link AuthError} (401, 403), {@link NotFoundError} (404),
+ * {@link RateLimitedError} (429), {@link RedirectRefusedError} (3xx, never followed), else
+ * {@link HttpError} (retryable for 408 and 5xx).
+ */
+function statusError(details: HttpErrorDetails & { status: number }): HttpError {
+  const { status, path } = details;
+  if (details.retryAfterMs === undefined) delete details.retryAfterMs;
+  if (status === 401 || status === 403) return new AuthError(details);
+  if (status === 404) return new NotFoundError(`GET ${path}: answered 404`, details);
+  if (status === 429) return new RateLimitedError(`GET ${path}: answered 429`, details);
+  if (status >= 300 && status < 400) {
+    return new RedirectRefusedError(
+      `GET ${path}: answered a ${status} redirect, which is never followed (the API key must not leave the configured origin)`,
+      details,
+    );
+  }
+  return new HttpError(`GET ${path}: answered ${status}`, details);
+}
+
+/**
+ * A 404 of the conversation list: the list endpoint itself is missing, so the base URL is wrong
+ * (not a transient failure, and not a deletion).
+ */
+function wrongBaseUrl(err: NotFoundError): ConfigError {
+  return new ConfigError(
+    'CONVO_MIRROR_BASE_URL',
+    `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`,
+    err,
+  );
+}
+
+/**
+ * Parses a 2xx body read under the byte cap: at most {@link MAX_JSON_VALUES} JSON values (the byte
+ * cap bounds the text; this bounds what parsing it may build: a few MB of `{},` would otherwise
+ * become gigabytes of objects), a UTF-8 BOM skipped, then `JSON.parse`.
+ *
+ * @throws {@link SchemaError} for too many values, a body too long to decode, or one that is not JSON
+ */
+function decodeJson(buf: Buffer, status: number, path: string, label: string, context: Record<string, unknown>): unknown {
+  if (countJsonValues(buf) > MAX_JSON_VALUES) {
+    throw new SchemaError(
+      `${label}: GET ${path} answered a body of more than ${MAX_JSON_VALUES} JSON values; a page holds at most ${PER_PAGE} records`,
+      { ...context, path, max_values: MAX_JSON_VALUES },
+    );
+  }
+  let text: string;
+  const bom = buf.length >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf;
+  try {
+    text = buf.toString('utf8', bom ? 3 : 0);
+  } catch (err) {
+    // ERR_STRING_TOO_LONG: only possible with a cap above V8's longest string (about 512 MiB).
+    throw new SchemaError(`${label}: GET ${path} answered a body of ${buf.length} bytes, too long to decode as text`, { path }, err);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    const why = err instanceof RangeError ? 'JSON nested too deeply to parse' : 'a body that is not JSON';
+    throw new SchemaError(`GET ${path}: answered ${status} with ${why}`, { ...context, path }, err);
+  }
 }
 
 /** The {@link PageRunawayError} of a pass stopped after `page`. */

@@ -1,7 +1,7 @@
 /**
  * The fake API (fake-api/): a seeded, mutable workspace ({@link FakeWorkspace}) served over real
- * HTTP ({@link startFakeApi}) with fault injection, for tests and the demo. Implements spec sections
- * 4, 5 and 8 exactly; see `server.ts` for the endpoint rules and `workspace.ts` for the data.
+ * HTTP ({@link startFakeApi}) with fault injection, for tests and the demo. Implements the API-key
+ * endpoints of spec sections 4, 5 and 8 exactly; see `server.ts` for the endpoint rules and `workspace.ts` for the data.
  */
 export { mulberry32, randInt, pick, chance, randHex, randUuidV4, shuffle, type Rng } from './prng.js';
 export {
@@ -14,7 +14,6 @@ export {
 } from './workspace.js';
 export {
   startFakeApi,
-  DEFAULT_FAKE_ACCOUNT_ID,
   MIN_HUGE_BYTES,
   type RequestRecord,
   type Fault,

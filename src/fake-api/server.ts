@@ -1,11 +1,12 @@
 /**
  * An in-process HTTP fake of the documented API (fake-api/), backing tests and the demo.
  *
- * Implements spec 4.1 (`GET /v1/conversations/:conversation_id/messages`), the operations referred to
- * in spec 4.2 (`GET /v1/conversations`, `POST /v1/sessions`, `GET /v1/me`), the authentication of
- * spec 5 and the paging limits of spec 8, over a {@link FakeWorkspace}. Tests can inject faults
- * ({@link Fault}), observe every request ({@link FakeApi.requests}) and mutate the workspace while a
- * crawl is running ({@link FakeApi.beforeServe}). Uses only `node:http` and `node:crypto`.
+ * Implements spec 4.1 (`GET /v1/conversations/:conversation_id/messages`), the conversation list
+ * referred to in spec 4.2 (`GET /v1/conversations`), the API-key authentication of spec 5 and the
+ * paging limits of spec 8, over a {@link FakeWorkspace}. The signed-in-user endpoints of spec 4.2
+ * and 5 (`POST /v1/sessions`, `GET /v1/me`) are not faked: convo-mirror never calls them. Tests can
+ * inject faults ({@link Fault}), observe every request ({@link FakeApi.requests}) and mutate the
+ * workspace while a crawl is running ({@link FakeApi.beforeServe}). Uses only `node:http`.
  *
  * Order of processing for each request:
  * 1. record it in {@link FakeApi.requests};
@@ -19,8 +20,7 @@
  * Response bodies are counted as they are written ({@link RequestRecord.bytesSent}); the `huge` and
  * `endless` faults stream with backpressure and never hold their body in memory.
  */
-import { createHmac } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { BASE_TIME_MS, type FakeWorkspace } from './workspace.js';
 
@@ -109,22 +109,17 @@ export interface FakeApiOptions {
   /** The only accepted `X-Api-Key` value (spec 5). Must not be empty. */
   apiKey: string;
   /**
-   * When set, the API-key endpoints also require `X-Account-Id` to equal it (403 otherwise), and
-   * `GET /v1/me` lists it as the user's account. @defaultValue undefined (header ignored)
+   * When set, the API endpoints also require `X-Account-Id` to equal it (403 otherwise).
+   * @defaultValue undefined (header ignored)
    */
   accountId?: string;
-  /**
-   * When set, `POST /v1/sessions` accepts only these credentials (401 otherwise).
-   * @defaultValue undefined (any non-empty email and password are accepted)
-   */
-  credentials?: { email: string; password: string };
   /** Interface to listen on. @defaultValue '127.0.0.1' */
   host?: string;
   /** TCP port. @defaultValue 0 (a free port chosen by the OS) */
   port?: number;
   /**
-   * Server-side rate limit over the authenticated API requests (`GET /v1/conversations`, messages,
-   * `GET /v1/me`; not the `/_fake/` admin routes): a sliding 1 s window (a log of the accepted
+   * Server-side rate limit over the authenticated API requests (`GET /v1/conversations` and
+   * messages; not the `/_fake/` admin routes): a sliding 1 s window (a log of the accepted
    * requests' arrival times). A request arriving when `rps` requests were accepted in the last
    * 1000 ms is answered `429 rate_limited` with `Retry-After` = the seconds until the oldest of them
    * leaves the window, rounded up (an integer >= 1, RFC 9110). Unless `headers` is false, every
@@ -136,6 +131,11 @@ export interface FakeApiOptions {
    * @defaultValue undefined (no limit, no headers)
    */
   rateLimit?: { rps: number; headers?: boolean };
+  /**
+   * Time source of the rate-limit window, epoch ms (fractional allowed), so a test can move the
+   * window without waiting. @defaultValue `performance.timeOrigin + performance.now()`
+   */
+  now?: () => number;
 }
 
 /** A running fake, as returned by {@link startFakeApi}. */
@@ -180,13 +180,7 @@ export interface FakeApi {
 /** Smallest `bytes` of a `huge` fault: room for its JSON prefix and suffix. */
 export const MIN_HUGE_BYTES = 256;
 
-/** Account id listed by `GET /v1/me` when {@link FakeApiOptions.accountId} is not set. */
-export const DEFAULT_FAKE_ACCOUNT_ID = '6f1c2a9e-3b7d-4c55-9a10-0d4b8e2f7a31';
-
 const JSON_TYPE = 'application/json; charset=utf-8';
-const MAX_BODY_BYTES = 1024 * 1024;
-const TOKEN_SECRET = 'convo-mirror-fake-api-secret';
-const USER_ID = 'usr_0000000000000001';
 
 const MESSAGES_RE = /^\/v1\/conversations\/([^/]*)\/messages$/;
 
@@ -203,8 +197,6 @@ interface PendingFault {
 type Route =
   | { kind: 'conversations' }
   | { kind: 'messages'; conversationId: string | undefined }
-  | { kind: 'sessions' }
-  | { kind: 'me' }
   | { kind: 'append'; conversationId: string }
   | { kind: 'unknown' };
 
@@ -289,8 +281,6 @@ function pageEnvelope(items: readonly unknown[], page: number, perPage: number):
 
 function route(method: string, path: string): Route {
   if (path === '/v1/conversations') return method === 'GET' ? { kind: 'conversations' } : { kind: 'unknown' };
-  if (path === '/v1/sessions') return method === 'POST' ? { kind: 'sessions' } : { kind: 'unknown' };
-  if (path === '/v1/me') return method === 'GET' ? { kind: 'me' } : { kind: 'unknown' };
   const a = APPEND_RE.exec(path);
   if (a && method === 'POST') return { kind: 'append', conversationId: decodeURIComponent(a[1] ?? '') };
   const m = MESSAGES_RE.exec(path);
@@ -381,20 +371,312 @@ function runawayPage(kind: 'conversations' | 'messages', page: number, perPage: 
   return JSON.stringify({ data, meta: { current_page: page, total_pages: page + 1, total_count: (page + 1) * perPage } });
 }
 
-function readBody(req: IncomingMessage): Promise<string | undefined> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let tooBig = false;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > MAX_BODY_BYTES) tooBig = true;
-      else chunks.push(c);
+/** The mutable state of one running fake, shared by its request handler and its {@link FakeApi}. */
+interface FakeState {
+  opts: FakeApiOptions;
+  workspace: FakeWorkspace;
+  requests: RequestRecord[];
+  faults: PendingFault[];
+  hooks: ((req: RequestRecord) => void)[];
+  /** Pending `slow` answers. */
+  timers: Set<NodeJS.Timeout>;
+  /** Stop functions of the `huge`/`endless` writers still running. */
+  streams: Set<() => void>;
+  /** Resolvers of {@link FakeApi.whenStreamsEnd} waiting for the writers to finish. */
+  streamsIdle: (() => void)[];
+  /** Arrival times (ms) of the requests accepted in the last second, oldest first. */
+  rlWindow: number[];
+}
+
+/** Answers `status` with `body` (JSON) and records it. */
+function send(res: ServerResponse, rec: RequestRecord, status: number, body: string, extra?: Record<string, string>): void {
+  rec.status = status;
+  if (res.headersSent || res.destroyed) return;
+  const length = Buffer.byteLength(body);
+  res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': length, ...extra });
+  res.end(body);
+  rec.bytesSent = length;
+}
+
+/** Answers the JSON error `{"error":{"code","message"}}`; `code` defaults to the status's. */
+function sendError(res: ServerResponse, rec: RequestRecord, status: number, message: string, code?: string): void {
+  send(res, rec, status, errorBody(code ?? codeForStatus(status), message));
+}
+
+/**
+ * Streams `prefix`, then filler, then `suffix` with backpressure: `total` bytes in all (with a
+ * `content-length` header when `withLength`, else chunked), or forever when `total` is undefined
+ * (then only the prefix and filler, chunked). Stops when the connection closes.
+ */
+function stream(
+  state: FakeState,
+  res: ServerResponse,
+  rec: RequestRecord,
+  body: { prefix: string; suffix: string; total: number | undefined; withLength: boolean },
+): void {
+  rec.status = 200;
+  if (res.headersSent || res.destroyed) return;
+  const head = Buffer.from(body.prefix);
+  const tail = Buffer.from(body.suffix);
+  const headers: Record<string, string | number> = { 'content-type': JSON_TYPE };
+  if (body.total !== undefined && body.withLength) headers['content-length'] = body.total;
+  res.writeHead(200, headers);
+  let fillerLeft = body.total === undefined ? Infinity : body.total - head.length - tail.length;
+  let done = false;
+  const finish = (): void => {
+    done = true;
+    res.off('drain', pump);
+    state.streams.delete(stop);
+    if (state.streams.size === 0) for (const resolve of state.streamsIdle.splice(0)) resolve();
+  };
+  /** Ends the writer: on the connection's 'close', or from close(). */
+  const stop = (): void => {
+    if (done) return;
+    finish();
+    if (!res.writableFinished) rec.closedEarly = true;
+    if (!res.destroyed) res.destroy();
+  };
+  const write = (chunk: Buffer): boolean => {
+    rec.bytesSent += chunk.length;
+    return res.write(chunk);
+  };
+  function pump(): void {
+    while (!done) {
+      if (fillerLeft <= 0) {
+        rec.bytesSent += tail.length;
+        res.end(tail);
+        finish();
+        return;
+      }
+      const n = Math.min(fillerLeft, FILLER.length);
+      fillerLeft -= n;
+      if (!write(n === FILLER.length ? FILLER : FILLER.subarray(0, n))) {
+        res.once('drain', pump);
+        return;
+      }
+    }
+  }
+  state.streams.add(stop);
+  res.once('close', stop);
+  if (write(head)) pump();
+  else res.once('drain', pump);
+}
+
+/** Handles a request normally (no fault): the documented endpoints and the admin route. */
+function handle(state: FakeState, res: ServerResponse, rec: RequestRecord, r: Route): void {
+  const { workspace } = state;
+  switch (r.kind) {
+    case 'conversations': {
+      const paging = parsePaging(rec.query);
+      if ('error' in paging) return sendError(res, rec, 400, paging.error);
+      const items = workspace.list().map((c) => c.data);
+      return send(res, rec, 200, pageEnvelope(items, paging.page, paging.perPage));
+    }
+    case 'messages': {
+      const paging = parsePaging(rec.query);
+      if ('error' in paging) return sendError(res, rec, 400, paging.error);
+      const conv = r.conversationId === undefined ? undefined : workspace.get(r.conversationId);
+      if (!conv) return sendError(res, rec, 404, `conversation ${JSON.stringify(r.conversationId ?? '')} not found`);
+      return send(res, rec, 200, pageEnvelope(conv.messages, paging.page, paging.perPage));
+    }
+    case 'append': {
+      if (!workspace.get(r.conversationId)) return sendError(res, rec, 404, `conversation ${JSON.stringify(r.conversationId)} not found`);
+      const count = Number(rec.query['count'] ?? '1');
+      if (!Number.isInteger(count) || count < 1 || count > 10_000) return sendError(res, rec, 400, 'count must be an integer 1..10000', 'invalid_request');
+      const added = workspace.appendMessages(r.conversationId, count);
+      return send(res, rec, 201, JSON.stringify({ appended: added.map((m) => m.id) }));
+    }
+    case 'unknown':
+      return sendError(res, rec, 404, `no route for ${rec.method} ${rec.path}`);
+  }
+}
+
+/** The record of a request on arrival (status 0: not answered yet). */
+function recordOf(req: IncomingMessage): RequestRecord {
+  let url: URL;
+  try {
+    url = new URL(req.url ?? '/', 'http://fake.invalid');
+  } catch {
+    url = new URL('http://fake.invalid/');
+  }
+  const query: Record<string, string> = {};
+  for (const [k, v] of url.searchParams) {
+    if (!Object.hasOwn(query, k)) Object.defineProperty(query, k, { value: v, enumerable: true, writable: true, configurable: true });
+  }
+  return {
+    method: req.method ?? 'GET',
+    path: url.pathname,
+    query,
+    apiKey: header(req, 'x-api-key'),
+    accountId: header(req, 'x-account-id'),
+    status: 0,
+    at: Date.now(),
+    bytesSent: 0,
+    closedEarly: false,
+  };
+}
+
+/**
+ * API-key authentication (spec 5) of the routes that need it, before any 400/404 of the route.
+ * @returns true when the request was answered 401/403
+ */
+function refuseUnauthenticated(opts: FakeApiOptions, res: ServerResponse, rec: RequestRecord, r: Route): boolean {
+  if (r.kind !== 'conversations' && r.kind !== 'messages' && r.kind !== 'append') return false;
+  if (rec.apiKey === undefined || rec.apiKey !== opts.apiKey) {
+    sendError(res, rec, 401, 'missing or invalid X-Api-Key');
+    return true;
+  }
+  if (opts.accountId !== undefined && rec.accountId !== opts.accountId) {
+    sendError(res, rec, 403, 'missing or wrong X-Account-Id for this API key');
+    return true;
+  }
+  return false;
+}
+
+/**
+ * Counts an API request in the sliding 1 s window of {@link FakeApiOptions.rateLimit}, sets the
+ * `RateLimit-*` headers, and answers 429 above the limit.
+ * @returns true when the request was answered 429
+ */
+function refuseOverLimit(state: FakeState, res: ServerResponse, rec: RequestRecord, r: Route): boolean {
+  const rateLimit = state.opts.rateLimit;
+  if (!rateLimit || (r.kind !== 'conversations' && r.kind !== 'messages')) return false;
+  const window = state.rlWindow;
+  const now = state.opts.now?.() ?? performance.timeOrigin + performance.now();
+  while (window.length > 0 && window[0]! <= now - 1000) window.shift();
+  const limited = window.length >= rateLimit.rps;
+  if (!limited) window.push(now);
+  const freeInMs = window.length > 0 ? Math.max(0, window[0]! + 1000 - now) : 0;
+  if (rateLimit.headers !== false) {
+    res.setHeader('ratelimit-limit', String(rateLimit.rps));
+    res.setHeader('ratelimit-remaining', String(Math.max(0, Math.floor(rateLimit.rps) - window.length)));
+    res.setHeader('ratelimit-reset', String(Math.ceil(freeInMs) / 1000));
+    res.setHeader('ratelimit-policy', `${rateLimit.rps};w=1`);
+  }
+  if (!limited) return false;
+  const retryAfter = String(Math.max(1, Math.ceil(freeInMs / 1000)));
+  send(res, rec, 429, errorBody('rate_limited', `rate limit of ${rateLimit.rps} requests/s exceeded`), { 'retry-after': retryAfter });
+  return true;
+}
+
+/** Takes the first pending fault matching `rec` (consuming one of its `times`), if any. */
+function takeFault(state: FakeState, rec: RequestRecord): Fault | undefined {
+  const idx = state.faults.findIndex((p) => faultMatches(p.fault, rec));
+  const pending = idx >= 0 ? state.faults[idx] : undefined;
+  if (!pending) return undefined;
+  pending.remaining -= 1;
+  if (pending.remaining <= 0) state.faults.splice(idx, 1);
+  return pending.fault;
+}
+
+/** Answers `rec` as the fault `f` says (see {@link Fault}); `run` handles it normally. */
+function applyFault(state: FakeState, f: Fault, req: IncomingMessage, res: ServerResponse, rec: RequestRecord, r: Route, run: () => void): void {
+  switch (f.kind) {
+    case 'drop':
+      rec.status = 'dropped';
+      req.socket.destroy();
+      return;
+    case 'status': {
+      const extra: Record<string, string> = {};
+      if (f.retryAfter !== undefined) extra['retry-after'] = f.retryAfter;
+      return send(res, rec, f.status, f.body ?? errorBody(codeForStatus(f.status), `injected fault: HTTP ${f.status}`), extra);
+    }
+    case 'huge':
+      return stream(state, res, rec, { prefix: streamPrefix(requestedPage(rec)), suffix: STREAM_SUFFIX, total: f.bytes, withLength: f.contentLength !== false });
+    case 'endless':
+      return stream(state, res, rec, { prefix: streamPrefix(requestedPage(rec)), suffix: '', total: undefined, withLength: false });
+    case 'runaway': {
+      if (r.kind !== 'conversations' && r.kind !== 'messages') return run();
+      const paging = parsePaging(rec.query);
+      if ('error' in paging) return sendError(res, rec, 400, paging.error);
+      return send(res, rec, 200, runawayPage(r.kind, paging.page, paging.perPage));
+    }
+    case 'slow': {
+      const timer = setTimeout(() => {
+        state.timers.delete(timer);
+        run();
+      }, f.delayMs);
+      state.timers.add(timer);
+      return;
+    }
+  }
+}
+
+/** The request handler: record, route, authenticate, rate-limit, hooks, fault, handle (see the module doc). */
+function requestHandler(state: FakeState): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    const rec = recordOf(req);
+    state.requests.push(rec);
+    const r = route(rec.method, rec.path);
+    if (refuseUnauthenticated(state.opts, res, rec, r)) return;
+    if (refuseOverLimit(state, res, rec, r)) return;
+    try {
+      for (const hook of state.hooks.slice()) hook(rec);
+    } catch (err) {
+      return sendError(res, rec, 500, `beforeServe hook threw: ${String(err)}`, 'hook_failed');
+    }
+    const run = (): void => {
+      try {
+        handle(state, res, rec, r);
+      } catch (err) {
+        sendError(res, rec, 500, `fake API failure: ${String(err)}`, 'internal_error');
+      }
+    };
+    const fault = takeFault(state, rec);
+    if (fault) applyFault(state, fault, req, res, rec, r, run);
+    else run();
+  };
+}
+
+/** Listens on `host:port` (0: a free port). @returns the port */
+async function listen(server: Server, port: number, host: string): Promise<number> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
     });
-    req.on('end', () => resolve(tooBig ? undefined : Buffer.concat(chunks).toString('utf8')));
-    req.on('error', () => resolve(undefined));
-    req.on('close', () => resolve(tooBig ? undefined : Buffer.concat(chunks).toString('utf8')));
   });
+  return (server.address() as AddressInfo).port;
+}
+
+/** The {@link FakeApi} face of a listening fake. */
+function fakeApiOf(state: FakeState, server: Server, url: string, port: number): FakeApi {
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    workspace: state.workspace,
+    requests: state.requests,
+    injectFault(f: Fault): void {
+      validateFault(f);
+      state.faults.push({ fault: f, remaining: f.times ?? 1 });
+    },
+    clearFaults(): void {
+      state.faults.length = 0;
+    },
+    beforeServe(hook: (req: RequestRecord) => void): () => void {
+      state.hooks.push(hook);
+      return () => {
+        const i = state.hooks.indexOf(hook);
+        if (i >= 0) state.hooks.splice(i, 1);
+      };
+    },
+    whenStreamsEnd(): Promise<void> {
+      if (state.streams.size === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => state.streamsIdle.push(resolve));
+    },
+    close(): Promise<void> {
+      closing ??= new Promise<void>((resolve) => {
+        for (const t of state.timers) clearTimeout(t);
+        state.timers.clear();
+        for (const stop of [...state.streams]) stop();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
 }
 
 /**
@@ -412,327 +694,32 @@ function readBody(req: IncomingMessage): Promise<string | undefined> {
  *   `data` objects in current list order, same paging rules.
  * - Both require `X-Api-Key` equal to `apiKey` (else 401) and, when `accountId` is set,
  *   `X-Account-Id` equal to it (else 403) — checked before 400/404 (spec 5).
- * - `POST /v1/sessions` with JSON `{email, password}` → `201 {token}` (a JWT-shaped HS256 string);
- *   400 for a malformed body, 401 for wrong {@link FakeApiOptions.credentials}.
- * - `GET /v1/me` with `Authorization: Bearer <token from /v1/sessions>` →
- *   `200 {id, name, email, accounts: [{id, name}]}`, else 401.
- * - Anything else (other paths or methods) → 404.
+ * - `POST /_fake/conversations/:id/messages?count=N` (not part of the API; same authentication):
+ *   appends N generated messages (default 1, at most 10000) → `201 {appended: [ids]}`.
+ * - Anything else (other paths or methods, `POST /v1/sessions` and `GET /v1/me` included) → 404.
  *
- * @throws RangeError (rejects) when `apiKey` is empty; rejects with the listen error (e.g. `EADDRINUSE`)
+ * @throws RangeError (rejects) when `apiKey` is empty or `rateLimit.rps` is below 1; rejects with
+ *   the listen error (e.g. `EADDRINUSE`)
  */
 export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
   if (!opts.apiKey) throw new RangeError('startFakeApi: apiKey must not be empty');
   if (opts.rateLimit && !(Number.isFinite(opts.rateLimit.rps) && opts.rateLimit.rps >= 1)) {
     throw new RangeError(`startFakeApi: rateLimit.rps must be a number >= 1, got ${opts.rateLimit.rps}`);
   }
-  const rateLimit = opts.rateLimit;
-  /** Arrival times (ms) of the requests accepted in the last second, oldest first. */
-  const rlWindow: number[] = [];
+  const state: FakeState = {
+    opts,
+    workspace: opts.workspace,
+    requests: [],
+    faults: [],
+    hooks: [],
+    timers: new Set(),
+    streams: new Set(),
+    streamsIdle: [],
+    rlWindow: [],
+  };
   const host = opts.host ?? '127.0.0.1';
-  const workspace = opts.workspace;
-  const requests: RequestRecord[] = [];
-  let faults: PendingFault[] = [];
-  const hooks: ((req: RequestRecord) => void)[] = [];
-  const timers = new Set<NodeJS.Timeout>();
-  const tokens = new Map<string, string>(); // token -> email
-  let tokenSeq = 0;
-
-  const send = (res: ServerResponse, rec: RequestRecord, status: number, body: string, extra?: Record<string, string>): void => {
-    rec.status = status;
-    if (res.headersSent || res.destroyed) return;
-    const length = Buffer.byteLength(body);
-    res.writeHead(status, { 'content-type': JSON_TYPE, 'content-length': length, ...extra });
-    res.end(body);
-    rec.bytesSent = length;
-  };
-
-  /** Stop functions of the `huge`/`endless` writers still running. */
-  const streams = new Set<() => void>();
-  const streamsIdle: (() => void)[] = [];
-
-  /**
-   * Streams `prefix`, then filler, then `suffix` with backpressure: `total` bytes in all (with a
-   * `content-length` header when `withLength`, else chunked), or forever when `total` is undefined
-   * (then only the prefix and filler, chunked). Stops when the connection closes.
-   */
-  const stream = (res: ServerResponse, rec: RequestRecord, prefix: string, suffix: string, total: number | undefined, withLength: boolean): void => {
-    rec.status = 200;
-    if (res.headersSent || res.destroyed) return;
-    const head = Buffer.from(prefix);
-    const tail = Buffer.from(suffix);
-    const headers: Record<string, string | number> = { 'content-type': JSON_TYPE };
-    if (total !== undefined && withLength) headers['content-length'] = total;
-    res.writeHead(200, headers);
-    let fillerLeft = total === undefined ? Infinity : total - head.length - tail.length;
-    let done = false;
-    const finish = (): void => {
-      done = true;
-      res.off('drain', pump);
-      streams.delete(stop);
-      if (streams.size === 0) for (const resolve of streamsIdle.splice(0)) resolve();
-    };
-    /** Ends the writer: on the connection's 'close', or from close(). */
-    const stop = (): void => {
-      if (done) return;
-      finish();
-      if (!res.writableFinished) rec.closedEarly = true;
-      if (!res.destroyed) res.destroy();
-    };
-    const write = (chunk: Buffer): boolean => {
-      rec.bytesSent += chunk.length;
-      return res.write(chunk);
-    };
-    function pump(): void {
-      while (!done) {
-        if (fillerLeft <= 0) {
-          rec.bytesSent += tail.length;
-          res.end(tail);
-          finish();
-          return;
-        }
-        const n = Math.min(fillerLeft, FILLER.length);
-        fillerLeft -= n;
-        if (!write(n === FILLER.length ? FILLER : FILLER.subarray(0, n))) {
-          res.once('drain', pump);
-          return;
-        }
-      }
-    }
-    streams.add(stop);
-    res.once('close', stop);
-    if (write(head)) pump();
-    else res.once('drain', pump);
-  };
-  const sendError = (res: ServerResponse, rec: RequestRecord, status: number, message: string, code?: string): void => {
-    send(res, rec, status, errorBody(code ?? codeForStatus(status), message));
-  };
-
-  const issueToken = (email: string): string => {
-    tokenSeq += 1;
-    const b64 = (o: unknown): string => Buffer.from(JSON.stringify(o)).toString('base64url');
-    const head = b64({ alg: 'HS256', typ: 'JWT' });
-    const payload = b64({ sub: USER_ID, email, iat: Math.floor(BASE_TIME_MS / 1000) + tokenSeq, jti: tokenSeq });
-    const sig = createHmac('sha256', TOKEN_SECRET).update(`${head}.${payload}`).digest('base64url');
-    const token = `${head}.${payload}.${sig}`;
-    tokens.set(token, email);
-    return token;
-  };
-
-  const handle = async (req: IncomingMessage, res: ServerResponse, rec: RequestRecord, r: Route): Promise<void> => {
-    switch (r.kind) {
-      case 'conversations': {
-        const paging = parsePaging(rec.query);
-        if ('error' in paging) return sendError(res, rec, 400, paging.error);
-        const items = workspace.list().map((c) => c.data);
-        return send(res, rec, 200, pageEnvelope(items, paging.page, paging.perPage));
-      }
-      case 'messages': {
-        const paging = parsePaging(rec.query);
-        if ('error' in paging) return sendError(res, rec, 400, paging.error);
-        const conv = r.conversationId === undefined ? undefined : workspace.get(r.conversationId);
-        if (!conv) return sendError(res, rec, 404, `conversation ${JSON.stringify(r.conversationId ?? '')} not found`);
-        return send(res, rec, 200, pageEnvelope(conv.messages, paging.page, paging.perPage));
-      }
-      case 'sessions': {
-        const raw = await readBody(req);
-        let body: unknown;
-        try {
-          body = raw === undefined ? undefined : JSON.parse(raw);
-        } catch {
-          body = undefined;
-        }
-        const email = (body as { email?: unknown } | undefined)?.email;
-        const password = (body as { password?: unknown } | undefined)?.password;
-        if (typeof email !== 'string' || typeof password !== 'string' || !email || !password) {
-          return sendError(res, rec, 400, 'body must be a JSON object {"email": string, "password": string}', 'invalid_request');
-        }
-        if (opts.credentials && (opts.credentials.email !== email || opts.credentials.password !== password)) {
-          return sendError(res, rec, 401, 'invalid email or password', 'invalid_credentials');
-        }
-        return send(res, rec, 201, JSON.stringify({ token: issueToken(email) }));
-      }
-      case 'me': {
-        const email = bearerEmail(req);
-        if (email === undefined) return sendError(res, rec, 401, 'missing or invalid bearer token');
-        return send(
-          res,
-          rec,
-          200,
-          JSON.stringify({
-            id: USER_ID,
-            name: 'Fake Admin',
-            email,
-            accounts: [{ id: opts.accountId ?? DEFAULT_FAKE_ACCOUNT_ID, name: 'Fake Workspace' }],
-          }),
-        );
-      }
-      case 'append': {
-        if (!workspace.get(r.conversationId)) return sendError(res, rec, 404, `conversation ${JSON.stringify(r.conversationId)} not found`);
-        const count = Number(rec.query['count'] ?? '1');
-        if (!Number.isInteger(count) || count < 1 || count > 10_000) return sendError(res, rec, 400, 'count must be an integer 1..10000', 'invalid_request');
-        const added = workspace.appendMessages(r.conversationId, count);
-        return send(res, rec, 201, JSON.stringify({ appended: added.map((m) => m.id) }));
-      }
-      case 'unknown':
-        return sendError(res, rec, 404, `no route for ${rec.method} ${rec.path}`);
-    }
-  };
-
-  const bearerEmail = (req: IncomingMessage): string | undefined => {
-    const auth = header(req, 'authorization');
-    const m = auth === undefined ? null : /^Bearer\s+(\S+)\s*$/i.exec(auth);
-    return m?.[1] === undefined ? undefined : tokens.get(m[1]);
-  };
-
-  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    const method = req.method ?? 'GET';
-    let url: URL;
-    try {
-      url = new URL(req.url ?? '/', 'http://fake.invalid');
-    } catch {
-      url = new URL('http://fake.invalid/');
-    }
-    const query: Record<string, string> = {};
-    for (const [k, v] of url.searchParams) {
-      if (!Object.hasOwn(query, k)) Object.defineProperty(query, k, { value: v, enumerable: true, writable: true, configurable: true });
-    }
-    const rec: RequestRecord = {
-      method,
-      path: url.pathname,
-      query,
-      apiKey: header(req, 'x-api-key'),
-      accountId: header(req, 'x-account-id'),
-      status: 0,
-      at: Date.now(),
-      bytesSent: 0,
-      closedEarly: false,
-    };
-    requests.push(rec);
-
-    const r = route(method, rec.path);
-
-    // Authentication (spec 5), before any 400/404 of the route.
-    if (r.kind === 'conversations' || r.kind === 'messages' || r.kind === 'append') {
-      if (rec.apiKey === undefined || rec.apiKey !== opts.apiKey) {
-        return sendError(res, rec, 401, 'missing or invalid X-Api-Key');
-      }
-      if (opts.accountId !== undefined && rec.accountId !== opts.accountId) {
-        return sendError(res, rec, 403, 'missing or wrong X-Account-Id for this API key');
-      }
-    } else if (r.kind === 'me' && bearerEmail(req) === undefined) {
-      return sendError(res, rec, 401, 'missing or invalid bearer token');
-    }
-
-    if (rateLimit && (r.kind === 'conversations' || r.kind === 'messages' || r.kind === 'me')) {
-      const now = performance.timeOrigin + performance.now();
-      while (rlWindow.length > 0 && rlWindow[0]! <= now - 1000) rlWindow.shift();
-      const limited = rlWindow.length >= rateLimit.rps;
-      if (!limited) rlWindow.push(now);
-      const freeInMs = rlWindow.length > 0 ? Math.max(0, rlWindow[0]! + 1000 - now) : 0;
-      if (rateLimit.headers !== false) {
-        res.setHeader('ratelimit-limit', String(rateLimit.rps));
-        res.setHeader('ratelimit-remaining', String(Math.max(0, Math.floor(rateLimit.rps) - rlWindow.length)));
-        res.setHeader('ratelimit-reset', String(Math.ceil(freeInMs) / 1000));
-        res.setHeader('ratelimit-policy', `${rateLimit.rps};w=1`);
-      }
-      if (limited) {
-        const retryAfter = String(Math.max(1, Math.ceil(freeInMs / 1000)));
-        return send(res, rec, 429, errorBody('rate_limited', `rate limit of ${rateLimit.rps} requests/s exceeded`), { 'retry-after': retryAfter });
-      }
-    }
-
-    try {
-      for (const hook of hooks.slice()) hook(rec);
-    } catch (err) {
-      return sendError(res, rec, 500, `beforeServe hook threw: ${String(err)}`, 'hook_failed');
-    }
-
-    const idx = faults.findIndex((p) => faultMatches(p.fault, rec));
-    const pending = idx >= 0 ? faults[idx] : undefined;
-    if (pending) {
-      pending.remaining -= 1;
-      if (pending.remaining <= 0) faults.splice(idx, 1);
-      const f = pending.fault;
-      if (f.kind === 'drop') {
-        rec.status = 'dropped';
-        req.socket.destroy();
-        return;
-      }
-      if (f.kind === 'status') {
-        const extra: Record<string, string> = {};
-        if (f.retryAfter !== undefined) extra['retry-after'] = f.retryAfter;
-        const body = f.body ?? errorBody(codeForStatus(f.status), `injected fault: HTTP ${f.status}`);
-        return send(res, rec, f.status, body, extra);
-      }
-      if (f.kind === 'huge') {
-        const prefix = streamPrefix(requestedPage(rec));
-        return stream(res, rec, prefix, STREAM_SUFFIX, f.bytes, f.contentLength !== false);
-      }
-      if (f.kind === 'endless') return stream(res, rec, streamPrefix(requestedPage(rec)), '', undefined, false);
-      if (f.kind === 'runaway') {
-        if (r.kind !== 'conversations' && r.kind !== 'messages') return run();
-        const paging = parsePaging(rec.query);
-        if ('error' in paging) return sendError(res, rec, 400, paging.error);
-        return send(res, rec, 200, runawayPage(r.kind, paging.page, paging.perPage));
-      }
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        run();
-      }, f.delayMs);
-      timers.add(timer);
-      return;
-    }
-    run();
-
-    function run(): void {
-      handle(req, res, rec, r).catch((err: unknown) => sendError(res, rec, 500, `fake API failure: ${String(err)}`, 'internal_error'));
-    }
-  };
-
-  const server = createServer(onRequest);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const server = createServer(requestHandler(state));
+  const port = await listen(server, opts.port ?? 0, host);
   const urlHost = host.includes(':') ? `[${host}]` : host;
-
-  let closing: Promise<void> | undefined;
-  return {
-    url: `http://${urlHost}:${port}`,
-    port,
-    workspace,
-    requests,
-    injectFault(f: Fault): void {
-      validateFault(f);
-      faults.push({ fault: f, remaining: f.times ?? 1 });
-    },
-    clearFaults(): void {
-      faults = [];
-    },
-    beforeServe(hook: (req: RequestRecord) => void): () => void {
-      hooks.push(hook);
-      return () => {
-        const i = hooks.indexOf(hook);
-        if (i >= 0) hooks.splice(i, 1);
-      };
-    },
-    whenStreamsEnd(): Promise<void> {
-      if (streams.size === 0) return Promise.resolve();
-      return new Promise<void>((resolve) => streamsIdle.push(resolve));
-    },
-    close(): Promise<void> {
-      closing ??= new Promise<void>((resolve) => {
-        for (const t of timers) clearTimeout(t);
-        timers.clear();
-        for (const stop of [...streams]) stop();
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
-      return closing;
-    },
-  };
+  return fakeApiOf(state, server, `http://${urlHost}:${port}`, port);
 }

@@ -16,10 +16,11 @@
  * - Checkpoints resume only when `resume` is not false and they are younger than `checkpointMaxAgeMs`.
  * - Any other failure leaves everything mirrored as it was (and the checkpoint, to resume from).
  */
-import { AuthError, DriftError, HttpError, ListedButNotFoundError, NotFoundError, PageRunawayError } from '../errors.js';
+import type { Logger } from 'pino';
+import { DriftError, ListedButNotFoundError, NotFoundError, PageRunawayError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
-import { signalOf } from '../store/mirror.js';
-import { PER_PAGE, newTally, type RequestTally } from '../api/client.js';
+import { newTally, type RequestTally } from '../api/client.js';
+import { checkComplete, checkPage, planCrawl, type CrawlStart, type PageVerdict } from './crawl-plan.js';
 
 /** Outcome of one conversation. */
 export interface ConversationResult {
@@ -43,17 +44,14 @@ export interface ConversationResult {
   crawl: 'full' | 'incremental' | 'skipped';
 }
 
-/** Signals that the pages shifted under the crawl; caught here, never escapes. */
-class Drift extends Error {
-  constructor(
-    message: string,
-    /** The incremental boundary check failed: pages before the one we started at changed. */
-    readonly earlierPagesChanged = false,
-  ) {
-    super(message);
-  }
+/** One crawl of one conversation: what every step shares. */
+interface Crawl {
+  deps: SyncDeps;
+  id: string;
+  opts: SyncOptions;
+  log: Logger;
+  result: ConversationResult;
 }
-
 
 /**
  * Mirrors one conversation's complete message history.
@@ -69,169 +67,155 @@ class Drift extends Error {
  *   {@link DriftError} when the pages kept shifting beyond `maxRestarts`
  */
 export async function syncConversation(deps: SyncDeps, conversationId: string, opts: SyncOptions): Promise<ConversationResult> {
-  const { api, mirror } = deps;
-  const log = deps.logger.child({ conversation_id: conversationId });
-  const { accountId, runId } = opts;
+  const { mirror } = deps;
+  const { accountId } = opts;
+  const c: Crawl = { deps, id: conversationId, opts, log: deps.logger.child({ conversation_id: conversationId }), result: newResult(conversationId, opts) };
+  const { result, log } = c;
   const maxRestarts = opts.maxRestarts ?? 5;
-  const progress = opts.progress;
-  const result: ConversationResult = {
-    id: conversationId,
-    status: 'synced',
-    pages: 0,
-    messageCount: 0,
-    inserted: 0,
-    updated: 0,
-    deleted: 0,
-    restarts: 0,
-    resumed: false,
-    tally: opts.tally ?? newTally(),
-    crawl: 'full',
-  };
   let incremental = opts.incremental === true;
   // What the last complete crawl left (read once: only this crawl writes this conversation now).
   const state = incremental ? mirror.crawlState(accountId, conversationId) : undefined;
-
-  // Change signal: skip a conversation whose signal has not moved since its last complete crawl.
-  if (state && opts.changeField && !mirror.loadCheckpoint(accountId, conversationId)) {
-    const signal = signalOf(state.raw, opts.changeField);
-    if (state.messageCount !== null && signal !== null && signal === state.crawledSignal) {
-      result.crawl = 'skipped';
-      result.messageCount = state.messageCount;
-      log.debug({ field: opts.changeField, signal }, 'change signal unmoved: skipped');
-      return result;
-    }
-  }
-
   for (;;) {
-    let checkpoint = mirror.loadCheckpoint(accountId, conversationId);
-    if (checkpoint && result.restarts === 0) {
-      const age = deps.clock.now() - checkpoint.updatedAt;
-      const maxAge = opts.checkpointMaxAgeMs ?? 86_400_000;
-      const sameRun = checkpoint.runId !== null && checkpoint.runId === runId;
-      if (opts.resume === false || (opts.resume === 'same-run' && !sameRun) || !(age <= maxAge)) {
-        log.info({ page: checkpoint.nextPage, age_ms: age, full: opts.resume === false }, 'discarding checkpoint: crawling from page 1');
-        mirror.resetCrawl(accountId, conversationId);
-        checkpoint = undefined;
-      }
-    }
-    if (checkpoint && result.restarts === 0) {
-      result.resumed = true;
-      log.info({ page: checkpoint.nextPage }, 'resuming crawl from checkpoint');
-    }
-    const seen = checkpoint?.seenIds ?? new Set<string>();
-    let lastTotal = checkpoint?.totalCount;
-    // Resuming: re-read the last committed page first; if its ids changed, earlier pages shifted
-    // while we were away and the crawl starts over.
-    const verifyPage = checkpoint && checkpoint.nextPage > 1 ? checkpoint.nextPage - 1 : undefined;
-    // Incremental: start at the page holding the last known message (position n-1); its first
-    // message must be the one the mirror has at that position (the boundary check).
-    let boundary: { page: number; firstId: string; known: number } | undefined;
-    if (!checkpoint && incremental && state) {
-      const known = state.messageCount;
-      if (known !== null && known > 0) {
-        const page = Math.floor((known - 1) / PER_PAGE) + 1;
-        const firstId = mirror.messageIdAt(accountId, conversationId, (page - 1) * PER_PAGE);
-        if (firstId !== undefined) {
-          for (const id of mirror.seedIncrementalCrawl(accountId, conversationId, (page - 1) * PER_PAGE)) seen.add(id);
-          boundary = { page, firstId, known };
-          result.crawl = 'incremental';
-        }
-      }
-    }
-    try {
-      for await (const page of api.messages(conversationId, verifyPage ?? checkpoint?.nextPage ?? boundary?.page ?? 1, result.tally)) {
-        result.pages++;
-        const total = page.meta.total_count;
-        if (boundary && page.page === boundary.page) {
-          if (total < boundary.known) throw new Drift(`meta.total_count ${total} is below the ${boundary.known} messages mirrored`, true);
-          if (page.data[0]?.id !== boundary.firstId) {
-            throw new Drift(`boundary check failed at page ${page.page}: the first message is ${page.data[0]?.id ?? 'missing'}, the mirror has ${boundary.firstId}`, true);
-          }
-        }
-        if (lastTotal !== undefined && total < lastTotal) {
-          throw new Drift(`meta.total_count shrank from ${lastTotal} to ${total} at page ${page.page}`);
-        }
-        const pageIds = new Set<string>();
-        if (page.page === verifyPage) {
-          const now = page.data.map((m) => m.id).join('\n');
-          if (now !== checkpoint!.lastPageIds.join('\n')) throw new Drift(`page ${page.page} changed since the checkpoint`);
-          for (const id of checkpoint!.lastPageIds) seen.delete(id); // re-committed below, idempotently
-        }
-        for (const m of page.data) {
-          if (seen.has(m.id) || pageIds.has(m.id)) throw new Drift(`message ${m.id} served twice (pages shifted) at page ${page.page}`);
-          pageIds.add(m.id);
-        }
-        const counts = mirror.commitMessagesPage(accountId, conversationId, page, runId);
-        for (const id of pageIds) seen.add(id);
-        lastTotal = total;
-        result.inserted += counts.inserted;
-        result.updated += counts.updated;
-        if (progress) {
-          progress.messagesServed += page.data.length;
-          progress.messagesInserted += counts.inserted;
-          progress.messagesUpdated += counts.updated;
-        }
-        log.debug({ page: page.page, served: page.data.length, total_count: total, ...counts }, 'page committed');
-      }
-      if (lastTotal !== undefined && seen.size !== lastTotal) {
-        throw new Drift(`crawl ended with ${seen.size} distinct messages but meta.total_count is ${lastTotal}`);
-      }
-      const done = mirror.completeCrawl(accountId, conversationId, runId, opts.changeField);
-      result.deleted += done.deleted;
-      result.messageCount = done.messageCount;
-      if (progress) progress.messagesDeleted += done.deleted;
+    const facts = {
+      checkpoint: mirror.loadCheckpoint(accountId, conversationId),
+      state,
+      messageIdAt: (position: number) => mirror.messageIdAt(accountId, conversationId, position),
+    };
+    const plan = planCrawl(facts, {
+      incremental,
+      changeField: opts.changeField,
+      resume: opts.resume,
+      runId: opts.runId,
+      checkpointMaxAgeMs: opts.checkpointMaxAgeMs,
+      now: deps.clock.now(),
+      first: result.restarts === 0,
+    });
+    if (plan.kind === 'skip') {
+      result.crawl = 'skipped';
+      result.messageCount = plan.messageCount;
+      log.debug({ field: opts.changeField, signal: plan.signal }, 'change signal unmoved: skipped');
       return result;
-    } catch (err) {
-      if (err instanceof Drift && err.earlierPagesChanged) {
-        // Earlier pages changed (a deletion or an edit of history): crawl the whole conversation.
-        incremental = false;
-        result.crawl = 'full';
-        result.restarts++;
-        mirror.resetCrawl(accountId, conversationId);
-        log.info({ reason: err.message }, 'incremental crawl not possible: falling back to a full crawl');
-        continue;
-      }
-      if (err instanceof Drift) {
-        result.restarts++;
-        mirror.resetCrawl(accountId, conversationId);
-        if (result.restarts > maxRestarts) {
-          throw new DriftError(`conversation ${conversationId}: pages kept shifting (${err.message}); gave up after ${maxRestarts} restarts`, {
-            conversation_id: conversationId,
-            restarts: maxRestarts,
-          });
-        }
-        log.warn({ reason: err.message, restart: result.restarts }, 'pages shifted during the crawl, restarting from page 1');
-        continue;
-      }
-      if (err instanceof HttpError && err.status === 404 && !(err instanceof AuthError)) {
-        if (!mirror.hasConversation(accountId, conversationId)) {
-          // Never mirrored (e.g. a mistyped --conversation id): nothing to tombstone; say so.
-          throw new NotFoundError(`conversation ${conversationId} not found: ${err.message}; nothing was mirrored`, {
-            conversation_id: conversationId,
-            path: err.path,
-          });
-        }
-        if (opts.unlisted !== true) {
-          throw new ListedButNotFoundError(
-            conversationId,
-            err.path,
-            opts.named ? 'it is in the mirror (only a workspace sync whose complete listing no longer shows it tombstones it)' : 'the conversation list shows it',
-          );
-        }
-        const gone = mirror.tombstoneConversation(accountId, conversationId, runId);
-        result.status = 'deleted';
-        result.deleted += gone.messages;
-        if (progress) progress.messagesDeleted += gone.messages;
-        log.info({ messages_tombstoned: gone.messages }, 'conversation gone from the complete listing and answering 404: tombstoned');
-        return result;
-      }
-      if (err instanceof PageRunawayError) {
-        // Keep what was committed (nothing is removed on a failure), but not the checkpoint: a
-        // resumed crawl would take its page bound from where this one stopped, and a conversation
-        // that never ends would grow by a tenth every run.
-        mirror.resetCrawl(accountId, conversationId);
-      }
-      throw err;
     }
+    let verdict: PageVerdict;
+    try {
+      verdict = await crawlPages(c, plan);
+      if (verdict.ok) return completeCrawl(c);
+    } catch (err) {
+      return await onCrawlFailure(c, err);
+    }
+    result.restarts++;
+    mirror.resetCrawl(accountId, conversationId);
+    if (verdict.earlierPagesChanged) {
+      // Earlier pages changed (a deletion or an edit of history): crawl the whole conversation.
+      incremental = false;
+      result.crawl = 'full';
+      log.info({ reason: verdict.reason }, 'incremental crawl not possible: falling back to a full crawl');
+      continue;
+    }
+    if (result.restarts > maxRestarts) {
+      throw new DriftError(`conversation ${conversationId}: pages kept shifting (${verdict.reason}); gave up after ${maxRestarts} restarts`, {
+        conversation_id: conversationId,
+        restarts: maxRestarts,
+      });
+    }
+    log.warn({ reason: verdict.reason, restart: result.restarts }, 'pages shifted during the crawl, restarting from page 1');
   }
+}
+
+/** A zeroed result of a full crawl of `id`. */
+function newResult(id: string, opts: SyncOptions): ConversationResult {
+  return { id, status: 'synced', pages: 0, messageCount: 0, inserted: 0, updated: 0, deleted: 0, restarts: 0, resumed: false, tally: opts.tally ?? newTally(), crawl: 'full' };
+}
+
+/**
+ * Carries out the start of `plan` (discard or resume a checkpoint, seed an incremental crawl), then
+ * fetches and commits pages from `plan.startPage` to the last, each checked by {@link checkPage}
+ * before it is written.
+ *
+ * @returns `{ ok: true }` when every page was served and the crawl is complete
+ *   ({@link checkComplete}); else the drift that stopped it (nothing of the drifting page written)
+ */
+async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
+  const { deps, id, opts, log, result } = c;
+  const { mirror } = deps;
+  const { accountId, runId, progress } = opts;
+  if (plan.discard) {
+    const { checkpoint, ageMs } = plan.discard;
+    log.info({ page: checkpoint.nextPage, age_ms: ageMs, full: opts.resume === false }, 'discarding checkpoint: crawling from page 1');
+    mirror.resetCrawl(accountId, id);
+  }
+  if (plan.resume && result.restarts === 0) {
+    result.resumed = true;
+    log.info({ page: plan.resume.nextPage }, 'resuming crawl from checkpoint');
+  }
+  const seen = new Set<string>(plan.resume?.seenIds);
+  if (plan.boundary) {
+    for (const m of mirror.seedIncrementalCrawl(accountId, id, plan.boundary.position)) seen.add(m);
+    result.crawl = 'incremental';
+  }
+  let lastTotal = plan.lastTotal;
+  for await (const page of deps.api.messages(id, plan.startPage, result.tally)) {
+    result.pages++;
+    const ids = page.data.map((m) => m.id);
+    const verdict = checkPage({ page: page.page, ids, totalCount: page.meta.total_count }, { plan, lastTotal, seen });
+    if (!verdict.ok) return verdict;
+    const counts = mirror.commitMessagesPage(accountId, id, page, runId);
+    for (const m of ids) seen.add(m);
+    lastTotal = page.meta.total_count;
+    result.inserted += counts.inserted;
+    result.updated += counts.updated;
+    if (progress) {
+      progress.messagesServed += page.data.length;
+      progress.messagesInserted += counts.inserted;
+      progress.messagesUpdated += counts.updated;
+    }
+    log.debug({ page: page.page, served: page.data.length, total_count: lastTotal, ...counts }, 'page committed');
+  }
+  return checkComplete(seen.size, lastTotal);
+}
+
+/** Completes a crawl that saw every message: tombstones what no page served, records the count. */
+function completeCrawl(c: Crawl): ConversationResult {
+  const { opts, result } = c;
+  const done = c.deps.mirror.completeCrawl(opts.accountId, c.id, opts.runId, opts.changeField);
+  result.deleted += done.deleted;
+  result.messageCount = done.messageCount;
+  if (opts.progress) opts.progress.messagesDeleted += done.deleted;
+  return result;
+}
+
+/**
+ * A crawl failed. A 404 ({@link NotFoundError}) tombstones the conversation when a complete listing
+ * no longer shows it (`unlisted`), else becomes the error that says why not; a
+ * {@link PageRunawayError} drops the checkpoint. Everything else is re-thrown as it is.
+ *
+ * @returns the `deleted` result of a tombstoned conversation
+ * @throws `err`, or the {@link NotFoundError} / {@link ListedButNotFoundError} it means
+ */
+async function onCrawlFailure(c: Crawl, err: unknown): Promise<ConversationResult> {
+  const { deps, id, opts, result } = c;
+  const { mirror } = deps;
+  if (err instanceof NotFoundError) {
+    if (!mirror.hasConversation(opts.accountId, id)) {
+      // Never mirrored (e.g. a mistyped --conversation id): nothing to tombstone; say so.
+      throw new NotFoundError(`conversation ${id} not found: ${err.message}; nothing was mirrored`, err, { context: { conversation_id: id }, cause: err });
+    }
+    if (opts.unlisted !== true) {
+      const why = opts.named ? 'it is in the mirror (only a workspace sync whose complete listing no longer shows it tombstones it)' : 'the conversation list shows it';
+      throw new ListedButNotFoundError(id, err, why);
+    }
+    const gone = mirror.tombstoneConversation(opts.accountId, id, opts.runId);
+    result.status = 'deleted';
+    result.deleted += gone.messages;
+    if (opts.progress) opts.progress.messagesDeleted += gone.messages;
+    c.log.info({ messages_tombstoned: gone.messages }, 'conversation gone from the complete listing and answering 404: tombstoned');
+    return result;
+  }
+  if (err instanceof PageRunawayError) {
+    // Keep what was committed (nothing is removed on a failure), but not the checkpoint: a
+    // resumed crawl would take its page bound from where this one stopped, and a conversation
+    // that never ends would grow by a tenth every run.
+    mirror.resetCrawl(opts.accountId, id);
+  }
+  throw err;
 }

@@ -18,7 +18,7 @@
 import pLimit from 'p-limit';
 import { addTally, declaredPages, newTally, type RequestTally } from '../api/client.js';
 import type { Conversation, Page } from '../api/schemas.js';
-import { AuthError, ConfigError, ConvoMirrorError, DriftError, HttpError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
+import { AuthError, ConfigError, ConvoMirrorError, DriftError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
 import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
 
@@ -203,8 +203,8 @@ export interface ListingResult {
  * transaction per page, with change-log rows): passes repeat until one finds no id not seen before
  * and at least `meta.total_count` ids have been seen (two passes at least, `maxListPasses` at most).
  *
- * @throws {@link AuthError} on 401/403; {@link ConfigError} when the list answers 404 (wrong base
- *   URL); {@link MirrorUnusableError} when the mirror cannot be written. Other failures (including
+ * @throws {@link AuthError} on 401/403; {@link ConfigError} from the client when the list answers
+ *   404 (wrong base URL); {@link MirrorUnusableError} when the mirror cannot be written. Other failures (including
  *   a {@link PageRunawayError}: the list ran past its own total) are returned in `failure`, with
  *   what was listed so far; then nothing is confirmed and nothing is re-checked.
  */
@@ -220,51 +220,10 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       if (out.passes > 0) await hooks.beforeNextPass?.();
       if (stopped()) break;
       out.passes++;
-      const passIds = new Set<string>();
-      lastPass = passIds;
-      const totals = new Set<number>();
-      let duplicate = false;
-      let fresh = 0;
-      let lastTotal = 0;
-      /** Stores one page and reports its ids. */
-      const take = (page: Page<Conversation>): void => {
-        const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
-        out.inserted += counts.inserted;
-        out.updated += counts.updated;
-        totals.add(page.meta.total_count);
-        lastTotal = page.meta.total_count;
-        for (const c of page.data) {
-          if (passIds.has(c.id)) duplicate = true;
-          passIds.add(c.id);
-          if (!seen.has(c.id)) {
-            seen.add(c.id);
-            fresh++;
-            hooks.onNewId?.(c.id);
-          }
-        }
-      };
-      // Pages beyond what the first page declared are the list growing while we page, or a list
-      // that never ends: they are held back until the pass ends within its bound, so a runaway
-      // list stores and crawls nothing it invented past its own total.
-      let declared = Infinity;
-      const held: Page<Conversation>[] = [];
-      for await (const page of deps.api.conversations(1, out.tally)) {
-        if (out.passes === 1 && page.page === 1) {
-          out.changeField = resolveChangeField(opts.changeFieldSetting, page.raw);
-          if (opts.changeFieldSetting && opts.changeFieldSetting !== 'none') {
-            log.info({ setting: opts.changeFieldSetting, field: out.changeField ?? null }, out.changeField ? 'change signal in use' : 'no change signal found: every conversation costs at least one request');
-          }
-          hooks.onChangeField?.(out.changeField);
-        }
-        if (page.page === 1) declared = Math.max(1, declaredPages(page.meta));
-        if (page.page > declared) held.push(page);
-        else take(page);
-        if (stopped()) break;
-      }
-      if (!stopped()) for (const page of held) take(page);
-      const consistent = totals.size <= 1 && !duplicate && passIds.size >= lastTotal;
-      log.info({ pass: out.passes, listed: passIds.size, new_ids: fresh, total_count: lastTotal, consistent }, 'conversation list pass done');
-      if ((out.passes === 1 && consistent && opts.confirmListing === false) || (out.passes > 1 && fresh === 0 && seen.size >= lastTotal)) {
+      const pass = await listPass(deps, opts, hooks, { out, seen, stopped });
+      lastPass = pass.ids;
+      log.info({ pass: out.passes, listed: pass.ids.size, new_ids: pass.fresh, total_count: pass.lastTotal, consistent: pass.consistent }, 'conversation list pass done');
+      if ((out.passes === 1 && pass.consistent && opts.confirmListing === false) || (out.passes > 1 && pass.fresh === 0 && seen.size >= pass.lastTotal)) {
         out.confirmed = true;
         break;
       }
@@ -281,16 +240,86 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       out.recheck = deps.mirror.liveConversationIds(opts.accountId).filter((id) => !lastPass.has(id));
     }
   } catch (err) {
-    if (err instanceof AuthError || err instanceof MirrorUnusableError) throw err;
-    if (err instanceof HttpError && err.status === 404) {
-      // The list endpoint itself is missing: the base URL is wrong, not a transient failure.
-      throw new ConfigError('CONVO_MIRROR_BASE_URL', `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`);
-    }
+    // Credentials, a wrong base URL (the client's ConfigError for a 404 of the list), an unusable mirror.
+    if (isFatal(err)) throw err;
     log.error({ err: describeError(err), code: (err as ConvoMirrorError).code }, 'listing conversations failed');
     out.failure = err as Error;
   }
   out.seen = [...seen];
   return out;
+}
+
+/** What one listing pass saw. */
+interface PassResult {
+  /** Ids this pass listed (held-back pages included unless stopped). */
+  ids: Set<string>;
+  /** Ids no earlier pass had seen. */
+  fresh: number;
+  /** `meta.total_count` of the last page stored. */
+  lastTotal: number;
+  /** Same `total_count` on every page, no id twice, at least `total_count` ids. */
+  consistent: boolean;
+}
+
+/**
+ * One pass over `GET /v1/conversations`: stores each page (adding to `out`'s counts and `seen`,
+ * reporting new ids), resolves the change field on the first page of the first pass. Pages beyond
+ * what page 1 declared are held back until the pass ends within its bound.
+ */
+async function listPass(
+  deps: SyncDeps,
+  opts: WorkspaceOptions,
+  hooks: ListHooks,
+  shared: { out: ListingResult; seen: Set<string>; stopped: () => boolean },
+): Promise<PassResult> {
+  const { out, seen, stopped } = shared;
+  const pass: PassResult = { ids: new Set(), fresh: 0, lastTotal: 0, consistent: false };
+  const totals = new Set<number>();
+  let duplicate = false;
+  /** Stores one page and reports its ids. */
+  const take = (page: Page<Conversation>): void => {
+    const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
+    out.inserted += counts.inserted;
+    out.updated += counts.updated;
+    totals.add(page.meta.total_count);
+    pass.lastTotal = page.meta.total_count;
+    for (const c of page.data) {
+      if (pass.ids.has(c.id)) duplicate = true;
+      pass.ids.add(c.id);
+      if (!seen.has(c.id)) {
+        seen.add(c.id);
+        pass.fresh++;
+        hooks.onNewId?.(c.id);
+      }
+    }
+  };
+  // Pages beyond what the first page declared are the list growing while we page, or a list
+  // that never ends: they are held back until the pass ends within its bound, so a runaway
+  // list stores and crawls nothing it invented past its own total.
+  let declared = Infinity;
+  const held: Page<Conversation>[] = [];
+  for await (const page of deps.api.conversations(1, out.tally)) {
+    if (out.passes === 1 && page.page === 1) resolveFirstPage(deps, opts, hooks, out, page);
+    if (page.page === 1) declared = Math.max(1, declaredPages(page.meta));
+    if (page.page > declared) held.push(page);
+    else take(page);
+    if (stopped()) break;
+  }
+  if (!stopped()) for (const page of held) take(page);
+  pass.consistent = totals.size <= 1 && !duplicate && pass.ids.size >= pass.lastTotal;
+  return pass;
+}
+
+/** Resolves the change field from the first list page of the first pass and reports it. */
+function resolveFirstPage(deps: SyncDeps, opts: WorkspaceOptions, hooks: ListHooks, out: ListingResult, page: Page<Conversation>): void {
+  out.changeField = resolveChangeField(opts.changeFieldSetting, page.raw);
+  if (opts.changeFieldSetting && opts.changeFieldSetting !== 'none') {
+    deps.logger.info(
+      { setting: opts.changeFieldSetting, field: out.changeField ?? null },
+      out.changeField ? 'change signal in use' : 'no change signal found: every conversation costs at least one request',
+    );
+  }
+  hooks.onChangeField?.(out.changeField);
 }
 
 /**
