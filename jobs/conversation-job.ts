@@ -55,7 +55,12 @@ async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: str
   const earlier = job.data.ownRunId;
   // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
   const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
-  if (run.runId !== earlier) await job.updateData({ ...job.data, ownRunId: run.runId });
+  if (run.runId !== earlier) {
+    // A run of its own from here on: what the job did for another run (as a child of a run that
+    // has ended, re-queued by retry-failed) is not this run's.
+    const { tally: _tally, failure: _failure, ...rest } = job.data;
+    await job.updateData({ ...rest, ownRunId: run.runId });
+  }
   const crawl = await crawlConversation(d, run, conversationId, { full, named: true, signal: d.signal });
   if (crawl.kind === 'stopped') interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
   const fatal = crawl.kind === 'failed' && crawl.fatal ? crawl.failure.error : undefined;

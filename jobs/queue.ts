@@ -1,7 +1,8 @@
 /**
  * The BullMQ side of convo-mirror: one queue, two job kinds, the job schedulers, and Redis
- * connections. Thin: job data carries ids and modes only (never the API key); the work is done by
- * src/sync through jobs/processors.ts.
+ * connections. Thin: job data carries ids, modes and what a job records for its run (its run id,
+ * listing figures, request tallies, a failure record; never the API key); the work is done by
+ * src/run's steps through jobs/processors.ts.
  */
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';

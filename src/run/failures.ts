@@ -35,6 +35,6 @@ export function failureMessage(code: string, message: string): string {
  * keep the record): the code of a `[CODE] message` form, else `ERROR`; no status, no attempts.
  */
 export function parseFailureMessage(id: string, reason: string): RunFailureRecord {
-  const m = /^\[([A-Z_]+)\] ([\s\S]*)$/.exec(reason);
+  const m = reason.match(/^\[([A-Z_]+)\] ([\s\S]*)$/);
   return { id, code: m?.[1] ?? 'ERROR', status: null, attempts: null, message: m?.[2] ?? reason };
 }
