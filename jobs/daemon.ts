@@ -2,10 +2,10 @@
  * The daemon: job schedulers + a worker over one SQLite mirror, with bounded graceful shutdown.
  * A thin shell: it builds the dependencies once, hands jobs to jobs/processors.ts, and tears down.
  */
-import { Worker, type Job } from 'bullmq';
+import { Worker, type Job, type Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
-import { apiClientFromConfig } from '../src/api/client.js';
+import { apiClientFromConfig, type ApiClient } from '../src/api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock } from '../src/clock.js';
 import { MirrorUnusableError, describeError } from '../src/errors.js';
@@ -47,6 +47,15 @@ export interface DaemonExit {
   fatal?: Error;
 }
 
+/** What a running daemon holds, built once at start-up and released at shutdown. */
+interface Resources {
+  mirror: Mirror;
+  queue: Queue;
+  api: ApiClient;
+  /** Aborted at the end of the shutdown grace period: cuts running jobs short. */
+  abort: AbortController;
+}
+
 /**
  * Runs the daemon until `stop` resolves: checks Redis, takes the mirror's writer lock (a second
  * daemon on the same file is refused), registers the job schedulers, and processes jobs with
@@ -58,11 +67,54 @@ export interface DaemonExit {
  */
 export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   const { config, logger } = o;
+  const res = await openResources(config, logger);
+  let fatal: Error | undefined;
+  let onFatalStop!: () => void;
+  const fatalStop = new Promise<void>((resolve) => (onFatalStop = resolve));
+  const deps = jobDeps(config, logger, res, (err) => {
+    // A damaged or unwritable mirror fails every job: stop rather than burn through the queue.
+    if (!(err instanceof MirrorUnusableError) || fatal) return;
+    fatal = err;
+    logger.fatal({ err: describeError(err), code: err.code }, 'the mirror is unusable: stopping the daemon');
+    onFatalStop();
+  });
+  let worker: Worker | undefined;
+  try {
+    await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, res.mirror.mirrorId());
+    await registerSchedulers(res.queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy: deps.policy });
+    worker = startWorker(config, logger, deps);
+    await worker.waitUntilReady();
+    logger.info(
+      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule: config.schedule, full_schedule: config.fullSchedule, tz: config.tz, concurrency: config.concurrency },
+      'daemon ready',
+    );
+    o.onReady?.();
+  } catch (err) {
+    // Startup failed: release everything, report the cause.
+    await worker?.close(true).catch(() => {});
+    await release(res);
+    throw err;
+  }
+  await Promise.race([o.stop, fatalStop]);
+  const exit = await shutdown(config, logger, worker, res);
+  return { ...exit, ...(fatal ? { fatal } : {}) };
+}
+
+/**
+ * Start-up: the export directory checked, Redis reachable, the mirror opened for writing (its
+ * writer lock taken; runs a dead process left running marked interrupted), the queue and the client.
+ */
+async function openResources(config: Config, logger: Logger): Promise<Resources> {
   assertSafeExportDir(config.exportDir, config.db);
   await assertRedisReachable(config.redisUrl);
   const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
-  // We hold the writer lock: runs still 'running' belong to a process that died.
-  sweepInterruptedRuns(mirror, logger);
+  try {
+    // We hold the writer lock: runs still 'running' belong to a process that died.
+    sweepInterruptedRuns(mirror, logger);
+  } catch (err) {
+    mirror.close();
+    throw err;
+  }
   const abort = new AbortController();
   const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
   const api = apiClientFromConfig(config, {
@@ -73,72 +125,55 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
       queue.rateLimit(ms).catch((err: unknown) => logger.warn({ err: describeError(err) }, 'could not set the queue rate limit'));
     },
   });
-  const policy = { attempts: config.jobAttempts };
-  let fatal: Error | undefined;
-  let onFatalStop!: () => void;
-  const fatalStop = new Promise<void>((resolve) => (onFatalStop = resolve));
-  const deps: JobDeps = {
-    api,
-    mirror,
+  return { mirror, queue, api, abort };
+}
+
+/** The processors' dependencies, built once. */
+function jobDeps(config: Config, logger: Logger, res: Resources, onFatal: (err: Error) => void): JobDeps {
+  return {
+    api: res.api,
+    mirror: res.mirror,
     logger,
     clock: systemClock,
-    queue,
+    queue: res.queue,
     accountId: config.accountId ?? DEFAULT_ACCOUNT,
     exportDir: config.exportDir,
     modes: fileModes(config.groupReadable),
-    policy,
-    signal: abort.signal,
+    policy: { attempts: config.jobAttempts },
+    signal: res.abort.signal,
     locks: new KeyedMutex(),
     changeFieldSetting: config.changeField,
-    onFatal: (err) => {
-      // A damaged or unwritable mirror fails every job: stop rather than burn through the queue.
-      if (!(err instanceof MirrorUnusableError) || fatal) return;
-      fatal = err;
-      logger.fatal({ err: describeError(err), code: (err as MirrorUnusableError).code }, 'the mirror is unusable: stopping the daemon');
-      onFatalStop();
-    },
+    onFatal,
   };
-  let worker: Worker | undefined;
-  try {
-    await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, mirror.mirrorId());
-    await registerSchedulers(queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy });
-    worker = new Worker(
-      QUEUE_NAME,
-      async (job: Job, token?: string) => processJob(deps, job, token),
-      {
-        connection: redisConnection(config.redisUrl),
-        prefix: config.queuePrefix,
-        concurrency: config.concurrency,
-        // BullMQ honours queue.rateLimit() (set on a 429) only for workers with a limiter; this
-        // one never binds on its own.
-        limiter: { max: 1_000_000, duration: 1000 },
-        lockDuration: config.jobLockMs,
-        stalledInterval: config.jobLockMs,
-        maxStalledCount: 3,
-      },
-    );
-    worker.on('error', (err) => logger.error({ err: describeError(err) }, 'worker error'));
-    worker.on('active', (job) => logger.info({ job: job.id, name: job.name, conversation_id: job.data?.conversationId, attempt: job.attemptsMade + 1 }, 'job started'));
-    worker.on('completed', (job, value: unknown) => logger.info({ job: job.id, name: job.name, ...jobFigures(value) }, 'job completed'));
-    worker.on('failed', (job, err) =>
-      logger.warn({ job: job?.id, name: job?.name, conversation_id: job?.data?.conversationId, attempts: job?.attemptsMade, err: err.message }, 'job failed'),
-    );
-    await worker.waitUntilReady();
-    logger.info(
-      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule: config.schedule, full_schedule: config.fullSchedule, tz: config.tz, concurrency: config.concurrency },
-      'daemon ready',
-    );
-    o.onReady?.();
-  } catch (err) {
-    // Startup failed: release everything, report the cause.
-    await worker?.close(true).catch(() => {});
-    await queue.close().catch(() => {});
-    await api.close().catch(() => {});
-    mirror.close();
-    throw err;
-  }
-  await Promise.race([o.stop, fatalStop]);
+}
 
+/** The worker: one per daemon, `config.concurrency` jobs at a time, its events logged. */
+function startWorker(config: Config, logger: Logger, deps: JobDeps): Worker {
+  const worker = new Worker(QUEUE_NAME, async (job: Job, token?: string) => processJob(deps, job, token), {
+    connection: redisConnection(config.redisUrl),
+    prefix: config.queuePrefix,
+    concurrency: config.concurrency,
+    // BullMQ honours queue.rateLimit() (set on a 429) only for workers with a limiter; this one
+    // never binds on its own.
+    limiter: { max: 1_000_000, duration: 1000 },
+    lockDuration: config.jobLockMs,
+    stalledInterval: config.jobLockMs,
+    maxStalledCount: 3,
+  });
+  worker.on('error', (err) => logger.error({ err: describeError(err) }, 'worker error'));
+  worker.on('active', (job) => logger.info({ job: job.id, name: job.name, conversation_id: job.data?.conversationId, attempt: job.attemptsMade + 1 }, 'job started'));
+  worker.on('completed', (job, value: unknown) => logger.info({ job: job.id, name: job.name, ...jobFigures(value) }, 'job completed'));
+  worker.on('failed', (job, err) =>
+    logger.warn({ job: job?.id, name: job?.name, conversation_id: job?.data?.conversationId, attempts: job?.attemptsMade, err: err.message }, 'job failed'),
+  );
+  return worker;
+}
+
+/**
+ * Shutdown: no new jobs; running ones get `config.shutdownTimeoutMs`, then are aborted (they
+ * resume from their checkpoints), and after 5 s more are left to their locks; everything closed.
+ */
+async function shutdown(config: Config, logger: Logger, worker: Worker, res: Resources): Promise<Omit<DaemonExit, 'fatal'>> {
   const t0 = Date.now();
   let forced = false;
   logger.info({ grace_ms: config.shutdownTimeoutMs }, 'shutting down: no new jobs; waiting for running ones');
@@ -148,7 +183,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   if ((await Promise.race([closing.then(() => 'closed' as const), graceOver])) === 'timeout') {
     forced = true;
     logger.warn('grace period over: aborting running jobs; they resume from their checkpoints');
-    abort.abort(new Error('daemon shutting down'));
+    res.abort.abort(new Error('daemon shutting down'));
   }
   clearTimeout(timer);
   // Aborted jobs end within moments; one that does not is left to its lock (it is picked up again).
@@ -157,12 +192,17 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     logger.warn('jobs still running 5 s after the abort: closing without them; they will be picked up again');
     await worker.close(true);
   }
-  await queue.close();
-  await api.close();
-  mirror.close();
+  await release(res);
   const shutdownMs = Date.now() - t0;
   logger.info({ shutdown_ms: shutdownMs, forced }, 'daemon stopped');
-  return { shutdownMs, forced, ...(fatal ? { fatal } : {}) };
+  return { shutdownMs, forced };
+}
+
+/** Closes the queue, the client and the mirror (its writer lock released). */
+async function release(res: Resources): Promise<void> {
+  await res.queue.close().catch(() => {});
+  await res.api.close().catch(() => {});
+  res.mirror.close();
 }
 
 function jobFigures(value: unknown): Record<string, unknown> {

@@ -1,12 +1,14 @@
 /**
  * The BullMQ side of convo-mirror: one queue, two job kinds, the job schedulers, and Redis
- * connections. Thin: job data carries ids and modes only (never the API key); the work is done by
- * src/sync through jobs/processors.ts.
+ * connections. Thin: job data carries ids, modes and what a job records for its run (its run id,
+ * listing figures, request tallies, a failure record; never the API key); the work is done by
+ * src/run's steps through jobs/processors.ts.
  */
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
 import { ConfigError } from '../src/errors.js';
-import type { RunSummary } from '../src/run/index.js';
+import type { ListingFigures, RunSummary } from '../src/run/index.js';
+import type { RunFailureRecord } from '../src/store/mirror.js';
 import type { ConversationResult } from '../src/sync/conversation.js';
 import type { RequestTally } from '../src/api/client.js';
 
@@ -26,18 +28,17 @@ export interface WorkspaceJobData {
   mode: 'regular' | 'full';
   /** Who asked: a job scheduler, or `enqueue` (absent in jobs queued by older versions: told from the job). */
   trigger?: 'schedule' | 'on-demand';
+  /** The step to run next: `list`, then `crawl` (waiting for the children), then `finish`. */
   step?: 'list' | 'crawl' | 'finish';
+  /** The run, set by the `list` step (kept across attempts and crashes). */
   runId?: number;
+  /** When the run started, epoch ms. */
   startedMs?: number;
-  listing?: {
-    passes: number;
-    confirmed: boolean;
-    listed: number;
-    inserted: number;
-    updated: number;
-    tally: RequestTally;
-    failure?: string;
-  };
+  /**
+   * The listing, written by the `list` step for `finish`. Its `failure` (an unsettled list) is a
+   * `run_failures` record; a string in jobs listed by older versions.
+   */
+  listing?: Omit<ListingFigures, 'failure'> & { failure?: RunFailureRecord | string | undefined };
 }
 
 /** Data of a `sync-conversation` job. */
@@ -56,11 +57,26 @@ export interface ConversationJobData {
    * 404 mean it was deleted, and tombstone it.
    */
   unlisted?: boolean;
+  /**
+   * Written by the job: what its attempts so far asked the API and were served (requests, retries,
+   * 429s, messages), so a run counts every attempt.
+   */
+  tally?: RequestTally;
+  /**
+   * Written by the job before it fails: the failure as `run_failures` records it (the error's code,
+   * HTTP status and attempts), read by the workspace run's `finish` step.
+   */
+  failure?: RunFailureRecord;
 }
 
 /** Return value of a `sync-conversation` job. */
 export interface ConversationJobResult {
   result: ConversationResult;
+  /**
+   * What every attempt of the job asked the API and was served (absent in jobs completed by older
+   * versions: then `result.tally`, the last attempt's).
+   */
+  tally?: RequestTally;
   /** The run recorded for an on-demand job (absent for children of a workspace run). */
   summary?: RunSummary;
 }

@@ -16,9 +16,10 @@ import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { assertBuilt, killLeftovers, run, startDaemon, waitFor, within } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
+import { sqlAll, sqlValue } from './sql.js';
+import { NEVER } from './daemon-fixtures.js';
 
 const prefixes = prefixSequence('daemon-crash');
-const NEVER = '0 0 1 1 *';
 const dirs: string[] = [];
 const fakes: FakeApi[] = [];
 const queues: Queue[] = [];
@@ -74,18 +75,15 @@ describe('a daemon killed in the middle of a workspace run', () => {
     b.child.kill('SIGTERM');
     expect((await within(b.done, 10_000, 'daemon B to stop')).code).toBe(0);
 
-    const runs = withMirror(db, (m) => m.db.prepare(`SELECT id, scope, refresh, trigger, status, resumes, conversations_synced FROM runs ORDER BY id`).all()) as {
-      id: number;
-      scope: string;
-      refresh: string;
-      trigger: string;
-      status: string;
-      resumes: number;
-      conversations_synced: number;
-    }[];
+    const runs = withMirror(db, (m) =>
+      sqlAll<{ id: number; scope: string; refresh: string; trigger: string; status: string; resumes: number; conversations_synced: number }>(
+        m,
+        `SELECT id, scope, refresh, trigger, status, resumes, conversations_synced FROM runs ORDER BY id`,
+      ),
+    );
     expect(runs.length, JSON.stringify(runs)).toBeLessThanOrEqual(3);
     expect(runs).toEqual([{ id: 1, scope: 'workspace', refresh: 'incremental', trigger: 'on-demand', status: 'succeeded', resumes: 1, conversations_synced: 2000 }]);
-    const files = withMirror(db, (m) => (m.db.prepare(`SELECT count(*) AS n FROM export_files`).get() as { n: number }).n);
+    const files = withMirror(db, (m) => sqlValue(m, `SELECT count(*) FROM export_files`));
     expect(files).toBeLessThanOrEqual(12);
     withMirror(db, (m) => {
       const eq = mirrorEqualsFake(m, ws);

@@ -9,129 +9,38 @@
  * is bounded and every daemon started is stopped in afterEach.
  */
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import fs from 'node:fs';
-import { Job, type Queue } from 'bullmq';
-import { loadConfig, type Config } from '../config/index.js';
-import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
+import { Job } from 'bullmq';
+import { runDaemon } from '../jobs/daemon.js';
+import { childJobId } from '../jobs/processors.js';
 import {
   SCHEDULER_FULL,
   SCHEDULER_REGULAR,
+  conversationDedupId,
   enqueueConversation,
   enqueueWorkspace,
-  openQueue,
   registerSchedulers,
   type ConversationJobResult,
 } from '../jobs/queue.js';
-import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { FakeWorkspace } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
-import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, readExportLines, tempDir, withMirror } from './helpers.js';
-import { sleep, waitFor, within } from './children.js';
-import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
+import { API_KEY, quietLogger, readExportLines, withMirror } from './helpers.js';
+import { waitFor } from './children.js';
+import { sqlAll, sqlGet, sqlValue } from './sql.js';
+import { daemonFixtures, expectConversationMirrored, messagesPath, waitForJob } from './daemon-fixtures.js';
 
-const prefixes = prefixSequence('daemon');
-const testPrefix = () => prefixes.next();
-
-/** A cron that never fires during a test run. */
-const NEVER = '0 0 1 1 *';
-
-const dirs: string[] = [];
-const fakes: FakeApi[] = [];
-const queues: Queue[] = [];
-const daemons: Running[] = [];
-
-interface Running {
-  config: Config;
-  done: Promise<DaemonExit>;
-  /** Resolves the daemon's stop promise and waits (bounded) for it to end. */
-  stop(): Promise<DaemonExit>;
-}
-
-
-async function fakeApi(ws: FakeWorkspace): Promise<FakeApi> {
-  const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
-  fakes.push(fake);
-  return fake;
-}
-
-/** A daemon configuration against `fake`, a fresh mirror dir, and `prefix`. */
-function daemonConfig(fake: FakeApi, prefix: string, env: Record<string, string> = {}): Config {
-  const dir = tempDir('convo-mirror-daemon-');
-  dirs.push(dir);
-  return loadConfig({
-    ...cliEnv(fake, dir, { CONVO_MIRROR_MAX_RETRIES: '1', CONVO_MIRROR_CONCURRENCY: '2', REDIS_URL: redisUrl(), CONVO_MIRROR_QUEUE_PREFIX: prefix }),
-    CONVO_MIRROR_SCHEDULE: NEVER,
-    CONVO_MIRROR_FULL_SCHEDULE: NEVER,
-    CONVO_MIRROR_JOB_LOCK_MS: '2000',
-    CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: '2000',
-    LOG_LEVEL: 'silent',
-    ...env,
-  });
-}
-
-/** Starts `runDaemon` in this process and waits (bounded) until its worker runs. */
-async function startDaemon(config: Config): Promise<Running> {
-  let release!: () => void;
-  const stop = new Promise<void>((r) => (release = r));
-  let ready!: () => void;
-  const readyP = new Promise<void>((r) => (ready = r));
-  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready });
-  let stopped: Promise<DaemonExit> | undefined;
-  const d: Running = {
-    config,
-    done,
-    stop: () => (stopped ??= (release(), within(done, 15_000, 'daemon shutdown'))),
-  };
-  daemons.push(d);
-  await within(
-    Promise.race([readyP, done.then(() => Promise.reject(new Error('daemon ended before it was ready')))]),
-    15_000,
-    'daemon startup',
-  );
-  return d;
-}
-
-function queueFor(prefix: string): Queue {
-  const q = openQueue({ redisUrl: redisUrl(), prefix });
-  queues.push(q);
-  return q;
-}
-
-/** Messages path of a conversation at the fake. */
-const messagesPath = (id: string) => `/v1/conversations/${id}/messages`;
-
-/**
- * The mirror holds exactly the fake's live messages of `id` (same ids, same served JSON) and no
- * message of any other conversation.
- */
-function expectConversationMirrored(db: string, ws: FakeWorkspace, id: string): void {
-  const rows = withMirror(db, (m) =>
-    m.db.prepare(`SELECT conversation_id, id, raw FROM messages WHERE account_id = ? AND deleted_at IS NULL`).all(ACCOUNT_ID),
-  ) as { conversation_id: string; id: string; raw: string }[];
-  const others = rows.filter((r) => r.conversation_id !== id);
-  expect(others.length, 'messages of other conversations in the mirror').toBe(0);
-  const mirrored = new Map(rows.map((r) => [r.id, r.raw]));
-  const served = new Map(ws.get(id)!.messages.map((m) => [m.id, JSON.stringify(m)]));
-  expect(mirrored.size).toBe(served.size);
-  for (const [mid, raw] of served) expect(mirrored.get(mid), `message ${mid}`).toBe(raw);
-}
+const fx = daemonFixtures('daemon');
+const testPrefix = fx.prefix;
+const fakeApi = fx.fakeApi;
+const daemonConfig = fx.daemonConfig;
+const startDaemon = fx.startDaemon;
+const queueFor = fx.queueFor;
 
 function conversationRuns(db: string): { id: number; status: string }[] {
-  return withMirror(db, (m) => m.db.prepare(`SELECT id, status FROM runs WHERE scope = 'conversations' ORDER BY id`).all()) as { id: number; status: string }[];
+  return withMirror(db, (m) => sqlAll<{ id: number; status: string }>(m, `SELECT id, status FROM runs WHERE scope = 'conversations' ORDER BY id`));
 }
 
-afterEach(async () => {
-  const left = daemons.splice(0);
-  await Promise.allSettled(left.map((d) => d.stop()));
-  const qs = queues.splice(0);
-  await Promise.allSettled(qs.map((q) => within(q.close(), 5_000, 'closing a queue')));
-  const fs_ = fakes.splice(0);
-  await Promise.allSettled(fs_.map((f) => f.close()));
-});
-
-afterAll(async () => {
-  for (const p of prefixes.all) await cleanupPrefix(redisUrl(), p);
-  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
-});
+afterEach(fx.afterEachTest);
+afterAll(fx.afterAllTests);
 
 describe('job schedulers', () => {
   it('daemons registering on one prefix leave exactly the two schedulers; a changed cron updates them in place', async () => {
@@ -230,7 +139,10 @@ describe('deduplication of on-demand conversation jobs', () => {
       10_000,
       'two completed jobs and nothing left',
     );
-    await sleep(500); // a third run, if any, would start now
+    // No third run can follow: with keepLastIfActive, the one deferred run is added when the active
+    // job ends (atomically, as it completes), and nothing is active or waiting any more. So the
+    // counts are final; no wait is needed to prove that nothing more comes.
+    expect(await queue.getDeduplicationJobId(conversationDedupId(x!)), 'a deferred run still pending').toBeNull();
     // (The two delayed jobs are the schedulers' next ticks.)
     const counts = await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed');
     expect(counts).toEqual({ completed: 2, waiting: 0, active: 0, delayed: 2, failed: 0 });
@@ -307,16 +219,16 @@ describe('429: the whole queue backs off', () => {
     await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
     await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');
     await waitFor(async () => (await queue.getRateLimitTtl()) > 1_000, 1_000, 'the queue rate limit of the 429 (Retry-After 2)');
-    const limitedAt = Date.now();
     const idY = await enqueueConversation(queue, y!, { policy: { attempts: 5 } });
-    await sleep(700);
-    expect(await queue.getRateLimitTtl(), 'rate limit still in force when checked').toBeGreaterThan(0);
-    expect(await (await Job.fromId(queue, idY))!.getState(), "y's job while the queue is rate limited").toBe('waiting');
-    expect(fake.requests.filter((r) => r.path === messagesPath(y!)), 'requests for y while the queue is rate limited').toHaveLength(0);
-    // After the limit, it runs.
-    await waitFor(async () => (await (await Job.fromId(queue, idY))?.getState()) === 'completed', 10_000, "y's job to complete");
+    // Precondition: y was queued while the limit was still in force.
+    expect(await queue.getRateLimitTtl(), 'rate limit in force when y was queued').toBeGreaterThan(0);
+    const jobY = await waitForJob(queue, idY, 'completed', 10_000, "y's job to complete");
+    // The recorded times say it: the 429 (Retry-After 2) set a 2 s limit on the whole queue, and y's
+    // job went active, and its first request left, only after that limit ran out.
+    const r429 = fake.requests.find((r) => r.status === 429)!;
     const firstY = fake.requests.find((r) => r.path === messagesPath(y!))!;
-    expect(firstY.at - limitedAt).toBeGreaterThanOrEqual(1_000);
+    expect(jobY.processedOn! - r429.at, "y's job started this long after the 429 (ms)").toBeGreaterThanOrEqual(1_900);
+    expect(firstY.at - r429.at, "y's first request this long after the 429 (ms)").toBeGreaterThanOrEqual(1_900);
   });
 });
 
@@ -326,7 +238,8 @@ describe('workspace jobs', () => {
     const fake = await fakeApi(ws);
     const prefix = testPrefix();
     const bad = ws.list()[4]!.id;
-    // One conversation fails for good (400 is not retried by the client; BullMQ gives it 2 attempts).
+    // One conversation fails for good: a 400 is not retryable, so neither the client nor BullMQ
+    // retries it (the job has 2 attempts; it uses one).
     fake.injectFault({ kind: 'status', status: 400, match: { path: messagesPath(bad) }, times: Infinity });
     const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '2', CONVO_MIRROR_CONCURRENCY: '3' }));
     const queue = queueFor(prefix);
@@ -340,14 +253,18 @@ describe('workspace jobs', () => {
     // Every conversation but the failing one is mirrored exactly; the run and its failure are recorded.
     withMirror(d.config.db, (m) => {
       for (const c of ws.list()) {
-        const ids = (m.db.prepare(`SELECT id FROM messages WHERE conversation_id = ? AND deleted_at IS NULL ORDER BY position`).all(c.id) as { id: string }[]).map((r) => r.id);
+        const ids = sqlAll<{ id: string }>(m, `SELECT id FROM messages WHERE conversation_id = ? AND deleted_at IS NULL ORDER BY position`, c.id).map((r) => r.id);
         expect(ids, c.id).toEqual(c.id === bad ? [] : c.messages.map((x) => x.id));
       }
     });
-    const run = withMirror(d.config.db, (m) => m.db.prepare(`SELECT scope, refresh, status, conversations_synced FROM runs WHERE id = ?`).get(summary.runId));
+    const run = withMirror(d.config.db, (m) => sqlGet(m, `SELECT scope, refresh, status, conversations_synced FROM runs WHERE id = ?`, summary.runId));
     expect(run).toEqual({ scope: 'workspace', refresh: 'incremental', status: 'partial', conversations_synced: 5 });
-    const failures = withMirror(d.config.db, (m) => m.db.prepare(`SELECT conversation_id FROM run_failures WHERE run_id = ?`).all(summary.runId));
-    expect(failures).toEqual([{ conversation_id: bad }]);
+    const failures = withMirror(d.config.db, (m) => sqlAll(m, `SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ?`, summary.runId));
+    expect(failures).toEqual([{ conversation_id: bad, code: 'HTTP_ERROR', status: 400, attempts: 1 }]);
+    const badJob = (await Job.fromId(queue, childJobId(summary.runId, bad)))!;
+    expect(await badJob.getState()).toBe('failed');
+    expect(badJob.attemptsMade, 'attempts of the failing child').toBe(1);
+    expect(fake.requests.filter((r) => r.path === messagesPath(bad)), 'requests for the failing conversation').toHaveLength(1);
     const lines = readExportLines(d.config.exportDir, 'messages');
     expect(lines).toHaveLength(1 + 101 + 250 + 40);
     expect(new Set(lines.map((l) => `${l.conversation_id}/${l.id}`)).size).toBe(lines.length);
@@ -375,10 +292,10 @@ describe('workspace jobs', () => {
     expect(summary.failures.map((f) => [f.id, f.code])).toEqual([[listed404.id, 'LISTED_BUT_NOT_FOUND']]);
     withMirror(d.config.db, (m) => {
       const state = (id: string) =>
-        m.db.prepare(`SELECT (SELECT deleted_at IS NOT NULL FROM conversations WHERE id = ?) AS gone, sum(deleted_at IS NULL) AS live FROM messages WHERE conversation_id = ?`).get(id, id);
+        sqlGet(m, `SELECT (SELECT deleted_at IS NOT NULL FROM conversations WHERE id = ?) AS gone, sum(deleted_at IS NULL) AS live FROM messages WHERE conversation_id = ?`, id, id);
       expect(state(listed404.id)).toEqual({ gone: 0, live: 6 });
       expect(state(vanished.id)).toEqual({ gone: 1, live: 0 });
-      expect(m.db.prepare(`SELECT conversation_id, code FROM run_failures WHERE run_id = ?`).all(summary.runId)).toEqual([
+      expect(sqlAll(m, `SELECT conversation_id, code FROM run_failures WHERE run_id = ?`, summary.runId)).toEqual([
         { conversation_id: listed404.id, code: 'LISTED_BUT_NOT_FOUND' },
       ]);
     });
@@ -401,9 +318,9 @@ describe('workspace jobs', () => {
       expect(job.attemptsMade).toBe(status === 400 ? 1 : 2); // a 400 is not retried; a 503 is, once
       const runId = (job.data as { runId: number }).runId;
       withMirror(d.config.db, (m) => {
-        expect(m.db.prepare(`SELECT status, error LIKE ? AS named FROM runs WHERE id = ?`).get(`%${status}%`, runId)).toEqual({ status: 'failed', named: 1 });
-        expect(m.db.prepare(`SELECT conversation_id FROM run_failures WHERE run_id = ?`).all(runId)).toEqual([{ conversation_id: '(conversation list)' }]);
-        expect(m.db.prepare(`SELECT count(*) AS n FROM runs WHERE status = 'running'`).get()).toEqual({ n: 0 });
+        expect(sqlGet(m, `SELECT status, error LIKE ? AS named FROM runs WHERE id = ?`, `%${status}%`, runId)).toEqual({ status: 'failed', named: 1 });
+        expect(sqlAll(m, `SELECT conversation_id FROM run_failures WHERE run_id = ?`, runId)).toEqual([{ conversation_id: '(conversation list)' }]);
+        expect(sqlValue(m, `SELECT count(*) FROM runs WHERE status = 'running'`)).toBe(0);
       });
     }
   });
@@ -429,8 +346,8 @@ describe('workspace jobs', () => {
     // Every page of the remaining conversation was read again: 2 pages of 119 messages.
     expect(fake.requests.slice(before).filter((r) => r.path === messagesPath(big!.id)).map((r) => r.query['page'])).toEqual(['1', '2']);
     withMirror(d.config.db, (m) => {
-      expect((m.db.prepare(`SELECT deleted_at FROM messages WHERE id = ?`).get(gone) as { deleted_at: string | null }).deleted_at).not.toBeNull();
-      expect((m.db.prepare(`SELECT deleted_at FROM conversations WHERE id = ?`).get(small!.id) as { deleted_at: string | null }).deleted_at).not.toBeNull();
+      expect(sqlValue<string | null>(m, `SELECT deleted_at FROM messages WHERE id = ?`, gone)).not.toBeNull();
+      expect(sqlValue<string | null>(m, `SELECT deleted_at FROM conversations WHERE id = ?`, small!.id)).not.toBeNull();
     });
     const deletes = readExportLines(d.config.exportDir, 'messages').filter((l) => l.op === 'delete');
     expect(deletes.map((l) => l.id).sort()).toEqual([gone, ...small!.messages.map((m) => m.id)].sort());

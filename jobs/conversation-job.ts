@@ -1,0 +1,97 @@
+/**
+ * `sync-conversation` jobs: a child of a workspace run crawls within that run; an on-demand job is a
+ * recorded run of its own (start or take up, crawl, complete), through the same src/run steps as
+ * the CLI's `sync`.
+ */
+import type { Job } from 'bullmq';
+import { addTally, newTally, type RequestTally } from '../src/api/client.js';
+import {
+  completeRun,
+  crawlConversation,
+  failureRecord,
+  interruptRun,
+  resumeRun,
+  runIsOpen,
+  startRun,
+  workOfCrawls,
+  type CrawlOutcome,
+  type RunHandle,
+  type RunSpec,
+} from '../src/run/index.js';
+import { requeueAfterShutdown, runTarget, type JobDeps } from './deps.js';
+import type { ConversationJobData, ConversationJobResult } from './queue.js';
+
+/**
+ * `sync-conversation`. A child of a workspace run crawls within it, also when a crashed daemon left
+ * the run interrupted (the run is reopened: its parent job is still waiting for its children). Only
+ * a child whose run has properly ended (e.g. re-queued by `retry-failed`) would change the mirror
+ * with nobody to publish or record it: it runs as an on-demand job instead.
+ *
+ * @throws the crawl's error (processJob lets it decide retry), after writing the failure record
+ *   and tally into the job's data; `DelayedError` when shutdown cut the crawl short
+ */
+export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>, token?: string): Promise<ConversationJobResult> {
+  const { conversationId, runId } = job.data;
+  const deps = { ...d, logger: d.logger.child({ job: job.id, conversation_id: conversationId }) };
+  return d.locks.run(conversationId, () =>
+    runId !== undefined && runIsOpen(d.mirror, runId) ? crawlAsChild(deps, job, runId, token) : runOnDemand(deps, job, token),
+  );
+}
+
+/** A child of workspace run `runId`: crawls within it; the run's `finish` step records the outcome. */
+async function crawlAsChild(d: JobDeps, job: Job<ConversationJobData>, runId: number, token: string | undefined): Promise<ConversationJobResult> {
+  const { conversationId, full, changeField, unlisted } = job.data;
+  const crawl = await crawlConversation(d, { runId, accountId: d.accountId }, conversationId, { full, changeField, unlisted, signal: d.signal });
+  return settle(job, token, crawl);
+}
+
+/**
+ * An on-demand job: its own recorded run (scope `conversations`, trigger `on-demand`), kept across
+ * attempts and across a daemon crash, so a retried or stalled full job resumes its own checkpoint.
+ */
+async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: string | undefined): Promise<ConversationJobResult> {
+  const { conversationId, full } = job.data;
+  const spec: RunSpec = { scope: 'conversations', refresh: full ? 'full' : 'incremental', trigger: 'on-demand', accountId: d.accountId };
+  const earlier = job.data.ownRunId;
+  // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
+  const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
+  if (run.runId !== earlier) {
+    // A run of its own from here on: what the job did for another run (as a child of a run that
+    // has ended, re-queued by retry-failed) is not this run's.
+    const { tally: _tally, failure: _failure, ...rest } = job.data;
+    await job.updateData({ ...rest, ownRunId: run.runId });
+  }
+  const crawl = await crawlConversation(d, run, conversationId, { full, named: true, signal: d.signal });
+  if (crawl.kind === 'stopped') interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
+  const fatal = crawl.kind === 'failed' && crawl.fatal ? crawl.failure.error : undefined;
+  const tally = spentSoFar(job, crawl);
+  const summary =
+    crawl.kind === 'stopped'
+      ? undefined
+      : completeRun(d, {
+          run,
+          target: runTarget(d),
+          // A fatal error fails the run itself (no failure row): nothing more could be attempted.
+          work: workOfCrawls(undefined, fatal ? [] : [crawl.kind === 'synced' ? { result: crawl.result, tally } : { failure: failureRecord(crawl.failure), tally }]),
+          fatal,
+          interrupted: d.signal?.aborted === true,
+        });
+  return settle(job, token, crawl, summary);
+}
+
+/** What the job's attempts cost: the earlier attempts' (kept in its data) and this one's. */
+function spentSoFar(job: Job<ConversationJobData>, crawl: CrawlOutcome): RequestTally {
+  return addTally(job.data.tally ?? newTally(), crawl.tally);
+}
+
+/**
+ * Ends the job as its crawl ended: returns the result with every attempt's tally; puts the job back
+ * after a shutdown; or keeps the failure record and the tally in the job's data and throws the error.
+ */
+async function settle(job: Job<ConversationJobData>, token: string | undefined, crawl: CrawlOutcome, summary?: ConversationJobResult['summary']): Promise<ConversationJobResult> {
+  const tally = spentSoFar(job, crawl);
+  if (crawl.kind === 'stopped') return requeueAfterShutdown(job, token, tally);
+  if (crawl.kind === 'synced') return { result: crawl.result, tally, ...(summary ? { summary } : {}) };
+  await job.updateData({ ...job.data, tally, failure: failureRecord(crawl.failure) });
+  throw crawl.failure.error;
+}

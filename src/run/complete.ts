@@ -1,0 +1,109 @@
+/**
+ * The complete step of a recorded run: publish its changes, record its failures and figures, and
+ * build the summary. Shared by `sync` (runSync), on-demand conversation jobs and the `finish` step
+ * of workspace jobs.
+ */
+import type { Logger } from 'pino';
+import { RunError, describeError } from '../errors.js';
+import { publishChanges, type ExportResult } from '../export/exporter.js';
+import type { SyncDeps } from '../sync/types.js';
+import { runColumns, workFigures } from './figures.js';
+import type { RunHandle, RunOutcome, RunSummary, RunTarget } from './types.js';
+
+/**
+ * Finishes a recorded run: publishes the exports, records failures and figures in `runs` and
+ * `run_failures`, and returns the summary. Whatever fails here (publication, or recording into a
+ * full or damaged mirror), the summary is still built and carried by the error, so the caller can
+ * always print it.
+ *
+ * @throws {@link RunError} carrying the summary when `fatal` is set, publication fails, or the run
+ *   cannot be recorded (its cause is then the store's error, e.g. {@link MirrorUnusableError})
+ */
+export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
+  const log = deps.logger.child({ run: o.run.runId });
+  const published = publishRun(deps, o.run, o.target, log);
+  const failuresError = recordFailures(deps, o);
+  const summary = buildSummary(deps, o, published);
+  let firstError = o.fatal ?? published.error ?? failuresError;
+  if (firstError !== undefined) summary.status = 'failed';
+  try {
+    deps.mirror.finishRun(o.run.runId, runColumns(summary, firstError !== undefined ? describeError(firstError) : null));
+  } catch (err) {
+    // A full disk or a damaged mirror: the run cannot be recorded, but the summary is still told.
+    log.error({ err: describeError(err) }, 'could not record the run in the mirror');
+    firstError ??= err;
+    summary.status = 'failed';
+  }
+  log.info(
+    { status: summary.status, duration_ms: summary.durationMs, requests: summary.requests, messages_served: summary.messages.served, minimum_requests: summary.minimumRequests, export_lines: summary.export.lines },
+    'run finished',
+  );
+  if (firstError !== undefined) throw new RunError(summary, firstError);
+  return summary;
+}
+
+/**
+ * Records a run that a shutdown cut short as `interrupted` (no publication: the next run, or the
+ * job's next attempt, publishes its changes; checkpoints let it resume).
+ *
+ * @throws {@link MirrorUnusableError} when the mirror cannot be written
+ */
+export function interruptRun(deps: Pick<SyncDeps, 'mirror'>, run: RunHandle, why: string): void {
+  deps.mirror.finishRun(run.runId, { status: 'interrupted', error: why });
+}
+
+/** What publication did, or why it failed. */
+interface Published {
+  exported?: ExportResult;
+  error?: unknown;
+}
+
+/** Publishes every change not yet exported (this run's and any earlier run's). Never throws. */
+function publishRun(deps: SyncDeps, run: RunHandle, target: RunTarget, log: Logger): Published {
+  try {
+    const exported = publishChanges(deps.mirror, {
+      exportDir: target.exportDir,
+      runId: run.runId,
+      clock: deps.clock,
+      logger: log,
+      ...(target.modes ? { modes: target.modes } : {}),
+    });
+    return { exported };
+  } catch (err) {
+    return { error: err }; // a damaged mirror arrives as MirrorUnusableError (the store converts it)
+  }
+}
+
+/** Records the run's failures (replacing earlier records of the run). @returns the store's error, if any */
+function recordFailures(deps: SyncDeps, o: RunOutcome): unknown {
+  try {
+    deps.mirror.recordFailures(o.run.runId, o.work?.failures ?? []);
+    return undefined;
+  } catch (err) {
+    return err;
+  }
+}
+
+/** The run's summary; status from the outcome (`failed` whenever an error ended it). */
+function buildSummary(deps: SyncDeps, o: RunOutcome, published: Published): RunSummary {
+  const { failures, ...figures } = workFigures(o.work, o.run.scope, o.fatal !== undefined);
+  const failed = o.fatal !== undefined || published.error !== undefined;
+  const exported = published.exported;
+  return {
+    runId: o.run.runId,
+    scope: o.run.scope,
+    refresh: o.run.refresh,
+    trigger: o.run.trigger,
+    status: failed ? 'failed' : o.interrupted ? 'interrupted' : failures.length > 0 ? 'partial' : 'succeeded',
+    durationMs: deps.clock.now() - o.run.startedMs,
+    ...figures,
+    export: {
+      files: exported?.files.length ?? 0,
+      lines: exported?.lines ?? 0,
+      watermark: exported?.watermark ?? 0,
+      resumed: exported?.resumed ?? false,
+      ...(published.error !== undefined ? { error: describeError(published.error) } : {}),
+    },
+    failures,
+  };
+}

@@ -1,0 +1,86 @@
+/**
+ * A run's figures: pure functions from what the run did ({@link RunWork}) to the summary's counts
+ * and to the `runs` columns. One counter: requests, retries, 429s and messages served come from the
+ * request tallies the client filled; nothing is derived from live progress counters or from the
+ * size of the conversations synced.
+ */
+import { PER_PAGE } from '../api/schemas.js';
+import type { RunFigures, RunScope } from '../store/mirror.js';
+import { LIST_FAILURE_ID } from '../sync/workspace.js';
+import type { RunSummary, RunWork } from './types.js';
+
+/** The summary's counts of a run's work (everything but status, timing and export). */
+export type WorkFigures = Pick<
+  RunSummary,
+  'listPasses' | 'listConfirmed' | 'conversations' | 'messages' | 'requests' | 'retries' | 'rateLimited' | 'minimumRequests' | 'failures'
+>;
+
+/**
+ * Counts of a run's work. `conversations.notSynced` is counted only when the run stopped early
+ * (`stoppedEarly`): conversations it knew of that were neither synced nor failed.
+ */
+export function workFigures(work: RunWork | undefined, scope: RunScope, stoppedEarly: boolean): WorkFigures {
+  const results = work?.results ?? [];
+  const failed = (work?.failures ?? []).filter((f) => f.id !== LIST_FAILURE_ID).length;
+  const sum = (f: (r: (typeof results)[number]) => number) => results.reduce((n, r) => n + f(r), 0);
+  const listed = work?.conversationsListed ?? 0;
+  const known = work?.known ?? results.length + failed;
+  return {
+    listPasses: work?.listPasses ?? 0,
+    listConfirmed: work?.listConfirmed ?? false,
+    conversations: {
+      listed,
+      synced: results.filter((r) => r.status === 'synced').length,
+      deleted: results.filter((r) => r.status === 'deleted').length,
+      failed,
+      inserted: work?.conversationsInserted ?? 0,
+      updated: work?.conversationsUpdated ?? 0,
+      notSynced: stoppedEarly ? Math.max(0, known - results.length - failed) : 0,
+    },
+    messages: {
+      served: work?.messagesServed ?? 0,
+      inserted: sum((r) => r.inserted),
+      updated: sum((r) => r.updated),
+      deleted: sum((r) => r.deleted),
+      restarts: sum((r) => r.restarts),
+    },
+    requests: work?.tally.requests ?? 0,
+    retries: work?.tally.retries ?? 0,
+    rateLimited: work?.tally.rateLimited ?? 0,
+    minimumRequests: minimumRequests(scope, listed, results.map((r) => r.messageCount)),
+    failures: (work?.failures ?? []).map((f) => ({ id: f.id, code: f.code, message: f.message })),
+  };
+}
+
+/**
+ * Fewest requests that could have produced this mirror: `ceil(listed/100)` (at least 1) for a
+ * workspace listing, plus `max(1, ceil(messages/100))` per conversation.
+ */
+export function minimumRequests(scope: RunScope, listed: number, messageCounts: number[]): number {
+  const listing = scope === 'workspace' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0;
+  return listing + messageCounts.reduce((n, c) => n + Math.max(1, Math.ceil(c / PER_PAGE)), 0);
+}
+
+/** The `runs` columns of a finished run, from its summary and the error that ended it (if any). */
+export function runColumns(s: RunSummary, error: string | null): RunFigures {
+  return {
+    status: s.status,
+    list_passes: s.listPasses,
+    conversations_listed: s.conversations.listed,
+    conversations_synced: s.conversations.synced,
+    conversations_failed: s.conversations.failed,
+    conversations_deleted: s.conversations.deleted,
+    conversations_inserted: s.conversations.inserted,
+    conversations_updated: s.conversations.updated,
+    messages_served: s.messages.served,
+    messages_inserted: s.messages.inserted,
+    messages_updated: s.messages.updated,
+    messages_deleted: s.messages.deleted,
+    requests: s.requests,
+    retries: s.retries,
+    rate_limited: s.rateLimited,
+    export_lines: s.export.lines,
+    export_files: s.export.files,
+    error,
+  };
+}

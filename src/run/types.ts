@@ -1,0 +1,140 @@
+/**
+ * The shapes of a recorded run: how it is asked for ({@link RunOptions}), the run being worked on
+ * ({@link RunHandle}), what it did ({@link RunWork}), how it ended ({@link RunOutcome}) and the
+ * summary printed by the CLI and stored in `runs` ({@link RunSummary}).
+ */
+import type { RequestTally } from '../api/client.js';
+import type { FileModes } from '../private-fs.js';
+import type { RunFailureRecord, RunRefresh, RunScope, RunTrigger } from '../store/mirror.js';
+import type { ConversationResult } from '../sync/conversation.js';
+import type { WorkspaceOptions } from '../sync/workspace.js';
+
+/** Options of `runSync`. */
+export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
+  /** Sync only these conversations (every page of each); omitted = the whole workspace. */
+  conversationIds?: string[] | undefined;
+  /**
+   * Full refresh: every page of every conversation, no crawl resumed from a checkpoint. Without it,
+   * a crawl interrupted in the last 24 h continues from its checkpoint. @defaultValue false
+   */
+  full?: boolean;
+  /** Root directory of the JSONL exports. */
+  exportDir: string;
+  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
+  modes?: FileModes | undefined;
+  /** Who asked for the run, recorded in `runs.trigger`. @defaultValue `cli` */
+  trigger?: RunTrigger;
+}
+
+/** How a run is recorded in `runs` when it starts: what it covers, how deep it reads, who asked. */
+export interface RunSpec {
+  scope: RunScope;
+  refresh: RunRefresh;
+  trigger: RunTrigger;
+  /** Account the run mirrors (`default` without `X-Account-Id`). */
+  accountId: string;
+}
+
+/** A recorded run being worked on: its `runs` row and when it started. */
+export interface RunHandle extends RunSpec {
+  runId: number;
+  /** When the run started, epoch ms (a run taken up again keeps its first start when known). */
+  startedMs: number;
+}
+
+/** Where a run publishes its changes. */
+export interface RunTarget {
+  /** Root directory of the JSONL exports. */
+  exportDir: string;
+  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
+  modes?: FileModes | undefined;
+}
+
+/**
+ * What a run did, as its complete step records it. The figures come from request tallies only
+ * (`tally`, `messagesServed`): what the API was asked and served in this run, whatever each crawl's
+ * outcome. Live progress counters never feed them.
+ */
+export interface RunWork {
+  /** Listing passes made (0 when conversations were named). */
+  listPasses: number;
+  /** True when the listing met its completeness rule (always true for named conversations). */
+  listConfirmed: boolean;
+  /** Distinct conversations seen in the listing. */
+  conversationsListed: number;
+  /** Conversation rows inserted / updated by the listing (change-log rows written). */
+  conversationsInserted: number;
+  conversationsUpdated: number;
+  /** One result per conversation synced (crawled, skipped or tombstoned). */
+  results: ConversationResult[];
+  /** Conversations (and the listing, as `(conversation list)`) that failed, as `run_failures` stores them. */
+  failures: RunFailureRecord[];
+  /** Everything the run asked the API and was served: the listing and every crawl, every attempt. */
+  tally: RequestTally;
+  /** Messages served to the run's crawls (every crawl and attempt, whatever its outcome). */
+  messagesServed: number;
+  /**
+   * Conversations the run set out to sync (listed, or named). When the run stops early, those left
+   * neither synced nor failed are reported as not synced. @defaultValue results + failures
+   */
+  known?: number;
+}
+
+/** Everything the complete step needs to publish and record a run. */
+export interface RunOutcome {
+  run: RunHandle;
+  target: RunTarget;
+  /** What the run did (absent when it stopped before doing anything). */
+  work?: RunWork | undefined;
+  /** The error that stopped the run, if any. */
+  fatal?: unknown;
+  /** The run was stopped by a shutdown signal (SIGINT/SIGTERM). */
+  interrupted?: boolean;
+}
+
+/** Summary of a run, printed by the CLI and stored in `runs`. */
+export interface RunSummary {
+  runId: number;
+  /** `workspace`: every conversation listed; `conversations`: the ones named. */
+  scope: RunScope;
+  /** `incremental` (new messages only, change signal) or `full` (every page re-read). */
+  refresh: RunRefresh;
+  /** Who asked for the run: `cli`, `schedule`, `on-demand` (enqueued) or `webhook`. */
+  trigger: RunTrigger;
+  /** `interrupted` when `signal` aborted the run (SIGINT/SIGTERM); checkpoints let the next run resume. */
+  status: 'succeeded' | 'partial' | 'failed' | 'interrupted';
+  durationMs: number;
+  listPasses: number;
+  listConfirmed: boolean;
+  conversations: {
+    listed: number;
+    synced: number;
+    deleted: number;
+    failed: number;
+    inserted: number;
+    updated: number;
+    /** Known conversations left neither synced nor failed, because the run was stopped early. */
+    notSynced: number;
+  };
+  /**
+   * Messages: `served` by the API to this run's crawls (every attempt, whatever its outcome; 0 when
+   * every conversation was skipped on its change signal); `inserted`, `updated`, `deleted` and
+   * crawl `restarts` of the conversations synced.
+   */
+  messages: { served: number; inserted: number; updated: number; deleted: number; restarts: number };
+  /** Requests sent (retries included), retries, and responses answered 429. */
+  requests: number;
+  retries: number;
+  rateLimited: number;
+  /**
+   * Fewest requests that could have produced this mirror:
+   * `ceil(listed/100)` (at least 1 when listing) + Σ `max(1, ceil(messages/100))` per conversation.
+   */
+  minimumRequests: number;
+  /**
+   * Export publication. `error` is set when publication failed: nothing of this run was lost (the
+   * changes stay in the change log, above the unchanged watermark) and the next run publishes them.
+   */
+  export: { files: number; lines: number; watermark: number; resumed: boolean; error?: string };
+  failures: { id: string; code: string; message: string }[];
+}
