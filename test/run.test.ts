@@ -87,6 +87,21 @@ function result(id: string, over: Partial<ConversationResult> = {}): Conversatio
   return { id, status: 'synced', pages: 1, messageCount: 0, inserted: 0, updated: 0, deleted: 0, restarts: 0, resumed: false, tally: newTally(), crawl: 'full', ...over };
 }
 
+describe('a run counts what it changed from its own change-log rows', () => {
+  it('pages a failed crawl committed before it failed count in messages_inserted, in the summary and in runs', async () => {
+    const ws = FakeWorkspace.fromCounts([250, 30]);
+    const h = await pool.start({ workspace: ws });
+    const broken = ws.list()[0]!;
+    // Page 1 (100 messages) commits, then page 2 keeps answering 400: the crawl fails.
+    h.fake.injectFault({ kind: 'status', status: 400, match: { path: `/v1/conversations/${broken.id}/messages`, page: 2 }, times: Infinity });
+    const s = await h.sync({ full: true });
+    expect(s.status).toBe('partial');
+    expect(s.failures.map((f) => f.id)).toEqual([broken.id]);
+    expect(s.messages.inserted).toBe(100 + 30);
+    expect(sqlGet(h.mirror, `SELECT messages_inserted, messages_served FROM runs WHERE id = ?`, s.runId)).toEqual({ messages_inserted: 130, messages_served: 130 });
+  });
+});
+
 describe('figures (pure)', () => {
   it('served and requests come from the tallies: a skipped conversation of 300 messages counts 0 served and 0 requests', () => {
     const listing = { passes: 1, confirmed: true, listed: 2, inserted: 0, updated: 0, tally: { requests: 1, retries: 0, rateLimited: 0, served: 2 } };

@@ -84,9 +84,20 @@ function recordFailures(deps: SyncDeps, o: RunOutcome): unknown {
   }
 }
 
-/** The run's summary; status from the outcome (`failed` whenever an error ended it). */
+/**
+ * The run's summary; status from the outcome (`failed` whenever an error ended it). Messages
+ * inserted, updated and tombstoned are the run's own change-log rows (so pages a failed crawl
+ * committed, and those of a crashed daemon's run before it resumed, count too); if the mirror
+ * cannot be read, the finished crawls' counts stand in.
+ */
 function buildSummary(deps: SyncDeps, o: RunOutcome, published: Published): RunSummary {
   const { failures, ...figures } = workFigures(o.work, o.run.scope, o.fatal !== undefined);
+  try {
+    const changed = deps.mirror.runChanges(o.run.runId).messages;
+    figures.messages = { ...figures.messages, ...changed };
+  } catch {
+    /* an unusable mirror: the error is reported by recording the run */
+  }
   const failed = o.fatal !== undefined || published.error !== undefined;
   const exported = published.exported;
   return {

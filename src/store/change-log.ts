@@ -21,15 +21,36 @@ export interface NewChange {
   record: string;
 }
 
-/** Appends change-log rows; call inside the transaction that changes the record. */
+/** Rows a run wrote to the change log, by stream and op. */
+export interface RunChanges {
+  messages: { inserted: number; updated: number; deleted: number };
+  conversations: { inserted: number; updated: number; deleted: number };
+}
+
+/** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {
   private readonly insert: Statement<NewChange>;
+  private readonly ofRun: Statement<[number], { stream: ChangeStream; op: ChangeOp; n: number }>;
 
   constructor(db: Db) {
+    this.ofRun = db.prepare<[number], { stream: ChangeStream; op: ChangeOp; n: number }>(
+      `SELECT stream, op, count(*) AS n FROM change_log WHERE run_id = ? GROUP BY stream, op`,
+    );
     this.insert = db.prepare<NewChange>(
       `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record)
        VALUES (@stream, @op, @account_id, @conversation_id, @record_id, @synced_at, @run_id, NULL, @record)`,
     );
+  }
+
+  /**
+   * What run `runId` changed, counted from its change-log rows: every page it committed, in every
+   * process and attempt (a crashed daemon's run resumed, a failed crawl's committed pages).
+   */
+  changesOfRun(runId: number): RunChanges {
+    const out: RunChanges = { messages: { inserted: 0, updated: 0, deleted: 0 }, conversations: { inserted: 0, updated: 0, deleted: 0 } };
+    const key = { insert: 'inserted', update: 'updated', delete: 'deleted' } as const;
+    for (const r of this.ofRun.all(runId)) out[r.stream][key[r.op]] = r.n;
+    return out;
   }
 
   /** Appends `change`; returns its seq. */

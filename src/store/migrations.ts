@@ -196,5 +196,7 @@ export const MIGRATIONS: readonly string[] = [
     WHERE name = 'change_log' AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log_v6');
   DROP TABLE change_log;
   ALTER TABLE change_log_v6 RENAME TO change_log;
+  -- A run's figures are counted from its own change-log rows (Mirror.runChanges).
+  CREATE INDEX change_log_by_run ON change_log (run_id);
   `,
 ];

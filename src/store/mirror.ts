@@ -27,7 +27,7 @@ import type { Conversation, Message, Page } from '../api/schemas.js';
 import { writerIsLive } from './lock.js';
 import { fileState, sameState, type FileState } from './files.js';
 import { openConnection, type Connection } from './open.js';
-import { ChangeLog } from './change-log.js';
+import { ChangeLog, type RunChanges } from './change-log.js';
 import { Conversations, type CrawlState } from './conversations.js';
 export type { CrawlState } from './conversations.js';
 import { Messages } from './messages.js';
@@ -66,6 +66,7 @@ export type {
   WriteCounts,
 } from './types.js';
 export { signalOf } from './conversations.js';
+export type { RunChanges } from './change-log.js';
 
 /**
  * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
@@ -92,6 +93,7 @@ export class Mirror {
   /** Set at the first corruption seen: from then on this instance writes nothing. */
   private damaged: MirrorUnusableError | undefined;
 
+  private readonly changes: ChangeLog;
   private readonly conversations: Conversations;
   private readonly messages: Messages;
   private readonly runs: Runs;
@@ -107,6 +109,7 @@ export class Mirror {
     this.clock = clock;
     this.readOnly = c.access !== 'read-write';
     const changes = new ChangeLog(c.db);
+    this.changes = changes;
     this.conversations = new Conversations(c.db, changes);
     this.messages = new Messages(c.db, changes);
     this.runs = new Runs(c.db);
@@ -199,6 +202,14 @@ export class Mirror {
    */
   resumeRun(runId: number): 'running' | 'resumed' | 'ended' {
     return this.writeTx(() => this.runs.resume(runId));
+  }
+
+  /**
+   * What a run changed, counted from its change-log rows (messages and conversations inserted,
+   * updated, tombstoned), whichever process or job attempt committed them.
+   */
+  runChanges(runId: number): RunChanges {
+    return this.guard(() => this.changes.changesOfRun(runId));
   }
 
   /** A run's status (`running`, `succeeded`, `partial`, `failed`, `interrupted`); undefined for an unknown id. */
