@@ -309,7 +309,7 @@ export function flagName(def: Pick<FieldDef, 'flag'>): string {
  */
 export function maskUserInfo(text: string): string {
   const at = text.lastIndexOf('@');
-  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(text);
+  const scheme = text.match(/^[A-Za-z][A-Za-z0-9+.-]*:\/\//);
   const masked = at < 0 ? text : `${scheme ? scheme[0] : ''}***${text.slice(at)}`;
   // A query or fragment may carry a token too.
   return masked.replace(/([?#])[\s\S]*$/, '$1***');

@@ -237,7 +237,7 @@ export function parseRateLimitHeaders(headers: Record<string, string | string[] 
   if (remaining !== undefined) info.remaining = remaining;
   const reset = num(get('ratelimit-reset'));
   if (reset !== undefined) info.resetMs = reset > 1e9 ? Math.max(0, reset * 1000 - nowMs) : reset * 1000;
-  const w = /(?:^|;)\s*w\s*=\s*(\d+(?:\.\d+)?)/.exec(get('ratelimit-policy') ?? limitRaw ?? '');
+  const w = (get('ratelimit-policy') ?? limitRaw ?? '').match(/(?:^|;)\s*w\s*=\s*(\d+(?:\.\d+)?)/);
   if (w && Number(w[1]) > 0) info.windowMs = Number(w[1]) * 1000;
   return info;
 }

@@ -281,9 +281,9 @@ function pageEnvelope(items: readonly unknown[], page: number, perPage: number):
 
 function route(method: string, path: string): Route {
   if (path === '/v1/conversations') return method === 'GET' ? { kind: 'conversations' } : { kind: 'unknown' };
-  const a = APPEND_RE.exec(path);
+  const a = path.match(APPEND_RE);
   if (a && method === 'POST') return { kind: 'append', conversationId: decodeURIComponent(a[1] ?? '') };
-  const m = MESSAGES_RE.exec(path);
+  const m = path.match(MESSAGES_RE);
   if (m && method === 'GET') {
     let id: string | undefined;
     try {
