@@ -462,30 +462,8 @@ interface Machine {
   date: string;
 }
 
-async function main(): Promise<void> {
-  for (const f of [cliJs, hostileFakeJs, rssProbeJs]) if (!fs.existsSync(f)) throw new Error(`${f} not found: run npm run build first`);
-  const startedAt = new Date();
-  const results: Record<string, unknown> = {};
-  const rows: [string, string, string][] = [];
-  const cpus = os.cpus();
-  const machine: Machine = {
-    cpus: cpus.length,
-    model: cpus[0]?.model ?? 'unknown',
-    memoryGb: round(os.totalmem() / 1024 ** 3, 1),
-    platform: `${os.type()} ${os.release()} ${os.arch()}`,
-    node: process.version,
-    date: startedAt.toISOString(),
-  };
-
-  if (hostileOnly) {
-    results.hostile = await hostileSection(rows);
-    const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
-    writeReport(report, rows, 'convo-mirror benchmark — hostile API only', machine);
-    return;
-  }
-
-  const dir = tempDir();
-
+/** Sections 1-4: full sync, HTTP ceiling, incremental with nothing changed, incremental with 1 % changed. */
+async function syncSections(dir: string, results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
   log(`starting the fake API (${conversations} conversations, seed ${seed}) in a child process`);
   let fake = await startFakeProcess(conversations);
   try {
@@ -554,48 +532,50 @@ async function main(): Promise<void> {
     await fake.stop();
   }
 
+}
+
+/** Section 5: a full sync under a server-side limit, with RateLimit-* headers, then with 429 + Retry-After alone. */
+async function rateLimitedSection(results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
   // 5. Under a server-side limit: with RateLimit-* headers, then with 429 + Retry-After alone.
-  if (!skipLimited) {
-    for (const headers of [true, false]) {
-      const label = headers ? 'RateLimit headers' : '429s only, no headers';
-      log(`restarting the fake with --rate-limit ${LIMIT_RPS}${headers ? '' : ' --no-rate-limit-headers'} (${limitedConversations} conversations)…`);
-      fake = await startFakeProcess(limitedConversations, LIMIT_RPS, headers);
-      try {
-        const ldir = tempDir();
-        const lim = await timedSync(fake.url, path.join(ldir, 'mirror.sqlite'), path.join(ldir, 'exports'), true);
-        fs.rmSync(ldir, { recursive: true, force: true });
-        const idealMs = (lim.minimumRequests / LIMIT_RPS) * 1000;
-        const ratio = round(lim.wallMs / idealMs, 3);
-        const share = lim.requests > 0 ? lim.rateLimited / lim.requests : 0;
-        results[headers ? 'rateLimited' : 'rateLimitedNoHeaders'] = {
-          ...lim,
-          summary: undefined,
-          conversations: limitedConversations,
-          limitRps: LIMIT_RPS,
-          rateLimitHeaders: headers,
-          idealMs: round(idealMs, 0),
-          wallOverIdeal: ratio,
-          rateLimitedShare: round(share, 4),
-        };
-        rows.push([
-          `${LIMIT_RPS} req/s limit, ${label} (${limitedConversations} conv.)`,
-          `${round(lim.wallMs / 1000, 1)} s vs ideal ${round(idealMs / 1000, 1)} s = ${ratio}×`,
-          ratio <= 1.15 ? 'target ≤ 1.15× met' : 'target ≤ 1.15× MISSED',
-        ]);
-        rows.push([
-          `${LIMIT_RPS} req/s limit, ${label}: answered 429`,
-          `${lim.rateLimited} / ${lim.requests} = ${round(share * 100, 2)} %`,
-          share < 0.02 ? 'target < 2 % met' : 'target < 2 % MISSED',
-        ]);
-      } finally {
-        await fake.stop();
-      }
+  for (const headers of [true, false]) {
+    const label = headers ? 'RateLimit headers' : '429s only, no headers';
+    log(`restarting the fake with --rate-limit ${LIMIT_RPS}${headers ? '' : ' --no-rate-limit-headers'} (${limitedConversations} conversations)…`);
+    const fake = await startFakeProcess(limitedConversations, LIMIT_RPS, headers);
+    try {
+      const ldir = tempDir();
+      const lim = await timedSync(fake.url, path.join(ldir, 'mirror.sqlite'), path.join(ldir, 'exports'), true);
+      fs.rmSync(ldir, { recursive: true, force: true });
+      const idealMs = (lim.minimumRequests / LIMIT_RPS) * 1000;
+      const ratio = round(lim.wallMs / idealMs, 3);
+      const share = lim.requests > 0 ? lim.rateLimited / lim.requests : 0;
+      results[headers ? 'rateLimited' : 'rateLimitedNoHeaders'] = {
+        ...lim,
+        summary: undefined,
+        conversations: limitedConversations,
+        limitRps: LIMIT_RPS,
+        rateLimitHeaders: headers,
+        idealMs: round(idealMs, 0),
+        wallOverIdeal: ratio,
+        rateLimitedShare: round(share, 4),
+      };
+      rows.push([
+        `${LIMIT_RPS} req/s limit, ${label} (${limitedConversations} conv.)`,
+        `${round(lim.wallMs / 1000, 1)} s vs ideal ${round(idealMs / 1000, 1)} s = ${ratio}×`,
+        ratio <= 1.15 ? 'target ≤ 1.15× met' : 'target ≤ 1.15× MISSED',
+      ]);
+      rows.push([
+        `${LIMIT_RPS} req/s limit, ${label}: answered 429`,
+        `${lim.rateLimited} / ${lim.requests} = ${round(share * 100, 2)} %`,
+        share < 0.02 ? 'target < 2 % met' : 'target < 2 % MISSED',
+      ]);
+    } finally {
+      await fake.stop();
     }
   }
+}
 
-  // 6. A hostile API, against the real CLI in child processes.
-  if (!skipHostile) results.hostile = await hostileSection(rows);
-
+/** Section 7: the storage ceiling (last: it holds the generated workspace in this process). @returns the full sync's figures */
+function storageSection(results: Record<string, unknown>, rows: [string, string, string][]): SyncFigures {
   // 7. Storage ceiling (last: it holds the generated workspace in this process).
   log('storage ceiling…');
   const store = storageCeiling(conversations);
@@ -604,6 +584,38 @@ async function main(): Promise<void> {
   results.storageCeiling = { ...store, syncRatio: storeRatio };
   rows.push(['storage ceiling (SQLite, no HTTP)', `${store.messagesPerSec} msg/s`, `${round(store.wallMs / 1000, 2)} s, ${store.pages} pages`]);
   rows.push(['sync / storage ceiling', `${round(storeRatio * 100, 0)} %`, '']);
+
+  return full;
+}
+
+async function main(): Promise<void> {
+  for (const f of [cliJs, hostileFakeJs, rssProbeJs]) if (!fs.existsSync(f)) throw new Error(`${f} not found: run npm run build first`);
+  const startedAt = new Date();
+  const results: Record<string, unknown> = {};
+  const rows: [string, string, string][] = [];
+  const cpus = os.cpus();
+  const machine: Machine = {
+    cpus: cpus.length,
+    model: cpus[0]?.model ?? 'unknown',
+    memoryGb: round(os.totalmem() / 1024 ** 3, 1),
+    platform: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    date: startedAt.toISOString(),
+  };
+
+  if (hostileOnly) {
+    results.hostile = await hostileSection(rows);
+    const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
+    writeReport(report, rows, 'convo-mirror benchmark — hostile API only', machine);
+    return;
+  }
+
+  const dir = tempDir();
+  await syncSections(dir, results, rows);
+  if (!skipLimited) await rateLimitedSection(results, rows);
+  // 6. A hostile API, against the real CLI in child processes.
+  if (!skipHostile) results.hostile = await hostileSection(rows);
+  const full = storageSection(results, rows);
 
   fs.rmSync(dir, { recursive: true, force: true });
 
