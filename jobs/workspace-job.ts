@@ -72,18 +72,18 @@ async function listStep(d: JobDeps, job: Job<WorkspaceJobData>, token: string | 
   const run = openRun(d, workspaceSpec(d, job), earlierRun(job));
   if (job.data.runId !== run.runId) await job.updateData({ ...job.data, runId: run.runId, startedMs: run.startedMs, step: 'list' });
   let listing: ListingResult;
+  const tally = newTally();
   try {
-    listing = await listWorkspace(d, {
-      accountId: d.accountId,
-      runId: run.runId,
-      signal: d.signal,
-      changeFieldSetting: d.changeFieldSetting,
-      confirmListing: job.data.mode === 'full',
-    });
+    listing = await listWorkspace(
+      d,
+      { accountId: d.accountId, runId: run.runId, signal: d.signal, changeFieldSetting: d.changeFieldSetting, confirmListing: job.data.mode === 'full' },
+      { tally },
+    );
   } catch (err) {
-    // Auth, config or an unusable mirror: record the run as failed (completeRun throws a RunError
-    // carrying it); the error decides that it is never retried.
-    completeRun(d, { run, target: runTarget(d), fatal: err });
+    // Auth, config or an unusable mirror: record the run as failed, with the requests the listing
+    // made (completeRun throws a RunError carrying it); the error decides that it is never retried.
+    const asked = { passes: 0, confirmed: false, listed: 0, inserted: 0, updated: 0, tally };
+    completeRun(d, { run, target: runTarget(d), work: workOfCrawls(asked, []), fatal: err });
     throw err;
   }
   if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run

@@ -5,9 +5,9 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { newTally } from '../src/api/client.js';
-import { HttpError, SchemaError } from '../src/errors.js';
+import { HttpError, RunError, SchemaError } from '../src/errors.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { failureMessage, failureRecord, minimumRequests, parseFailureMessage, workFigures, workOfCrawls } from '../src/run/index.js';
+import { failureMessage, failureRecord, minimumRequests, parseFailureMessage, workFigures, workOfCrawls, type RunSummary } from '../src/run/index.js';
 import type { ConversationResult } from '../src/sync/conversation.js';
 import { harnessPool, type Harness } from './helpers.js';
 import { sqlGet } from './sql.js';
@@ -99,6 +99,23 @@ describe('a run counts what it changed from its own change-log rows', () => {
     expect(s.failures.map((f) => f.id)).toEqual([broken.id]);
     expect(s.messages.inserted).toBe(100 + 30);
     expect(sqlGet(h.mirror, `SELECT messages_inserted, messages_served FROM runs WHERE id = ?`, s.runId)).toEqual({ messages_inserted: 130, messages_served: 130 });
+  });
+});
+
+describe('a run stopped by its listing still counts the listing', () => {
+  it('list page 2 answering 401: the summary and runs record every request sent, the list pages included', async () => {
+    const ws = FakeWorkspace.fromCounts(Array.from({ length: 150 }, () => 2));
+    const h = await pool.start({ workspace: ws });
+    h.fake.injectFault({ kind: 'status', status: 401, match: { path: '/v1/conversations', page: 2 }, times: Infinity });
+    const err = await h.sync().then(
+      () => undefined,
+      (e: unknown) => e as RunError<RunSummary>,
+    );
+    expect(err).toBeInstanceOf(RunError);
+    const s = err!.summary;
+    expect(h.fake.requests.filter((r) => r.path === '/v1/conversations')).toHaveLength(2);
+    expect(s.requests).toBe(h.fake.requests.length);
+    expect(sqlGet(h.mirror, `SELECT status, requests FROM runs WHERE id = ?`, s.runId)).toEqual({ status: 'failed', requests: h.fake.requests.length });
   });
 });
 

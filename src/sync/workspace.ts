@@ -127,6 +127,7 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     conversationsUpdated: 0,
     results: [],
     failures: [],
+    listingTally: newTally(),
   };
   try {
     const listing = await listWorkspace(deps, opts, {
@@ -138,6 +139,8 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
       onChangeField: (field) => {
         crawlOpts.changeField = field;
       },
+      // Kept when the listing stops the run (rejected credentials, say): its requests count.
+      tally: out.listingTally,
     });
     Object.assign(out, {
       listPasses: listing.passes,
@@ -168,6 +171,11 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
 
 /** Hooks {@link listWorkspace} calls while it pages. */
 export interface ListHooks {
+  /**
+   * Counters the listing adds its requests and served conversations to (its result's `tally`):
+   * pass one to keep them when the listing throws. @defaultValue a fresh tally
+   */
+  tally?: RequestTally;
   /** Called once for each conversation id the first time any pass sees it. */
   onNewId?: (id: string) => void;
   /** Awaited before every pass after the first. */
@@ -212,7 +220,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
   const log = deps.logger;
   const maxPasses = opts.maxListPasses ?? 5;
   const seen = new Set<string>();
-  const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0, tally: newTally() };
+  const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0, tally: hooks.tally ?? newTally() };
   const stopped = () => hooks.stopped?.() === true || opts.signal?.aborted === true;
   let lastPass = new Set<string>();
   try {
