@@ -155,7 +155,7 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
     helpNote: 'prefer the env: flags show in ps',
     commands: API,
   },
-  accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id <uuid>', schema: uuid, help: 'workspace sent as X-Account-Id', commands: MIRROR },
+  accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id <uuid>', schema: uuid, help: 'workspace: the X-Account-Id sent, and the account the rows are kept under', commands: MIRROR },
   concurrency: {
     env: 'CONVO_MIRROR_CONCURRENCY',
     flag: '--concurrency <n>',
