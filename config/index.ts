@@ -5,6 +5,7 @@
  * A missing or malformed value throws {@link ConfigError} naming the variable; the CLI turns that
  * into a one-line message and exit code 2.
  */
+import fs from 'node:fs';
 import { z } from 'zod';
 import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
@@ -19,8 +20,24 @@ export interface Config {
   readonly baseUrl: string | undefined;
   /** Sent as `X-Api-Key` (spec 5). Never logged. Undefined only for commands that make no API call. */
   readonly apiKey: string | undefined;
-  /** Workspace UUID sent as `X-Account-Id` (spec 5, multi-workspace context); undefined when not configured. */
+  /**
+   * Workspace UUID sent as `X-Account-Id` (spec 5, multi-workspace context); undefined when not
+   * configured. With several workspaces, the first of {@link Config.workspaces} (read
+   * `workspaces` to mirror them all).
+   */
   readonly accountId: string | undefined;
+  /**
+   * Path of the workspaces file (`CONVO_MIRROR_WORKSPACES`, `--workspaces`): a JSON list of
+   * `{ account_id, base_url?, api_key_env, schedule?, full_schedule? }`; undefined when not given.
+   * Resolved into {@link Config.workspaces}.
+   */
+  readonly workspacesFile: string | undefined;
+  /**
+   * Every workspace to mirror, in the order configured: from the workspaces file, else one per
+   * UUID of `CONVO_MIRROR_ACCOUNT_ID` (all with `CONVO_MIRROR_BASE_URL` and `CONVO_MIRROR_API_KEY`),
+   * else the single workspace of the key (`accountId` undefined). Never empty.
+   */
+  readonly workspaces: readonly Workspace[];
   /** Path of the SQLite mirror. @defaultValue `data/mirror.sqlite` */
   readonly db: string;
   /** Root directory of the JSONL change exports. @defaultValue `data/exports` */
@@ -69,6 +86,26 @@ export interface Config {
   readonly changeField: string;
 }
 
+/**
+ * One workspace to mirror (spec 1 and 5: a user may belong to several accounts, selected with
+ * `X-Account-Id`). Its `apiKey` is never serialized: `JSON.stringify` shows `[redacted]`.
+ */
+export interface Workspace {
+  /** Sent as `X-Account-Id`; the account its rows are kept under. Undefined: no header, rows under `default`. */
+  readonly accountId: string | undefined;
+  /** The spec's `{base_url}`, no trailing slash. Undefined only for commands that make no API call. */
+  readonly baseUrl: string | undefined;
+  /** Sent as `X-Api-Key`. Undefined only for commands that make no API call. Never logged. */
+  readonly apiKey: string | undefined;
+  /** Cron of this workspace's regular sync. @defaultValue {@link Config.schedule} */
+  readonly schedule: string;
+  /** Cron of this workspace's full refresh. @defaultValue {@link Config.fullSchedule} */
+  readonly fullSchedule: string;
+}
+
+/** The configuration keys that are settings of their own (every key but the derived `workspaces`). */
+export type FieldKey = Exclude<keyof Config, 'workspaces'>;
+
 /** Flags as parsed by the CLI (commander gives strings, or numbers where it coerces). Undefined = not given. */
 export type ConfigFlags = Partial<Record<keyof Config, string | number | boolean | undefined>>;
 
@@ -113,6 +150,30 @@ const uuid = z
   .string()
   .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID (spec 5: X-Account-Id is a UUID)');
 
+/**
+ * `CONVO_MIRROR_ACCOUNT_ID`: one UUID, or a comma-separated list of them (spaces around commas
+ * allowed); a UUID listed twice (compared case-insensitively) is refused. Parses to the list.
+ */
+function accountIdList() {
+  return z.string().transform((s, ctx) => {
+    const ids = s.split(',').map((p) => p.trim());
+    const seen = new Set<string>();
+    for (const [i, id] of ids.entries()) {
+      const where = ids.length > 1 ? `item ${i + 1} of the list ` : '';
+      if (!uuid.safeParse(id).success) {
+        ctx.addIssue({ code: 'custom', message: `${where}must be a UUID (spec 5: X-Account-Id is a UUID)` });
+        return z.NEVER;
+      }
+      if (seen.has(id.toLowerCase())) {
+        ctx.addIssue({ code: 'custom', message: `lists ${id} twice: name each workspace once` });
+        return z.NEVER;
+      }
+      seen.add(id.toLowerCase());
+    }
+    return ids;
+  });
+}
+
 const intFrom = (min: number, max: number) =>
   z.coerce
     .number({ error: 'must be a number' })
@@ -124,7 +185,7 @@ const intFrom = (min: number, max: number) =>
  * Field table: env variable, flag, validation, default, help and the commands that take it, one
  * place for all of them. The order is the order of the flags in every command's help.
  */
-export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
+export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
   baseUrl: {
     env: 'CONVO_MIRROR_BASE_URL',
     flag: '--base-url <url>',
@@ -155,7 +216,21 @@ export const CONFIG_FIELDS: Record<keyof Config, FieldDef> = {
     helpNote: 'prefer the env: flags show in ps',
     commands: API,
   },
-  accountId: { env: 'CONVO_MIRROR_ACCOUNT_ID', flag: '--account-id <uuid>', schema: uuid, help: 'workspace: the X-Account-Id sent, and the account the rows are kept under', commands: MIRROR },
+  accountId: {
+    env: 'CONVO_MIRROR_ACCOUNT_ID',
+    flag: '--account-id <uuid>',
+    schema: accountIdList(),
+    help: 'workspace: the X-Account-Id sent, and the account the rows are kept under; a comma-separated list mirrors several workspaces with one key',
+    commands: MIRROR,
+  },
+  workspacesFile: {
+    env: 'CONVO_MIRROR_WORKSPACES',
+    flag: '--workspaces <file>',
+    schema: z.string().trim().min(1, 'must not be empty'),
+    help: 'JSON file listing the workspaces, each with its account_id, api_key_env (the variable holding its key) and optional base_url',
+    helpNote: 'instead of --account-id',
+    commands: ['sync'],
+  },
   concurrency: {
     env: 'CONVO_MIRROR_CONCURRENCY',
     flag: '--concurrency <n>',
@@ -340,49 +415,196 @@ function isTimeZone(tz: string): boolean {
 
 /** Options of {@link loadConfig}. */
 export interface LoadConfigOptions {
-  /** Require `baseUrl` and `apiKey` (every command that calls the API). @defaultValue true */
+  /**
+   * Require `baseUrl` and `apiKey` (every command that calls the API): with a workspaces file,
+   * each workspace's base URL and the variable holding its key. @defaultValue true
+   */
   needsApi?: boolean;
 }
 
+/** The raw value of a field (flag, else non-empty env) and the name to blame for it (flag or env). */
+function rawOf(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags): { raw: unknown; name: string } {
+  const def = CONFIG_FIELDS[key];
+  const fromFlag = flags[key];
+  const fromEnv = env[def.env];
+  const raw = fromFlag !== undefined ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : undefined;
+  return { raw, name: fromFlag !== undefined ? flagName(def) : def.env };
+}
+
 /**
- * Builds the configuration: flag, else environment variable, else default; validates each value.
+ * One field's value: validated raw value, else its default, else undefined.
+ * @throws {@link ConfigError} naming the flag or variable; `required` and absent: naming the variable
+ */
+function fieldValue(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags, required: boolean): unknown {
+  const def = CONFIG_FIELDS[key];
+  const { raw, name } = rawOf(key, env, flags);
+  if (typeof raw === 'string' && raw.trim() === '') {
+    // A blank value would coerce to 0 (e.g. "no rate cap"): refuse it rather than guess.
+    throw new ConfigError(name, 'must not be blank');
+  }
+  if (raw === undefined) {
+    if (def.defaultValue !== undefined) return def.defaultValue;
+    if (required) throw new ConfigError(def.env, `is required (set it in the environment or pass ${flagName(def)})`);
+    return undefined;
+  }
+  const parsed = def.schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]?.message ?? 'is invalid';
+    // Never echo secrets: the API key, a Redis URL (it may carry a password), or a base URL's
+    // user info (shown with it masked).
+    const shown = key === 'apiKey' || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
+    throw new ConfigError(name, `${issue}${shown}`);
+  }
+  return parsed.data;
+}
+
+/**
+ * Builds the configuration: flag, else environment variable, else default; validates each value;
+ * then resolves the workspaces ({@link Config.workspaces}): from the workspaces file (read here,
+ * once), else one per UUID of the account-id list, else the key's own workspace. `accountId`,
+ * `baseUrl` and `apiKey` are then those of the first workspace.
  *
- * @param env - usually `process.env`
+ * @param env - usually `process.env`; the only environment read, the workspaces' key variables included
  * @param flags - values from the command line; they win over `env`
- * @throws {@link ConfigError} naming the variable (and flag) of the first missing or malformed value
+ * @throws {@link ConfigError} naming the variable (and flag) of the first missing or malformed
+ *   value; for the workspaces file, naming the file and the entry (`[1].base_url`), or the variable
+ *   an entry names for its key when it is unset or empty. No error shows a key.
  */
 export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts: LoadConfigOptions = {}): Config {
   const needsApi = opts.needsApi ?? true;
+  // With a workspaces file, each entry names its key (and may carry its base URL).
+  const viaFile = rawOf('workspacesFile', env, flags).raw !== undefined;
   const out: Record<string, unknown> = {};
-  for (const [key, def] of Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][]) {
-    const fromFlag = flags[key];
-    const fromEnv = env[def.env];
-    const raw = fromFlag !== undefined ? fromFlag : fromEnv !== undefined && fromEnv !== '' ? fromEnv : undefined;
-    const name = fromFlag !== undefined ? flagName(def) : def.env;
-    if (typeof raw === 'string' && raw.trim() === '') {
-      // A blank value would coerce to 0 (e.g. "no rate cap"): refuse it rather than guess.
-      throw new ConfigError(name, 'must not be blank');
-    }
-    if (raw === undefined) {
-      if (def.defaultValue !== undefined) {
-        out[key] = def.defaultValue;
-        continue;
-      }
-      if (needsApi && (key === 'baseUrl' || key === 'apiKey')) {
-        throw new ConfigError(def.env, `is required (set it in the environment or pass ${flagName(def)})`);
-      }
-      out[key] = undefined;
-      continue;
-    }
-    const parsed = def.schema.safeParse(raw);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0]?.message ?? 'is invalid';
-      // Never echo secrets: the API key, a Redis URL (it may carry a password), or a base URL's
-      // user info (shown with it masked).
-      const shown = key === 'apiKey' || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
-      throw new ConfigError(name, `${issue}${shown}`);
-    }
-    out[key] = parsed.data;
+  for (const key of Object.keys(CONFIG_FIELDS) as FieldKey[]) {
+    out[key] = fieldValue(key, env, flags, needsApi && !viaFile && (key === 'baseUrl' || key === 'apiKey'));
   }
-  return Object.freeze(out) as unknown as Config;
+  const workspaces = resolveWorkspaces(out, env, flags, needsApi);
+  const first = workspaces[0]!;
+  return Object.freeze({ ...out, accountId: first.accountId, baseUrl: first.baseUrl, apiKey: first.apiKey, workspaces: Object.freeze(workspaces) }) as unknown as Config;
+}
+
+/** A frozen {@link Workspace} whose `JSON.stringify` (pino's too) shows the key as `[redacted]`. */
+function workspaceOf(w: Workspace): Workspace {
+  const shown = { ...w, apiKey: w.apiKey === undefined ? undefined : '[redacted]' };
+  return Object.freeze(Object.defineProperty({ ...w }, 'toJSON', { value: () => shown, enumerable: false }));
+}
+
+/**
+ * The workspaces of the validated fields `out`: the file's, else the account-id list's, else the
+ * key's own workspace.
+ * @throws {@link ConfigError} when both the account-id list and a workspaces file are given
+ */
+function resolveWorkspaces(out: Record<string, unknown>, env: NodeJS.ProcessEnv, flags: ConfigFlags, needsApi: boolean): Workspace[] {
+  const ids = out['accountId'] as string[] | undefined;
+  const file = out['workspacesFile'] as string | undefined;
+  const defaults = { baseUrl: out['baseUrl'] as string | undefined, schedule: out['schedule'] as string, fullSchedule: out['fullSchedule'] as string };
+  if (file !== undefined) {
+    if (ids !== undefined) {
+      throw new ConfigError(
+        rawOf('workspacesFile', env, flags).name,
+        `cannot be combined with ${rawOf('accountId', env, flags).name}: list every workspace (account_id) in the file, or give only the account ids`,
+      );
+    }
+    return readWorkspacesFile(file, rawOf('workspacesFile', env, flags).name, env, defaults, needsApi);
+  }
+  const apiKey = out['apiKey'] as string | undefined;
+  return (ids ?? [undefined]).map((accountId) => workspaceOf({ accountId, apiKey, ...defaults }));
+}
+
+/** One entry of the workspaces file, as written (snake_case, as in `config/workspaces.example.json`). */
+interface WorkspaceEntry {
+  account_id: string;
+  base_url?: string | undefined;
+  api_key_env: string;
+  schedule?: string | undefined;
+  full_schedule?: string | undefined;
+}
+
+/** The workspaces file: a non-empty JSON list of entries; unknown keys refused. */
+function workspacesFileSchema(): z.ZodType<WorkspaceEntry[]> {
+  const entry = z.strictObject({
+    account_id: uuid,
+    base_url: (CONFIG_FIELDS.baseUrl.schema as z.ZodType<string>).optional(),
+    api_key_env: z
+      .string({ error: 'must be the name of the environment variable holding the key, e.g. "ACME_API_KEY"' })
+      .regex(/^[A-Z_][A-Z0-9_]{0,127}$/, 'must be the name of an environment variable (upper-case letters, digits, _) holding the key, never the key itself'),
+    schedule: cron().optional(),
+    full_schedule: cron().optional(),
+  });
+  return z.array(entry, { error: 'must be a JSON list of workspaces' }).min(1, 'must list at least one workspace');
+}
+
+/**
+ * Reads and validates the workspaces file at `file` (once), then each entry's key from the
+ * variable it names.
+ *
+ * @param name - the variable or flag that named the file, for errors
+ * @throws {@link ConfigError} naming `name`, the file and the entry (`[index].field`) for an
+ *   unreadable file, bad JSON, a bad or duplicate entry, or an entry without base URL; naming the
+ *   key's variable (and the entry) when it is unset, empty or malformed. Never shows a key, nor the
+ *   file's text.
+ */
+function readWorkspacesFile(
+  file: string,
+  name: string,
+  env: NodeJS.ProcessEnv,
+  defaults: { baseUrl: string | undefined; schedule: string; fullSchedule: string },
+  needsApi: boolean,
+): Workspace[] {
+  const fail = (what: string): never => {
+    throw new ConfigError(name, `${file}: ${what}`);
+  };
+  let text = '';
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    fail(`cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch (err) {
+    // V8's message quotes the text: keep only the position.
+    const at = /position (\d+)/.exec((err as Error).message);
+    fail(`is not valid JSON${at ? ` (at position ${at[1]})` : ''}`);
+  }
+  const parsed = workspacesFileSchema().safeParse(data);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const where = issue.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('');
+    fail(`${where ? `${where}: ` : ''}${issue.message}`);
+  }
+  const entries = parsed.data!;
+  const seen = new Map<string, number>();
+  return entries.map((e, i) => {
+    const dup = seen.get(e.account_id.toLowerCase());
+    if (dup !== undefined) fail(`[${i}].account_id: ${e.account_id} is listed twice (also at [${dup}]): name each workspace once`);
+    seen.set(e.account_id.toLowerCase(), i);
+    const entry = `workspace ${e.account_id} ([${i}] of ${file})`;
+    const baseUrl = e.base_url ?? defaults.baseUrl;
+    if (baseUrl === undefined && needsApi) fail(`[${i}]: has no base_url and ${CONFIG_FIELDS.baseUrl.env} is not set`);
+    return workspaceOf({
+      accountId: e.account_id,
+      baseUrl,
+      apiKey: keyOf(e.api_key_env, env, entry, needsApi),
+      schedule: e.schedule ?? defaults.schedule,
+      fullSchedule: e.full_schedule ?? defaults.fullSchedule,
+    });
+  });
+}
+
+/**
+ * The API key held by the variable `variable`, validated like `CONVO_MIRROR_API_KEY`.
+ * @throws {@link ConfigError} naming `variable` and `entry` when it is unset or empty (and
+ *   `required`) or malformed; never shows the value
+ */
+function keyOf(variable: string, env: NodeJS.ProcessEnv, entry: string, required: boolean): string | undefined {
+  const raw = env[variable];
+  if (raw === undefined || raw.trim() === '') {
+    if (!required) return undefined;
+    throw new ConfigError(variable, `is not set or empty: it must hold the API key of ${entry}`);
+  }
+  const parsed = CONFIG_FIELDS.apiKey.schema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(variable, `${parsed.error.issues[0]?.message ?? 'is invalid'} (the API key of ${entry})`);
+  return parsed.data as string;
 }

@@ -30,6 +30,8 @@ describe('loadConfig defaults', () => {
       baseUrl: 'https://support.example.com/api',
       apiKey: KEY,
       accountId: undefined,
+      workspacesFile: undefined,
+      workspaces: [{ accountId: undefined, baseUrl: 'https://support.example.com/api', apiKey: KEY, schedule: '*/15 * * * *', fullSchedule: '0 3 * * *' }],
       db: 'data/mirror.sqlite',
       exportDir: 'data/exports',
       concurrency: 4,
