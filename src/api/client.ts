@@ -33,7 +33,7 @@ import {
   type HttpErrorDetails,
 } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
-import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions } from './rate-limit.js';
+import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions, type RateLimiterPool } from './rate-limit.js';
 import { parseRetryAfter, retryDelay, type BackoffOptions } from './backoff.js';
 import {
   ConversationsPageSchema,
@@ -72,6 +72,12 @@ export interface ApiClientOptions {
   maxRps?: number;
   /** How the cap adapts to the server (see {@link RateLimiter}). @defaultValue adaptive */
   rateLimit?: AdaptiveOptions;
+  /**
+   * A limiter shared with other clients (e.g. {@link RateLimiterPool.limiterFor} this base URL and
+   * key); when given, `maxRps` and `rateLimit` are not used (the limiter has its own).
+   * @defaultValue a limiter of this client's own
+   */
+  limiter?: RateLimiter | undefined;
   /** Keep-alive connections to the API. @defaultValue 8 */
   connections?: number;
   /**
@@ -186,7 +192,7 @@ export class ApiClient {
     if (!(Number.isSafeInteger(this.maxResponseBytes) && this.maxResponseBytes > 0)) {
       throw new RangeError(`ApiClient: maxResponseBytes must be a positive integer, got ${this.maxResponseBytes}`);
     }
-    this.limiter = new RateLimiter(opts.maxRps ?? 10, this.clock, opts.rateLimit);
+    this.limiter = opts.limiter ?? new RateLimiter(opts.maxRps ?? 10, this.clock, opts.rateLimit);
     this.pool = new Pool(url.origin, {
       connections: opts.connections ?? 8,
       keepAliveTimeout: 30_000,
@@ -587,15 +593,20 @@ export interface ApiConfig {
 
 /**
  * Builds the client from the frozen configuration: rate cap, timeouts, retries and the response
- * byte cap as configured, two keep-alive connections per conversation in flight.
+ * byte cap as configured, two keep-alive connections per conversation in flight. Pass a
+ * workspace's `accountId`, `baseUrl` and `apiKey` over the config's (`{ ...config, ...workspace }`)
+ * to build that workspace's client.
  *
+ * @param extra - `limiters`: the pool the client takes its limiter from (one per base URL and key,
+ *   so clients of workspaces sharing both share their pacing); without it the client has its own
  * @throws Error when `baseUrl` or `apiKey` is missing (config/ requires them for API commands)
  */
 export function apiClientFromConfig(
   config: ApiConfig,
-  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'clock'> = {},
+  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'clock'> & { limiters?: RateLimiterPool | undefined } = {},
 ): ApiClient {
   if (!config.baseUrl || !config.apiKey) throw new Error('apiClientFromConfig: baseUrl and apiKey are required');
+  const { limiters, ...rest } = extra;
   return new ApiClient({
     baseUrl: config.baseUrl,
     apiKey: config.apiKey,
@@ -605,6 +616,7 @@ export function apiClientFromConfig(
     requestTimeoutMs: config.requestTimeoutMs,
     maxRetries: config.maxRetries,
     maxResponseBytes: config.maxResponseBytes,
-    ...extra,
+    ...(limiters ? { limiter: limiters.limiterFor(config.baseUrl, config.apiKey) } : {}),
+    ...rest,
   });
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Clock } from '../clock.js';
 
 /**
@@ -33,7 +34,8 @@ export interface AdaptiveOptions {
 }
 
 /**
- * A process-wide request-rate limiter shared by every request of one {@link ApiClient}.
+ * A request-rate limiter shared by every request of one {@link ApiClient}, or of every client that
+ * talks to one base URL with one key (taken from a {@link RateLimiterPool}).
  *
  * - **Configured cap** (`--max-rps`, 0 = none): requests are spaced evenly, `1000 / rps` ms apart,
  *   in the order they ask; there is no burst. It is an upper bound: nothing learned raises it.
@@ -203,6 +205,54 @@ export class RateLimiter {
     this.learned429 = next;
     this.learned429At = now;
     if (this.configuredRps > 0 && this.learned429 >= this.configuredRps) this.learned429 = undefined;
+  }
+}
+
+/**
+ * The pool key of a base URL and key: the URL's origin and path (no trailing slash) and the
+ * SHA-256 of the key, in hex. The key itself is never kept.
+ *
+ * @throws TypeError when `baseUrl` is not an absolute URL
+ */
+export function limiterKey(baseUrl: string, apiKey: string): string {
+  const url = new URL(baseUrl);
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')} key-sha256:${createHash('sha256').update(apiKey).digest('hex')}`;
+}
+
+/**
+ * One {@link RateLimiter} per base URL and key: the clients of workspaces that share both share
+ * one limiter (configured cap, pauses and learned cap), so a 429 for one workspace slows every
+ * workspace of that key, and only them. Limiters are made on first use with the pool's settings
+ * and kept for the pool's life.
+ */
+export class RateLimiterPool {
+  private readonly limiters = new Map<string, RateLimiter>();
+
+  /**
+   * @param rps - configured cap of each limiter, requests per second; 0 = none
+   * @param clock - time source of each limiter
+   * @param opts - how each limiter adapts (see {@link RateLimiter})
+   */
+  constructor(
+    private readonly rps: number,
+    private readonly clock: Clock,
+    private readonly opts: AdaptiveOptions = {},
+  ) {}
+
+  /** The limiter of `baseUrl` + `apiKey` (see {@link limiterKey}), made on first use. */
+  limiterFor(baseUrl: string, apiKey: string): RateLimiter {
+    const key = limiterKey(baseUrl, apiKey);
+    let limiter = this.limiters.get(key);
+    if (!limiter) {
+      limiter = new RateLimiter(this.rps, this.clock, this.opts);
+      this.limiters.set(key, limiter);
+    }
+    return limiter;
+  }
+
+  /** Limiters made so far (one per distinct base URL + key). */
+  get size(): number {
+    return this.limiters.size;
   }
 }
 
