@@ -19,5 +19,6 @@ export {
   type Fault,
   type FaultMatch,
   type FakeApiOptions,
+  type FakeTenant,
   type FakeApi,
 } from './server.js';

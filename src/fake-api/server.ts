@@ -63,6 +63,8 @@ export interface FaultMatch {
   path?: string | RegExp;
   /** The requested page: the `page` query parameter as an integer, 1 when absent. A non-integer `page` never matches. */
   page?: number;
+  /** The `X-Account-Id` sent must equal it (e.g. to fail one of several workspaces). */
+  accountId?: string;
 }
 
 /**
@@ -102,12 +104,31 @@ export type Fault =
   | { kind: 'endless'; match?: FaultMatch; times?: number }
   | { kind: 'runaway'; match?: FaultMatch; times?: number };
 
-/** Options of {@link startFakeApi}. */
-export interface FakeApiOptions {
-  /** The data to serve; the same live object is exposed as {@link FakeApi.workspace}. */
+/** One of several workspaces served by one fake ({@link FakeApiOptions.workspaces}). */
+export interface FakeTenant {
+  /** Its data (live: mutate it at any time). */
   workspace: FakeWorkspace;
-  /** The only accepted `X-Api-Key` value (spec 5). Must not be empty. */
+  /** The key that reaches it (several workspaces may share one). Must not be empty. */
   apiKey: string;
+}
+
+/**
+ * Options of {@link startFakeApi}: one workspace (`workspace` + `apiKey`, optionally `accountId`),
+ * or several (`workspaces`), never both.
+ */
+export interface FakeApiOptions {
+  /** The data to serve; the same live object is exposed as {@link FakeApi.workspace}. Required unless `workspaces` is given. */
+  workspace?: FakeWorkspace;
+  /** The only accepted `X-Api-Key` value (spec 5). Must not be empty. Required unless `workspaces` is given. */
+  apiKey?: string;
+  /**
+   * Several workspaces, keyed by account id (spec 1 and 5: a user may belong to several accounts,
+   * selected with `X-Account-Id`): a request is served from the workspace its `X-Account-Id` names
+   * when its `X-Api-Key` is that workspace's key; a key no workspace has → 401; a workspace missing,
+   * unknown or of another key → 403. {@link FakeApi.workspace} is the first one.
+   * @defaultValue undefined (one workspace: `workspace`, `apiKey`, `accountId`)
+   */
+  workspaces?: Record<string, FakeTenant>;
   /**
    * When set, the API endpoints also require `X-Account-Id` to equal it (403 otherwise).
    * @defaultValue undefined (header ignored)
@@ -120,7 +141,7 @@ export interface FakeApiOptions {
   /**
    * Server-side rate limit over the authenticated API requests (`GET /v1/conversations` and
    * messages; not the `/_fake/` admin routes): a sliding 1 s window (a log of the accepted
-   * requests' arrival times). A request arriving when `rps` requests were accepted in the last
+   * requests' arrival times) per API key, shared by the workspaces of that key. A request arriving when `rps` requests were accepted in the last
    * 1000 ms is answered `429 rate_limited` with `Retry-After` = the seconds until the oldest of them
    * leaves the window, rounded up (an integer >= 1, RFC 9110). Unless `headers` is false, every
    * response to a counted request (429s included) carries `RateLimit-Limit: <rps>`,
@@ -144,7 +165,7 @@ export interface FakeApi {
   url: string;
   /** The TCP port listened on. */
   port: number;
-  /** The live workspace being served; mutate it at any time. */
+  /** The live workspace being served (with several, the first); mutate it at any time. */
   workspace: FakeWorkspace;
   /** Every request, in arrival order (including unauthenticated and dropped ones). Tests may clear it (`length = 0`). */
   requests: RequestRecord[];
@@ -307,6 +328,7 @@ function faultMatches(f: Fault, rec: RequestRecord): boolean {
       if (!match.path.test(rec.path)) return false;
     }
   }
+  if (match.accountId !== undefined && rec.accountId !== match.accountId) return false;
   if (match.page !== undefined) {
     const raw = rec.query['page'];
     const page = raw === undefined ? 1 : parseIntParam(raw);
@@ -371,10 +393,18 @@ function runawayPage(kind: 'conversations' | 'messages', page: number, perPage: 
   return JSON.stringify({ data, meta: { current_page: page, total_pages: page + 1, total_count: (page + 1) * perPage } });
 }
 
+/** A workspace served, with the key and account id that reach it (account undefined: header ignored). */
+interface Tenant {
+  accountId: string | undefined;
+  workspace: FakeWorkspace;
+  apiKey: string;
+}
+
 /** The mutable state of one running fake, shared by its request handler and its {@link FakeApi}. */
 interface FakeState {
   opts: FakeApiOptions;
-  workspace: FakeWorkspace;
+  /** The workspaces served, in option order; one when the fake serves a single workspace. */
+  tenants: Tenant[];
   requests: RequestRecord[];
   faults: PendingFault[];
   hooks: ((req: RequestRecord) => void)[];
@@ -384,8 +414,8 @@ interface FakeState {
   streams: Set<() => void>;
   /** Resolvers of {@link FakeApi.whenStreamsEnd} waiting for the writers to finish. */
   streamsIdle: (() => void)[];
-  /** Arrival times (ms) of the requests accepted in the last second, oldest first. */
-  rlWindow: number[];
+  /** Per API key: arrival times (ms) of the requests accepted in the last second, oldest first. */
+  rlWindows: Map<string, number[]>;
 }
 
 /** Answers `status` with `body` (JSON) and records it. */
@@ -462,9 +492,8 @@ function stream(
   else res.once('drain', pump);
 }
 
-/** Handles a request normally (no fault): the documented endpoints and the admin route. */
-function handle(state: FakeState, res: ServerResponse, rec: RequestRecord, r: Route): void {
-  const { workspace } = state;
+/** Handles a request normally (no fault) from `workspace`: the documented endpoints and the admin route. */
+function handle(workspace: FakeWorkspace, res: ServerResponse, rec: RequestRecord, r: Route): void {
   switch (r.kind) {
     case 'conversations': {
       const paging = parsePaging(rec.query);
@@ -517,20 +546,23 @@ function recordOf(req: IncomingMessage): RequestRecord {
 }
 
 /**
- * API-key authentication (spec 5) of the routes that need it, before any 400/404 of the route.
- * @returns true when the request was answered 401/403
+ * API-key authentication (spec 5) of the routes that need it, before any 400/404 of the route: a
+ * key no workspace has → 401; no workspace of that key for the `X-Account-Id` sent → 403.
+ * @returns the workspace to serve (the first for routes without authentication), or undefined when
+ *   the request was answered 401/403
  */
-function refuseUnauthenticated(opts: FakeApiOptions, res: ServerResponse, rec: RequestRecord, r: Route): boolean {
-  if (r.kind !== 'conversations' && r.kind !== 'messages' && r.kind !== 'append') return false;
-  if (rec.apiKey === undefined || rec.apiKey !== opts.apiKey) {
+function authenticate(state: FakeState, res: ServerResponse, rec: RequestRecord, r: Route): FakeWorkspace | undefined {
+  if (r.kind !== 'conversations' && r.kind !== 'messages' && r.kind !== 'append') return state.tenants[0]!.workspace;
+  if (rec.apiKey === undefined || !state.tenants.some((t) => t.apiKey === rec.apiKey)) {
     sendError(res, rec, 401, 'missing or invalid X-Api-Key');
-    return true;
+    return undefined;
   }
-  if (opts.accountId !== undefined && rec.accountId !== opts.accountId) {
+  const tenant = state.tenants.find((t) => t.apiKey === rec.apiKey && (t.accountId === undefined || t.accountId === rec.accountId));
+  if (!tenant) {
     sendError(res, rec, 403, 'missing or wrong X-Account-Id for this API key');
-    return true;
+    return undefined;
   }
-  return false;
+  return tenant.workspace;
 }
 
 /**
@@ -541,7 +573,9 @@ function refuseUnauthenticated(opts: FakeApiOptions, res: ServerResponse, rec: R
 function refuseOverLimit(state: FakeState, res: ServerResponse, rec: RequestRecord, r: Route): boolean {
   const rateLimit = state.opts.rateLimit;
   if (!rateLimit || (r.kind !== 'conversations' && r.kind !== 'messages')) return false;
-  const window = state.rlWindow;
+  const key = rec.apiKey ?? '';
+  let window = state.rlWindows.get(key);
+  if (!window) state.rlWindows.set(key, (window = []));
   const now = state.opts.now?.() ?? performance.timeOrigin + performance.now();
   while (window.length > 0 && window[0]! <= now - 1000) window.shift();
   const limited = window.length >= rateLimit.rps;
@@ -608,7 +642,8 @@ function requestHandler(state: FakeState): (req: IncomingMessage, res: ServerRes
     const rec = recordOf(req);
     state.requests.push(rec);
     const r = route(rec.method, rec.path);
-    if (refuseUnauthenticated(state.opts, res, rec, r)) return;
+    const workspace = authenticate(state, res, rec, r);
+    if (!workspace) return;
     if (refuseOverLimit(state, res, rec, r)) return;
     try {
       for (const hook of state.hooks.slice()) hook(rec);
@@ -617,7 +652,7 @@ function requestHandler(state: FakeState): (req: IncomingMessage, res: ServerRes
     }
     const run = (): void => {
       try {
-        handle(state, res, rec, r);
+        handle(workspace, res, rec, r);
       } catch (err) {
         sendError(res, rec, 500, `fake API failure: ${String(err)}`, 'internal_error');
       }
@@ -626,6 +661,24 @@ function requestHandler(state: FakeState): (req: IncomingMessage, res: ServerRes
     if (fault) applyFault(state, fault, req, res, rec, r, run);
     else run();
   };
+}
+
+/** The workspaces `opts` asks to serve. @throws RangeError as {@link startFakeApi} says */
+function tenantsOf(opts: FakeApiOptions): Tenant[] {
+  if (opts.workspaces !== undefined) {
+    if (opts.workspace !== undefined || opts.apiKey !== undefined || opts.accountId !== undefined) {
+      throw new RangeError('startFakeApi: give either workspaces, or workspace + apiKey (+ accountId), not both');
+    }
+    const tenants = Object.entries(opts.workspaces).map(([accountId, t]) => ({ accountId, workspace: t.workspace, apiKey: t.apiKey }));
+    if (tenants.length === 0) throw new RangeError('startFakeApi: workspaces must not be empty');
+    for (const t of tenants) {
+      if (!t.accountId || !t.apiKey) throw new RangeError('startFakeApi: every workspace needs a non-empty account id and apiKey');
+    }
+    return tenants;
+  }
+  if (!opts.workspace) throw new RangeError('startFakeApi: workspace (or workspaces) is required');
+  if (!opts.apiKey) throw new RangeError('startFakeApi: apiKey must not be empty');
+  return [{ accountId: opts.accountId, workspace: opts.workspace, apiKey: opts.apiKey }];
 }
 
 /** Listens on `host:port` (0: a free port). @returns the port */
@@ -646,7 +699,7 @@ function fakeApiOf(state: FakeState, server: Server, url: string, port: number):
   return {
     url,
     port,
-    workspace: state.workspace,
+    workspace: state.tenants[0]!.workspace,
     requests: state.requests,
     injectFault(f: Fault): void {
       validateFault(f);
@@ -693,29 +746,32 @@ function fakeApiOf(state: FakeState, server: Server, url: string, port: number):
  * - `GET /v1/conversations?page&per_page` (spec 4.2) → the same envelope over the conversations'
  *   `data` objects in current list order, same paging rules.
  * - Both require `X-Api-Key` equal to `apiKey` (else 401) and, when `accountId` is set,
- *   `X-Account-Id` equal to it (else 403) — checked before 400/404 (spec 5).
+ *   `X-Account-Id` equal to it (else 403) — checked before 400/404 (spec 5). With `workspaces`,
+ *   the key must be one of theirs (else 401) and `X-Account-Id` must name a workspace of that key
+ *   (else 403); the request is then served from that workspace.
  * - `POST /_fake/conversations/:id/messages?count=N` (not part of the API; same authentication):
  *   appends N generated messages (default 1, at most 10000) → `201 {appended: [ids]}`.
  * - Anything else (other paths or methods, `POST /v1/sessions` and `GET /v1/me` included) → 404.
  *
- * @throws RangeError (rejects) when `apiKey` is empty or `rateLimit.rps` is below 1; rejects with
- *   the listen error (e.g. `EADDRINUSE`)
+ * @throws RangeError (rejects) when `apiKey` is empty, neither or both of `workspace` and
+ *   `workspaces` are given, `workspaces` is empty or one of its keys is empty, or `rateLimit.rps`
+ *   is below 1; rejects with the listen error (e.g. `EADDRINUSE`)
  */
 export async function startFakeApi(opts: FakeApiOptions): Promise<FakeApi> {
-  if (!opts.apiKey) throw new RangeError('startFakeApi: apiKey must not be empty');
+  const tenants = tenantsOf(opts);
   if (opts.rateLimit && !(Number.isFinite(opts.rateLimit.rps) && opts.rateLimit.rps >= 1)) {
     throw new RangeError(`startFakeApi: rateLimit.rps must be a number >= 1, got ${opts.rateLimit.rps}`);
   }
   const state: FakeState = {
     opts,
-    workspace: opts.workspace,
+    tenants,
     requests: [],
     faults: [],
     hooks: [],
     timers: new Set(),
     streams: new Set(),
     streamsIdle: [],
-    rlWindow: [],
+    rlWindows: new Map(),
   };
   const host = opts.host ?? '127.0.0.1';
   const server = createServer(requestHandler(state));
