@@ -3,6 +3,7 @@
  *
  * 0 all synced; 1 some conversations failed after retries (each named on stderr); 2 configuration,
  * authentication or mirror error (nothing retried; the message says what to fix); 130 interrupted.
+ * A command that syncs several workspaces exits with the worst of theirs ({@link worstExit}).
  */
 import { AuthError, ConfigError, RunError, StoreError, describeError } from '../errors.js';
 import type { RunSummary } from '../run/index.js';
@@ -20,24 +21,59 @@ export function fail(code: number, message: string): number {
   return code;
 }
 
+/** An error's exit code and its one-line message (without `convo-mirror: `). */
+export interface ErrorVerdict {
+  code: number;
+  /** Undefined when a run's error is already named among its failures (printed once is enough). */
+  message: string | undefined;
+}
+
+/** The exit code and message of an error, printing nothing (see {@link exitFor}). */
+export function verdictOf(err: unknown): ErrorVerdict {
+  if (err instanceof RunError) {
+    const s = err.summary as RunSummary;
+    // Already named among the failures (a conversation list that ran past its own total): once is enough.
+    const fatal = err.cause instanceof ConfigError || err.cause instanceof AuthError || err.cause instanceof StoreError;
+    if (!fatal && s.failures.some((f) => f.message === describeError(err.cause))) return { code: EXIT.FAILURES, message: undefined };
+    return verdictOf(err.cause);
+  }
+  if (err instanceof ConfigError) return { code: EXIT.CONFIG, message: `configuration error: ${err.message}` };
+  if (err instanceof AuthError) return { code: EXIT.CONFIG, message: `authentication error: ${err.message}` };
+  if (err instanceof StoreError) return { code: EXIT.CONFIG, message: `mirror error: ${err.message}` };
+  return { code: EXIT.FAILURES, message: `error: ${describeError(err)}` };
+}
+
 /**
  * Maps an error to its exit code and one-line message. A {@link RunError} prints the run's summary
  * and failures first, then is judged by its cause.
+ *
+ * @param label - with several workspaces, `account <id>`: prefixes the summary, failures and message
  */
-export function exitFor(err: unknown): number {
+export function exitFor(err: unknown, label?: string): number {
   if (err instanceof RunError) {
     const s = err.summary as RunSummary;
-    printSummary(s, false);
-    reportFailures(s);
-    // Already named among the failures (a conversation list that ran past its own total): once is enough.
-    const fatal = err.cause instanceof ConfigError || err.cause instanceof AuthError || err.cause instanceof StoreError;
-    if (!fatal && s.failures.some((f) => f.message === describeError(err.cause))) return EXIT.FAILURES;
-    return exitFor(err.cause);
+    printSummary(s, false, label);
+    reportFailures(s, label);
   }
-  if (err instanceof ConfigError) return fail(EXIT.CONFIG, `configuration error: ${err.message}`);
-  if (err instanceof AuthError) return fail(EXIT.CONFIG, `authentication error: ${err.message}`);
-  if (err instanceof StoreError) return fail(EXIT.CONFIG, `mirror error: ${err.message}`);
-  return fail(EXIT.FAILURES, `error: ${describeError(err)}`);
+  const v = verdictOf(err);
+  if (v.message !== undefined) fail(v.code, label === undefined ? v.message : `${label}: ${v.message}`);
+  return v.code;
+}
+
+/**
+ * Exit codes from worst to best, for several workspaces synced by one command: a configuration,
+ * authentication or mirror error (2) needs fixing before anything else; failed conversations (1)
+ * need a re-run; an interruption (130) was asked for; 0 is all synced.
+ */
+export const EXIT_ORDER: readonly number[] = [EXIT.CONFIG, EXIT.FAILURES, EXIT.INTERRUPTED, EXIT.OK];
+
+/** The worst of `codes` by {@link EXIT_ORDER} (an unknown code counts as 1); 0 for none. */
+export function worstExit(codes: readonly number[]): number {
+  const rank = (c: number) => {
+    const i = EXIT_ORDER.indexOf(c);
+    return i < 0 ? EXIT_ORDER.indexOf(EXIT.FAILURES) : i;
+  };
+  return codes.reduce((worst, c) => (rank(c) < rank(worst) ? c : worst), EXIT.OK as number);
 }
 
 /** Runs a command's body, setting the exit code it returns or the one {@link exitFor} gives its error. */

@@ -38,16 +38,24 @@ function exportLine(e: RunSummary['export']): string {
     : `  exports: ${e.lines} new lines in ${e.files} files (watermark ${e.watermark})`;
 }
 
-/** Prints the run summary to stdout: {@link summaryLines}, or the whole summary as JSON. */
-export function printSummary(s: RunSummary, json: boolean): void {
-  process.stdout.write(json ? JSON.stringify(s, null, 2) + '\n' : summaryLines(s).join('\n') + '\n');
+/**
+ * Prints the run summary to stdout: {@link summaryLines}, or the whole summary as JSON.
+ * @param label - with several workspaces, `account <id>`: put before the first line (`account <id>: run 3 ...`)
+ */
+export function printSummary(s: RunSummary, json: boolean, label?: string): void {
+  const lines = summaryLines(s);
+  if (label !== undefined) lines[0] = `${label}: ${lines[0]}`;
+  process.stdout.write(json ? JSON.stringify(s, null, 2) + '\n' : lines.join('\n') + '\n');
 }
 
-/** Names each failed conversation (or the conversation list) on stderr: `failed: conversation <id>: [CODE] message`. */
-export function reportFailures(s: RunSummary): void {
+/**
+ * Names each failed conversation (or the conversation list) on stderr: `failed: conversation <id>: [CODE] message`
+ * (`failed: account <id>: conversation ...` with a `label`).
+ */
+export function reportFailures(s: RunSummary, label?: string): void {
   for (const f of s.failures) {
     const what = f.id === LIST_FAILURE_ID ? 'conversation list' : `conversation ${f.id}`;
-    process.stderr.write(`failed: ${what}: [${f.code}] ${f.message}\n`);
+    process.stderr.write(`failed: ${label === undefined ? '' : `${label}: `}${what}: [${f.code}] ${f.message}\n`);
   }
 }
 

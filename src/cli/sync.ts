@@ -1,11 +1,14 @@
 /**
- * `convo-mirror sync`: one recorded run in this process (src/run/), with a progress bar on a
- * terminal, the summary on stdout and each failure on stderr.
+ * `convo-mirror sync`: one recorded run per configured workspace in this process (src/run/), one
+ * after the other into the one mirror, with a progress bar on a terminal, the summaries on stdout
+ * and each failure on stderr (labelled `account <id>` when there are several).
  */
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
-import { loadConfig, type Config } from '../../config/index.js';
+import { loadConfig, type Config, type Workspace } from '../../config/index.js';
 import { apiClientFromConfig } from '../api/client.js';
+import { RateLimiterPool } from '../api/rate-limit.js';
+import { ConfigError, RunError, StoreError, describeError } from '../errors.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../store/mirror.js';
 import { runSync, sweepInterruptedRuns, type RunSummary } from '../run/index.js';
 import { newProgress } from '../sync/types.js';
@@ -14,7 +17,7 @@ import { startProgress } from '../progress.js';
 import { systemClock } from '../clock.js';
 import { assertSafeExportDir } from '../export/exporter.js';
 import { fileModes } from '../private-fs.js';
-import { EXIT, settle, type SetExit } from './exit.js';
+import { EXIT, fail, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, conversationIdsFrom } from './flags.js';
 import { isTTY, printSummary, reportFailures } from './summary.js';
 
@@ -62,13 +65,23 @@ function openWriter(config: Config, logger: Logger): Mirror {
   return mirror;
 }
 
+/** What one `sync` command holds for all its workspaces: logger, signals, the mirror, the limiters. */
+interface SyncSession {
+  config: Config;
+  logger: Logger;
+  tty: boolean;
+  signals: { signal: AbortSignal; off: () => void };
+  mirror: Mirror;
+  /** One rate limiter per base URL + key, shared by the workspaces' clients. */
+  limiters: RateLimiterPool;
+}
+
 /**
- * Runs `sync` with a built config: one recorded run (trigger `cli`), exports published.
- *
- * @returns the run's summary (the caller derives the exit code)
- * @throws the {@link RunError} of a run that could not go on, {@link ConfigError} before any request
+ * Checks the export directory, installs the signal handlers and opens the mirror (sweeping runs
+ * a dead process left running).
+ * @throws {@link ConfigError} for an unsafe export directory, the mirror's errors
  */
-export async function syncWithConfig(opts: SyncCommandOptions): Promise<RunSummary> {
+function openSession(opts: SyncCommandOptions): SyncSession {
   const { config } = opts;
   const tty = isTTY() && !opts.json;
   // On a terminal the bar and the summary tell the story: info lines would break the bar.
@@ -77,21 +90,31 @@ export async function syncWithConfig(opts: SyncCommandOptions): Promise<RunSumma
   // Before any request or file: an export directory that would hold the mirror (or is /, or a file).
   assertSafeExportDir(config.exportDir, config.db);
   const signals = abortOnSignals(logger);
-  let mirror: Mirror;
   try {
-    mirror = openWriter(config, logger);
+    const mirror = openWriter(config, logger);
+    return { config, logger, tty, signals, mirror, limiters: new RateLimiterPool(config.maxRps, systemClock) };
   } catch (err) {
     signals.off();
     throw err;
   }
-  const api = apiClientFromConfig(config, { logger, signal: signals.signal });
+}
+
+function closeSession(session: SyncSession): void {
+  session.signals.off();
+  session.mirror.close();
+}
+
+/** One recorded run of `workspace` (trigger `cli`) with its own client, into the session's mirror. */
+async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCommandOptions, logger: Logger): Promise<RunSummary> {
+  const { config, mirror, signals } = session;
+  const api = apiClientFromConfig({ ...config, ...workspace }, { logger, signal: signals.signal, limiters: session.limiters });
   const progress = newProgress();
-  const stop = startProgress({ progress, stats: api.stats, logger, tty });
+  const stop = startProgress({ progress, stats: api.stats, logger, tty: session.tty });
   try {
     return await runSync(
       { api, mirror, logger, clock: systemClock },
       {
-        accountId: config.accountId ?? DEFAULT_ACCOUNT,
+        accountId: workspace.accountId ?? DEFAULT_ACCOUNT,
         concurrency: config.concurrency,
         conversationIds: opts.conversationIds,
         full: opts.full ?? false,
@@ -104,10 +127,131 @@ export async function syncWithConfig(opts: SyncCommandOptions): Promise<RunSumma
     );
   } finally {
     stop();
-    signals.off();
     await api.close();
-    mirror.close();
   }
+}
+
+/**
+ * Runs `sync` with a built config for one workspace (`opts.workspace`, default the first
+ * configured): one recorded run (trigger `cli`), exports published.
+ *
+ * @returns the run's summary (the caller derives the exit code)
+ * @throws the {@link RunError} of a run that could not go on, {@link ConfigError} before any request
+ */
+export async function syncWithConfig(opts: SyncCommandOptions & { workspace?: Workspace }): Promise<RunSummary> {
+  const session = openSession(opts);
+  try {
+    return await syncOne(session, opts.workspace ?? opts.config.workspaces[0]!, opts, session.logger);
+  } finally {
+    closeSession(session);
+  }
+}
+
+/** How one workspace's sync ended, for a command that syncs several. */
+export interface WorkspaceOutcome {
+  /** The workspace's account id (`default` without one). */
+  accountId: string;
+  /** The run's summary; undefined when the run never started (an error before it, or an interruption). */
+  summary: RunSummary | undefined;
+  /** What stopped the run, if anything (a {@link RunError} carries the summary too). */
+  error: unknown;
+  /** False when the sync was interrupted before this workspace's turn. */
+  started: boolean;
+  /** Its exit code, as one workspace's `sync` would exit. */
+  exit: number;
+}
+
+/** Errors after which no further workspace is tried: the one mirror they all share is in question. */
+const stopsAll = (err: unknown): boolean => err instanceof StoreError || (err instanceof RunError && err.cause instanceof StoreError);
+
+/**
+ * Syncs `workspaces` one after the other into the one mirror and export directory, each its own
+ * recorded run with its own client (clients sharing a base URL and key share a rate limiter). A
+ * workspace that fails (a 401 for its key, say) fails its own run; the others go on. After a
+ * mirror error, or once interrupted, the rest are not started.
+ *
+ * @param onOutcome - called as each workspace ends (to print as it goes)
+ * @throws what opening the mirror or the export directory throws (before any run)
+ */
+export async function syncWorkspaces(
+  opts: SyncCommandOptions & { workspaces: readonly Workspace[]; onOutcome?: (o: WorkspaceOutcome) => void },
+): Promise<WorkspaceOutcome[]> {
+  const session = openSession(opts);
+  const outcomes: WorkspaceOutcome[] = [];
+  let stopped = false;
+  try {
+    for (const workspace of opts.workspaces) {
+      const accountId = workspace.accountId ?? DEFAULT_ACCOUNT;
+      let outcome: WorkspaceOutcome;
+      if (stopped || session.signals.signal.aborted) {
+        outcome = { accountId, summary: undefined, error: undefined, started: false, exit: EXIT.INTERRUPTED };
+      } else {
+        try {
+          const summary = await syncOne(session, workspace, opts, session.logger.child({ account_id: accountId }));
+          outcome = { accountId, summary, error: undefined, started: true, exit: exitOfRun(summary) };
+        } catch (err) {
+          const summary = err instanceof RunError ? (err.summary as RunSummary) : undefined;
+          outcome = { accountId, summary, error: err, started: true, exit: verdictOf(err).code };
+          stopped = stopsAll(err);
+        }
+      }
+      outcomes.push(outcome);
+      opts.onOutcome?.(outcome);
+    }
+    return outcomes;
+  } finally {
+    closeSession(session);
+  }
+}
+
+/**
+ * The configured workspaces `--account` names (all when it names none), in configured order.
+ * @throws {@link ConfigError} naming `--account` and an id no workspace has
+ */
+export function selectWorkspaces(all: readonly Workspace[], accounts: readonly string[] | undefined): readonly Workspace[] {
+  if (accounts === undefined || accounts.length === 0) return all;
+  const wanted = new Set(accounts.map((a) => a.trim().toLowerCase()));
+  for (const a of accounts) {
+    if (!all.some((w) => w.accountId?.toLowerCase() === a.trim().toLowerCase())) {
+      const known = all.map((w) => w.accountId).filter((id) => id !== undefined);
+      throw new ConfigError('--account', `${JSON.stringify(a)} is not a configured workspace (${known.length ? `configured: ${known.join(', ')}` : 'no account id is configured'})`);
+    }
+  }
+  return all.filter((w) => w.accountId !== undefined && wanted.has(w.accountId.toLowerCase()));
+}
+
+/** Prints one workspace's outcome as it ends: its summary block, failures and error, each labelled. */
+function printOutcome(o: WorkspaceOutcome, json: boolean): void {
+  const label = `account ${o.accountId}`;
+  if (!o.started) {
+    if (!json) process.stdout.write(`${label}: not synced: the sync was interrupted before this workspace\n`);
+    return;
+  }
+  if (o.summary) {
+    if (!json) printSummary(o.summary, false, label);
+    reportFailures(o.summary, label);
+  }
+  if (o.error !== undefined) {
+    const v = verdictOf(o.error);
+    if (v.message !== undefined) fail(v.code, `${label}: ${v.message}`);
+  }
+}
+
+/** `sync` of several workspaces: each printed as it ends (JSON: one list at the end); the worst exit code. */
+async function syncSeveral(opts: SyncCommandOptions, workspaces: readonly Workspace[]): Promise<number> {
+  const json = opts.json === true;
+  const outcomes = await syncWorkspaces({ ...opts, workspaces, onOutcome: (o) => printOutcome(o, json) });
+  if (json) {
+    const list = outcomes.map((o) => ({
+      account_id: o.accountId,
+      started: o.started,
+      exit_code: o.exit,
+      summary: o.summary ?? null,
+      error: o.error === undefined ? null : (verdictOf(o.error).message ?? describeError(o.error)),
+    }));
+    process.stdout.write(JSON.stringify(list, null, 2) + '\n');
+  }
+  return worstExit(outcomes.map((o) => o.exit));
 }
 
 /** Exit code of a finished run: 0 succeeded, 130 interrupted, 1 otherwise. */
@@ -119,14 +263,23 @@ export function exitOfRun(s: RunSummary): number {
 export function addSyncCommand(program: Command, setExit: SetExit): void {
   const cmd = program
     .command('sync')
-    .description('Incremental sync of the whole workspace (new messages only; --full re-reads every page), or only --conversation IDs; then publish exports')
+    .description(
+      'Incremental sync of every configured workspace (new messages only; --full re-reads every page), or only --conversation IDs; then publish exports',
+    )
     .option('--conversation <id...>', 'only these conversations (repeatable)')
+    .option('--account <id>', 'only this configured workspace (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--full', 'full refresh: re-read every page of every conversation (catches edits and deletions anywhere)')
-    .option('--json', 'print the run summary as JSON');
+    .option('--json', 'print the run summary as JSON (with several workspaces, a list of {account_id, exit_code, summary, error})');
   addConfigFlags(cmd, 'sync').action((o) =>
     settle(setExit, async () => {
       const config = loadConfig(process.env, configFlagsOf(o, 'sync'));
-      const s = await syncWithConfig({ config, conversationIds: conversationIdsFrom(o.conversation), full: o.full, json: o.json });
+      const workspaces = selectWorkspaces(config.workspaces, o.account as string[] | undefined);
+      const opts: SyncCommandOptions = { config, conversationIds: conversationIdsFrom(o.conversation), full: o.full, json: o.json };
+      if (workspaces.length > 1 && opts.conversationIds !== undefined) {
+        throw new ConfigError('--conversation', 'names conversations of one workspace, and several are configured: add --account <id>');
+      }
+      if (workspaces.length > 1) return syncSeveral(opts, workspaces);
+      const s = await syncWithConfig({ ...opts, workspace: workspaces[0]! });
       printSummary(s, o.json === true);
       reportFailures(s);
       return exitOfRun(s);
