@@ -147,6 +147,33 @@ describe('config: the workspaces file', () => {
   });
 });
 
+describe('the fake serving several workspaces', () => {
+  it('serves each workspace by X-Account-Id to its key: 401 for a key none has, 403 for a workspace of another key or none', async () => {
+    const wsA = FakeWorkspace.generate({ seed: 5, conversations: 2 });
+    const wsC = FakeWorkspace.generate({ seed: 6, conversations: 3 });
+    const fake = await startFakeApi({ workspaces: { [A]: { workspace: wsA, apiKey: KEY }, [C]: { workspace: wsC, apiKey: OTHER_KEY } }, rateLimit: { rps: 2, headers: false } });
+    try {
+      const get = async (key: string, account?: string) => {
+        const res = await fetch(`${fake.url}/v1/conversations?per_page=100`, { headers: { 'x-api-key': key, ...(account ? { 'x-account-id': account } : {}) } });
+        return { status: res.status, ids: res.ok ? ((await res.json()) as { data: { id: string }[] }).data.map((c) => c.id) : [] };
+      };
+      expect(await get(KEY, A)).toEqual({ status: 200, ids: wsA.list().map((c) => c.id) });
+      expect(await get(OTHER_KEY, C)).toEqual({ status: 200, ids: wsC.list().map((c) => c.id) });
+      expect((await get('nobody', A)).status).toBe(401);
+      expect((await get(KEY, C)).status).toBe(403);
+      expect((await get(KEY)).status).toBe(403);
+      // The rate window is per key: KEY's second request is its 2nd in the window, OTHER_KEY's too.
+      expect((await get(KEY, A)).status).toBe(200);
+      expect((await get(OTHER_KEY, C)).status).toBe(200);
+      expect((await get(KEY, A)).status).toBe(429);
+      expect(fake.workspace).toBe(wsA);
+      await expect(startFakeApi({ workspace: wsA, apiKey: KEY, workspaces: { [A]: { workspace: wsA, apiKey: KEY } } })).rejects.toThrow(RangeError);
+    } finally {
+      await fake.close();
+    }
+  });
+});
+
 describe('worst exit code of several workspaces', () => {
   it('2 over 1 over 130 over 0', () => {
     expect(worstExit([])).toBe(0);
