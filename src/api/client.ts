@@ -8,7 +8,8 @@
  * - Retries with p-retry: network errors, timeouts, 408, 429 and 5xx, with exponential backoff and
  *   full jitter; `Retry-After` (seconds or HTTP-date) is honoured, capped, and pauses every request of
  *   the process. 400, 401, 403, 404, 422 and other 4xx are never retried.
- * - A process-wide request-rate cap ({@link RateLimiter}): `maxRps` is an upper bound; below it the
+ * - A request-rate cap ({@link RateLimiter}), shared by the clients of one base URL and key when they
+ *   get it from one {@link RateLimiterPool}: `maxRps` is an upper bound; below it the
  *   cap adapts to the server (lowered after a 429 to 90 % of the rate achieved in the last second;
  *   paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
  * - Every response body is read under a byte cap (`maxResponseBytes`): a larger `content-length` is

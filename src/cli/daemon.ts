@@ -4,6 +4,7 @@
  */
 import type { Command } from 'commander';
 import { loadConfig } from '../../config/index.js';
+import { ConfigError } from '../errors.js';
 import { runDaemon } from '../../jobs/daemon.js';
 import { createLogger } from '../logger.js';
 import { EXIT, exitFor, settle, type SetExit } from './exit.js';
@@ -32,6 +33,13 @@ export function addDaemonCommand(program: Command, setExit: SetExit): void {
   addConfigFlags(cmd, 'daemon').action((o) =>
     settle(setExit, async () => {
       const config = loadConfig(process.env, configFlagsOf(o, 'daemon'));
+      if (config.workspaces.length > 1) {
+        // Never mirror some of the configured workspaces silently.
+        throw new ConfigError(
+          config.workspacesFile !== undefined ? 'CONVO_MIRROR_WORKSPACES' : 'CONVO_MIRROR_ACCOUNT_ID',
+          `names ${config.workspaces.length} workspaces, but the daemon mirrors one workspace for now: run one daemon per workspace (each with its own --account-id, CONVO_MIRROR_DB and CONVO_MIRROR_QUEUE_PREFIX), or use convo-mirror sync, which mirrors them all`,
+        );
+      }
       const logger = createLogger({ level: config.logLevel, pretty: isTTY() });
       const { stop, signal } = stopOnSignals();
       const exit = await runDaemon({ config, logger, stop });
