@@ -111,6 +111,23 @@ export interface ApiClientOptions {
    * worker of a queue backs off (`queue.rateLimit`), not just this request.
    */
   onRateLimited?: ((delayMs: number) => void) | undefined;
+  /**
+   * Called once per attempt sent (each retry counts, exactly when {@link ApiStats.requests} grows),
+   * as soon as its outcome is known: with the HTTP status once the status line arrives (a 2xx whose
+   * body then fails to read still reports that status), or `status: undefined` when the attempt got
+   * no status (network error, timeout, abort). `retry` is true for every attempt after the first of
+   * a request. Never called for an attempt not sent (aborted while waiting for the rate cap). E.g.
+   * the daemon's Prometheus counters. A hook that throws is ignored: it never fails a request.
+   */
+  onAttempt?: ((e: AttemptEvent) => void) | undefined;
+}
+
+/** What {@link ApiClientOptions.onAttempt} is told about one attempt. */
+export interface AttemptEvent {
+  /** The HTTP status answered; undefined when the attempt ended without one (network error, timeout). */
+  status: number | undefined;
+  /** True for a retry (every attempt after the first of one request). */
+  retry: boolean;
 }
 
 /** Counters of one client, read by progress bars and the runs table. */
@@ -373,9 +390,11 @@ export class ApiClient {
     try {
       res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
     } catch (err) {
+      this.reportAttempt(undefined, attempt);
       throw this.transportError(path, details, err);
     }
     const { statusCode, headers } = res;
+    this.reportAttempt(statusCode, attempt);
     this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
     this.limiter.observe(statusCode, parseRateLimitHeaders(headers, this.clock.now()), sentSeq);
     if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
@@ -425,6 +444,15 @@ export class ApiClient {
       throw this.transportError(details.path, details, err);
     }
     return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
+  }
+
+  /** Tells {@link ApiClientOptions.onAttempt} about one attempt sent; a hook that throws is ignored. */
+  private reportAttempt(status: number | undefined, attempt: number): void {
+    try {
+      this.opts.onAttempt?.({ status, retry: attempt > 1 });
+    } catch {
+      /* an observer never fails a request */
+    }
   }
 
   /** The {@link ResponseTooLargeError} of `label`; `how` says what gave the size away. */
@@ -604,7 +632,7 @@ export interface ApiConfig {
  */
 export function apiClientFromConfig(
   config: ApiConfig,
-  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'clock'> & { limiters?: RateLimiterPool | undefined } = {},
+  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'onAttempt' | 'clock'> & { limiters?: RateLimiterPool | undefined } = {},
 ): ApiClient {
   if (!config.baseUrl || !config.apiKey) throw new Error('apiClientFromConfig: baseUrl and apiKey are required');
   const { limiters, ...rest } = extra;
