@@ -6,6 +6,7 @@
  * into a one-line message and exit code 2.
  */
 import fs from 'node:fs';
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
@@ -84,6 +85,10 @@ export interface Config {
    * @defaultValue `auto`
    */
   readonly changeField: string;
+  /** Interface the daemon's HTTP server (health, readiness, metrics) binds. @defaultValue `127.0.0.1` */
+  readonly httpHost: string;
+  /** Port of the daemon's HTTP server; 0 = no server. @defaultValue 9464 */
+  readonly httpPort: number;
 }
 
 /**
@@ -368,6 +373,25 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: intFrom(1000, 3_600_000),
     defaultValue: 30_000,
     help: "job lock; a dead worker's job is picked up again after about this long",
+    commands: ['daemon'],
+  },
+  httpHost: {
+    env: 'CONVO_MIRROR_HTTP_HOST',
+    flag: '--http-host <host>',
+    schema: z
+      .string()
+      .trim()
+      .refine((s) => isIP(s) !== 0 || /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/.test(s), 'must be an IP address or a host name, e.g. 127.0.0.1, 0.0.0.0 or ::1'),
+    defaultValue: '127.0.0.1',
+    help: 'interface of the HTTP server (health, readiness, metrics)',
+    commands: ['daemon'],
+  },
+  httpPort: {
+    env: 'CONVO_MIRROR_HTTP_PORT',
+    flag: '--http-port <port>',
+    schema: intFrom(0, 65_535),
+    defaultValue: 9464,
+    help: 'port of the HTTP server, 0 = no server',
     commands: ['daemon'],
   },
 };

@@ -1,0 +1,154 @@
+/**
+ * The daemon's HTTP face (Fastify 5): `GET /healthz` (liveness), `GET /readyz` (readiness: every
+ * injected check answers) and `GET /metrics` (Prometheus text exposition of {@link Metrics}).
+ * It knows nothing of Redis, BullMQ or SQLite: the daemon (jobs/daemon.ts) injects the checks and
+ * the metrics' sources. Webhooks and the queue dashboard are not served (yet): they answer 404.
+ *
+ * Fastify's own per-request logging is off (probes and scrapes would flood the log, and nothing of
+ * a request's headers is ever logged); its few lines (listening, errors) go through the pino logger
+ * given.
+ */
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { Metrics, withTimeout } from './metrics.js';
+
+export { Metrics, withTimeout, type MetricsOptions, RUN_DURATION_BUCKETS, DEFAULT_COLLECT_TIMEOUT_MS } from './metrics.js';
+
+/** Default of {@link ServerDeps.checkTimeoutMs}: 1000 ms. */
+export const DEFAULT_CHECK_TIMEOUT_MS = 1000;
+
+/** Longest reason a failed check reports in `/readyz`'s body, characters. */
+const MAX_REASON_CHARS = 300;
+
+/**
+ * One readiness check of `/readyz`, e.g. `redis` (a PING) or `mirror` (a trivial read). It passes
+ * by returning (or resolving); it fails by throwing (or rejecting), its message being the reason
+ * shown, or by taking longer than {@link ServerDeps.checkTimeoutMs}.
+ */
+export interface ReadinessCheck {
+  /** Short name shown in `/readyz`'s body, e.g. `redis`. */
+  name: string;
+  check: () => unknown;
+}
+
+/** What {@link buildServer} needs. */
+export interface ServerDeps {
+  /** The daemon's logger; the server logs through a child (`component: "http"`). */
+  logger: Logger;
+  /** Rendered by `GET /metrics`. */
+  metrics: Metrics;
+  /** The checks of `GET /readyz`, run in parallel at each request. */
+  checks: readonly ReadinessCheck[];
+  /** Longest wait for one check, ms; a slower check fails with a timeout. @defaultValue 1000 */
+  checkTimeoutMs?: number;
+}
+
+/** Where {@link startServer} listens. */
+export interface ListenOptions {
+  /** Interface to bind, e.g. `127.0.0.1` (the default of `CONVO_MIRROR_HTTP_HOST`). */
+  host: string;
+  /** TCP port; 0 = a free port chosen by the OS (the caller decides what "off" means). */
+  port: number;
+}
+
+/** A listening server, as {@link startServer} returns it. */
+export interface RunningServer {
+  app: FastifyInstance;
+  /** The address bound (the actual port when 0 was asked). */
+  host: string;
+  port: number;
+  /** `http://<host>:<port>` (IPv6 hosts in brackets). */
+  url: string;
+  /** Stops listening; requests in flight finish, idle keep-alive connections are closed. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** `/readyz`'s body. */
+export interface Readiness {
+  status: 'ready' | 'unavailable';
+  /** Every check by name: `ok`, or why it failed. */
+  checks: Record<string, string>;
+  /** The checks that failed, with their reasons (absent when ready). */
+  failed?: { check: string; reason: string }[];
+}
+
+/**
+ * Builds the app (not listening; `app.inject` works on it): `GET /healthz` answers 200
+ * `{"status":"ok"}` while the process serves; `GET /readyz` 200 {@link Readiness} when every check
+ * passes, else 503 naming each failed check and why; `GET /metrics` the Prometheus text.
+ */
+export function buildServer(deps: ServerDeps): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: deps.logger.child({ component: 'http' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    requestTimeout: 30_000,
+    // Nothing here takes a body; refuse big ones early.
+    bodyLimit: 64 * 1024,
+  });
+  const timeoutMs = deps.checkTimeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_req, reply) => {
+    const r = await readiness(deps.checks, timeoutMs);
+    if (r.status !== 'ready') deps.logger.warn({ failed: r.failed }, 'not ready');
+    return reply.code(r.status === 'ready' ? 200 : 503).send(r);
+  });
+  app.get('/metrics', async (_req, reply) => {
+    const text = await deps.metrics.render();
+    return reply.type(deps.metrics.contentType).send(text);
+  });
+  return app;
+}
+
+/**
+ * Runs every check in parallel, each bounded by `timeoutMs`.
+ *
+ * @returns `ready` when all pass (also with no checks), else `unavailable` with each failure's reason
+ */
+export async function readiness(checks: readonly ReadinessCheck[], timeoutMs: number = DEFAULT_CHECK_TIMEOUT_MS): Promise<Readiness> {
+  const results = await Promise.all(
+    checks.map(async (c) => {
+      try {
+        await withTimeout(Promise.resolve().then(c.check), timeoutMs, `${c.name} check`);
+        return { check: c.name, reason: undefined };
+      } catch (err) {
+        return { check: c.name, reason: safeReason(err) };
+      }
+    }),
+  );
+  const failed = results.filter((r): r is { check: string; reason: string } => r.reason !== undefined);
+  const out: Readiness = { status: failed.length === 0 ? 'ready' : 'unavailable', checks: Object.fromEntries(results.map((r) => [r.check, r.reason ?? 'ok'])) };
+  if (failed.length > 0) out.failed = failed;
+  return out;
+}
+
+/**
+ * A failed check's reason, safe to show: its message, any `user:password@` of a URL in it masked,
+ * cut to 300 characters.
+ */
+export function safeReason(err: unknown): string {
+  const text = err instanceof Error ? err.message || err.name : String(err);
+  const masked = text.replace(/\/\/[^\s/@]*@/g, '//***@');
+  return masked.length > MAX_REASON_CHARS ? `${masked.slice(0, MAX_REASON_CHARS - 1)}…` : masked;
+}
+
+/**
+ * Builds the app and listens on `listen`; logs one line `http server listening` with the URL.
+ *
+ * @throws the listen error, e.g. `EADDRINUSE` (the port is taken) or `EADDRNOTAVAIL` (no such
+ *   interface); the app is closed first
+ */
+export async function startServer(deps: ServerDeps, listen: ListenOptions): Promise<RunningServer> {
+  const app = buildServer(deps);
+  try {
+    await app.listen({ host: listen.host, port: listen.port, listenTextResolver: (address) => `http server listening on ${address}` });
+  } catch (err) {
+    await app.close().catch(() => undefined);
+    throw err;
+  }
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : listen.port;
+  const host = typeof addr === 'object' && addr ? addr.address : listen.host;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  let closing: Promise<void> | undefined;
+  return { app, host, port, url, close: () => (closing ??= app.close()) };
+}

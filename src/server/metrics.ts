@@ -1,0 +1,185 @@
+/**
+ * The daemon's Prometheus metrics: the one module that imports prom-client. Counters are recorded
+ * as things happen ({@link Metrics.onResponse} per API attempt, {@link Metrics.onRunFinished} per
+ * finished run); gauges of the mirror and the queue are read at scrape time from injected
+ * functions, so this module knows nothing of SQLite or BullMQ.
+ *
+ * Everything lives in the instance's own {@link Registry} (never prom-client's global one), with
+ * prom-client's default process metrics (`process_cpu_seconds_total`, `nodejs_heap_size_used_bytes`...).
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Logger } from 'pino';
+import type { AttemptEvent } from '../api/client.js';
+import type { RunSummary } from '../run/index.js';
+
+/** Buckets of `convo_mirror_run_duration_seconds`, seconds: from a quick incremental run to a long full refresh. */
+export const RUN_DURATION_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400] as const;
+
+/** Default of {@link MetricsOptions.collectTimeoutMs}: 1000 ms. */
+export const DEFAULT_COLLECT_TIMEOUT_MS = 1000;
+
+/** Options of {@link Metrics}. */
+export interface MetricsOptions {
+  /**
+   * Change-log rows not yet published (`convo_mirror_export_lag_changes`), read at each scrape. A
+   * throw leaves the gauge without a sample for that scrape and counts a collect error.
+   */
+  exportLag?: () => number;
+  /**
+   * Jobs of the queue by state (`convo_mirror_queue_jobs{state}`), read at each scrape, e.g.
+   * BullMQ's `queue.getJobCounts()`. Bounded by `collectTimeoutMs`; a failure or a timeout leaves
+   * the gauge without samples for that scrape and counts a collect error.
+   */
+  queueJobCounts?: () => Promise<Record<string, number>>;
+  /** Longest wait for `queueJobCounts` at a scrape, ms. @defaultValue 1000 */
+  collectTimeoutMs?: number;
+  /** Time source of `convo_mirror_last_success_timestamp_seconds`, epoch ms. @defaultValue `Date.now` */
+  now?: () => number;
+  /** Where a failed collection is logged (debug). */
+  logger?: Logger | undefined;
+  /** Add prom-client's default process metrics. @defaultValue true */
+  processMetrics?: boolean;
+}
+
+/**
+ * The daemon's metrics. Metric names and labels:
+ *
+ * - `convo_mirror_api_requests_total{account_id,status}`: API attempts sent, each retry counted,
+ *   by HTTP status (`"200"`, `"503"`...), or `"error"` when the attempt got no status.
+ * - `convo_mirror_api_retries_total{account_id}`: attempts that were retries.
+ * - `convo_mirror_api_rate_limited_total{account_id}`: attempts answered 429.
+ * - `convo_mirror_messages_total{account_id,op}`: messages inserted / updated / deleted (tombstoned)
+ *   by finished runs (`op` = `insert`, `update`, `delete`).
+ * - `convo_mirror_conversations_failed_total{account_id}`: conversations that failed in finished runs.
+ * - `convo_mirror_runs_total{account_id,status}`: finished runs by status (`succeeded`, `partial`, `failed`).
+ * - `convo_mirror_run_duration_seconds{account_id,refresh}`: histogram of finished runs' durations.
+ * - `convo_mirror_last_success_timestamp_seconds{account_id}`: when the last run with status
+ *   `succeeded` finished, Unix seconds (absent until one has).
+ * - `convo_mirror_export_lag_changes`: change-log rows not yet published (at scrape time).
+ * - `convo_mirror_queue_jobs{state}`: jobs in the queue by state (at scrape time).
+ * - `convo_mirror_collect_errors_total{collector}`: scrapes where `export_lag` or `queue_jobs`
+ *   could not be read.
+ */
+export class Metrics {
+  /** This instance's registry (pass it nowhere else; {@link Metrics.render} exposes it). */
+  readonly registry = new Registry();
+  private readonly now: () => number;
+  private readonly requests: Counter<'account_id' | 'status'>;
+  private readonly retries: Counter<'account_id'>;
+  private readonly rateLimited: Counter<'account_id'>;
+  private readonly messages: Counter<'account_id' | 'op'>;
+  private readonly conversationsFailed: Counter<'account_id'>;
+  private readonly runs: Counter<'account_id' | 'status'>;
+  private readonly runDuration: Histogram<'account_id' | 'refresh'>;
+  private readonly lastSuccess: Gauge<'account_id'>;
+  private readonly collectErrors: Counter<'collector'>;
+
+  constructor(private readonly o: MetricsOptions = {}) {
+    const registers = [this.registry];
+    this.now = o.now ?? Date.now;
+    if (o.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    this.requests = new Counter({ name: 'convo_mirror_api_requests_total', help: 'API attempts sent (each retry counts), by HTTP status or "error" without one', labelNames: ['account_id', 'status'], registers });
+    this.retries = new Counter({ name: 'convo_mirror_api_retries_total', help: 'API attempts that were retries', labelNames: ['account_id'], registers });
+    this.rateLimited = new Counter({ name: 'convo_mirror_api_rate_limited_total', help: 'API attempts answered 429', labelNames: ['account_id'], registers });
+    this.messages = new Counter({ name: 'convo_mirror_messages_total', help: 'Messages inserted, updated or deleted (tombstoned) by finished runs', labelNames: ['account_id', 'op'], registers });
+    this.conversationsFailed = new Counter({ name: 'convo_mirror_conversations_failed_total', help: 'Conversations that failed in finished runs', labelNames: ['account_id'], registers });
+    this.runs = new Counter({ name: 'convo_mirror_runs_total', help: 'Finished runs by status', labelNames: ['account_id', 'status'], registers });
+    this.runDuration = new Histogram({ name: 'convo_mirror_run_duration_seconds', help: 'Duration of finished runs, seconds', labelNames: ['account_id', 'refresh'], buckets: [...RUN_DURATION_BUCKETS], registers });
+    this.lastSuccess = new Gauge({ name: 'convo_mirror_last_success_timestamp_seconds', help: 'When the last run with status succeeded finished, Unix seconds', labelNames: ['account_id'], registers });
+    this.collectErrors = new Counter({ name: 'convo_mirror_collect_errors_total', help: 'Scrapes where a gauge read at scrape time could not be read', labelNames: ['collector'], registers });
+    this.scrapeGauges(registers);
+  }
+
+  /**
+   * Records one API attempt: `status` undefined = no HTTP status (network error, timeout), counted
+   * as `status="error"`; `retry` = it was a retry; `rateLimited` = it was answered 429.
+   */
+  onResponse(accountId: string, status: number | undefined, retry: boolean, rateLimited: boolean): void {
+    this.requests.inc({ account_id: accountId, status: status === undefined ? 'error' : String(status) });
+    if (retry) this.retries.inc({ account_id: accountId });
+    if (rateLimited) this.rateLimited.inc({ account_id: accountId });
+  }
+
+  /** The {@link ApiClientOptions.onAttempt} hook of a client serving `accountId`. */
+  attemptHook(accountId: string): (e: AttemptEvent) => void {
+    return (e) => this.onResponse(accountId, e.status, e.retry, e.status === 429);
+  }
+
+  /**
+   * Records a finished run of `accountId` from its summary: messages by op, failed conversations,
+   * the run's status and duration, and, for status `succeeded`, the time of its success (now).
+   */
+  onRunFinished(s: RunSummary, accountId: string): void {
+    const account = { account_id: accountId };
+    const ops = { insert: s.messages.inserted, update: s.messages.updated, delete: s.messages.deleted };
+    for (const [op, n] of Object.entries(ops)) this.messages.inc({ ...account, op }, n);
+    this.conversationsFailed.inc(account, s.conversations.failed);
+    this.runs.inc({ ...account, status: s.status });
+    this.runDuration.observe({ ...account, refresh: s.refresh }, Math.max(0, s.durationMs) / 1000);
+    if (s.status === 'succeeded') this.lastSuccess.set(account, this.now() / 1000);
+  }
+
+  /** The Content-Type of {@link Metrics.render}'s text (Prometheus text exposition 0.0.4). */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** Every metric in the Prometheus text exposition format (gauges read at scrape time are read now). */
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** The gauges read at scrape time: export lag and queue jobs, each read by its `collect`. */
+  private scrapeGauges(registers: Registry[]): void {
+    const { exportLag, queueJobCounts } = this.o;
+    const failed = (collector: string, err: unknown) => {
+      this.collectErrors.inc({ collector });
+      this.o.logger?.debug({ collector, err: err instanceof Error ? err.message : String(err) }, 'metric not collected');
+    };
+    new Gauge({
+      name: 'convo_mirror_export_lag_changes',
+      help: 'Change-log rows not yet published to the exports',
+      registers,
+      collect() {
+        this.reset();
+        if (!exportLag) return;
+        try {
+          this.set(exportLag());
+        } catch (err) {
+          failed('export_lag', err);
+        }
+      },
+    });
+    const timeoutMs = this.o.collectTimeoutMs ?? DEFAULT_COLLECT_TIMEOUT_MS;
+    new Gauge({
+      name: 'convo_mirror_queue_jobs',
+      help: 'Jobs in the queue by state',
+      labelNames: ['state'],
+      registers,
+      async collect() {
+        this.reset();
+        if (!queueJobCounts) return;
+        try {
+          const counts = await withTimeout(queueJobCounts(), timeoutMs, 'reading the queue');
+          for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
+        } catch (err) {
+          failed('queue_jobs', err);
+        }
+      },
+    });
+  }
+}
+
+/**
+ * `p`, or a rejection naming `what` after `ms` (the timer never keeps the process alive).
+ *
+ * @throws Error `<what> timed out after <ms> ms`
+ */
+export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+    timer.unref();
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
