@@ -6,7 +6,6 @@
 import type { Job } from 'bullmq';
 import { addTally, newTally, type RequestTally } from '../src/api/client.js';
 import {
-  completeRun,
   crawlConversation,
   failureRecord,
   interruptRun,
@@ -18,7 +17,7 @@ import {
   type RunHandle,
   type RunSpec,
 } from '../src/run/index.js';
-import { requeueAfterShutdown, runTarget, type JobDeps } from './deps.js';
+import { completeJobRun, requeueAfterShutdown, runTarget, type JobDeps } from './deps.js';
 import type { ConversationJobData, ConversationJobResult } from './queue.js';
 
 /**
@@ -68,7 +67,7 @@ async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: str
   const summary =
     crawl.kind === 'stopped'
       ? undefined
-      : completeRun(d, {
+      : completeJobRun(d, {
           run,
           target: runTarget(d),
           // A fatal error fails the run itself (no failure row): nothing more could be attempted.

@@ -3,12 +3,14 @@
  * A thin shell: it builds the dependencies once, hands jobs to jobs/processors.ts, and tears down.
  */
 import { Worker, type Job, type Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { apiClientFromConfig, type ApiClient } from '../src/api/client.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock } from '../src/clock.js';
-import { MirrorUnusableError, describeError } from '../src/errors.js';
+import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
+import { Metrics, startServer, type ReadinessCheck, type RunningServer } from '../src/server/index.js';
 import { fileModes } from '../src/private-fs.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
 import {
@@ -30,8 +32,17 @@ export interface DaemonOptions {
   logger: Logger;
   /** Resolves when the daemon should stop (SIGTERM/SIGINT). */
   stop: Promise<unknown>;
-  /** Called once the worker runs (tests and the CLI log readiness). */
-  onReady?: () => void;
+  /**
+   * Called once the worker runs and the HTTP server listens (tests and the CLI log readiness), with
+   * the server's URL (`http://127.0.0.1:9464`), undefined when it is off.
+   */
+  onReady?: (ready: { httpUrl: string | undefined }) => void;
+  /**
+   * Where the HTTP server listens instead of `config.httpHost` / `config.httpPort`, for tests: here
+   * port 0 means a free port chosen by the OS (its URL is given to `onReady`), whereas
+   * `CONVO_MIRROR_HTTP_PORT=0` turns the server off. `false` turns it off. @defaultValue the config's
+   */
+  httpListen?: { host?: string; port: number } | false;
 }
 
 /** How a daemon ended. */
@@ -54,6 +65,14 @@ interface Resources {
   api: ApiClient;
   /** Aborted at the end of the shutdown grace period: cuts running jobs short. */
   abort: AbortController;
+  /** The daemon's Prometheus metrics (served by the HTTP server). */
+  metrics: Metrics;
+  /** The connection of the readiness check's PING. */
+  probe: RedisProbe;
+  /** The HTTP server, once listening (undefined when off). */
+  server?: RunningServer | undefined;
+  /** Set when shutdown begins: `/readyz` answers 503 from then on. */
+  stopping: boolean;
 }
 
 /**
@@ -84,11 +103,12 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     await registerSchedulers(res.queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy: deps.policy });
     worker = startWorker(config, logger, deps);
     await worker.waitUntilReady();
+    res.server = await startHttp(config, logger, res, o.httpListen);
     logger.info(
-      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule: config.schedule, full_schedule: config.fullSchedule, tz: config.tz, concurrency: config.concurrency },
+      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule: config.schedule, full_schedule: config.fullSchedule, tz: config.tz, concurrency: config.concurrency, http: res.server?.url ?? 'off' },
       'daemon ready',
     );
-    o.onReady?.();
+    o.onReady?.({ httpUrl: res.server?.url });
   } catch (err) {
     // Startup failed: release everything, report the cause.
     await worker?.close(true).catch(() => {});
@@ -117,15 +137,104 @@ async function openResources(config: Config, logger: Logger): Promise<Resources>
   }
   const abort = new AbortController();
   const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
+  const metrics = new Metrics({
+    logger,
+    // Change-log rows above the watermark (status's count; cheap while the exports keep up).
+    exportLag: () => mirror.counts().unexported_changes ?? 0,
+    queueJobCounts: () => queue.getJobCounts(),
+  });
   const api = apiClientFromConfig(config, {
     logger,
     signal: abort.signal,
+    onAttempt: metrics.attemptHook(accountOf(config)),
     // A 429 makes every worker of the queue back off, not just this request.
     onRateLimited: (ms) => {
       queue.rateLimit(ms).catch((err: unknown) => logger.warn({ err: describeError(err) }, 'could not set the queue rate limit'));
     },
   });
-  return { mirror, queue, api, abort };
+  return { mirror, queue, api, abort, metrics, probe: new RedisProbe(config.redisUrl), stopping: false };
+}
+
+/** The account the daemon mirrors (`default` without `X-Account-Id`). */
+function accountOf(config: Config): string {
+  return config.accountId ?? DEFAULT_ACCOUNT;
+}
+
+/**
+ * Starts the HTTP server (health, readiness, metrics) on `config.httpHost:config.httpPort`, or on
+ * `override`; none when the port is 0 (or `override` is false). `/readyz` checks that Redis answers
+ * a PING, that the mirror answers a read, and that the daemon is not shutting down.
+ *
+ * @throws {@link ConfigError} naming CONVO_MIRROR_HTTP_PORT when the port is taken or not allowed,
+ *   or CONVO_MIRROR_HTTP_HOST when the interface does not exist here
+ */
+async function startHttp(config: Config, logger: Logger, res: Resources, override: DaemonOptions['httpListen']): Promise<RunningServer | undefined> {
+  if (override === false || (override === undefined && config.httpPort === 0)) return undefined;
+  const host = override?.host ?? config.httpHost;
+  const port = override?.port ?? config.httpPort;
+  const checks: ReadinessCheck[] = [
+    { name: 'redis', check: () => res.probe.ping() },
+    { name: 'mirror', check: () => void res.mirror.mirrorId() },
+    {
+      name: 'daemon',
+      check: () => {
+        if (res.stopping) throw new Error('shutting down');
+      },
+    },
+  ];
+  try {
+    return await startServer({ logger, metrics: res.metrics, checks }, { host, port });
+  } catch (err) {
+    throw listenError(err, host, port);
+  }
+}
+
+/** The {@link ConfigError} of a failed listen (naming the setting to change), else `err` itself. */
+function listenError(err: unknown, host: string, port: number): unknown {
+  const code = (err as { code?: string }).code;
+  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  if (code === 'EADDRINUSE') return new ConfigError('CONVO_MIRROR_HTTP_PORT', `${where} is already in use: choose another port (--http-port), or 0 for no HTTP server`, err);
+  if (code === 'EACCES') return new ConfigError('CONVO_MIRROR_HTTP_PORT', `${where}: not allowed to listen on port ${port} (ports below 1024 need privileges); choose another port`, err);
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
+    return new ConfigError('CONVO_MIRROR_HTTP_HOST', `cannot listen on ${host}: no such interface on this machine (${code})`, err);
+  }
+  return err;
+}
+
+/**
+ * The Redis connection of `/readyz`: its own, never queueing a command while Redis is away (a
+ * check then fails at once, naming the connection's state and last error) and reconnecting by
+ * itself within a second of Redis coming back.
+ */
+class RedisProbe {
+  private readonly redis: Redis;
+  private lastError: string | undefined;
+
+  constructor(private readonly url: string) {
+    this.redis = new Redis({
+      ...redisConnection(url),
+      lazyConnect: false,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      connectTimeout: 1000,
+      retryStrategy: (times: number) => Math.min(100 * times, 1000),
+    });
+    this.redis.on('error', (err: Error) => (this.lastError = err.message));
+    this.redis.on('ready', () => (this.lastError = undefined));
+  }
+
+  /** @throws Error naming the host (never the password) when Redis does not answer PONG */
+  async ping(): Promise<void> {
+    if (this.redis.status !== 'ready') {
+      throw new Error(`Redis at ${redisHost(this.url)} is not connected (${this.redis.status}${this.lastError ? `: ${this.lastError}` : ''})`);
+    }
+    const answer = await this.redis.ping();
+    if (answer !== 'PONG') throw new Error(`Redis at ${redisHost(this.url)} answered PING with ${JSON.stringify(answer)}`);
+  }
+
+  close(): void {
+    this.redis.disconnect();
+  }
 }
 
 /** The processors' dependencies, built once. */
@@ -136,7 +245,7 @@ function jobDeps(config: Config, logger: Logger, res: Resources, onFatal: (err: 
     logger,
     clock: systemClock,
     queue: res.queue,
-    accountId: config.accountId ?? DEFAULT_ACCOUNT,
+    accountId: accountOf(config),
     exportDir: config.exportDir,
     modes: fileModes(config.groupReadable),
     policy: { attempts: config.jobAttempts },
@@ -144,6 +253,7 @@ function jobDeps(config: Config, logger: Logger, res: Resources, onFatal: (err: 
     locks: new KeyedMutex(),
     changeFieldSetting: config.changeField,
     onFatal,
+    onRunFinished: (summary, accountId) => res.metrics.onRunFinished(summary, accountId),
   };
 }
 
@@ -176,6 +286,7 @@ function startWorker(config: Config, logger: Logger, deps: JobDeps): Worker {
 async function shutdown(config: Config, logger: Logger, worker: Worker, res: Resources): Promise<Omit<DaemonExit, 'fatal'>> {
   const t0 = Date.now();
   let forced = false;
+  res.stopping = true;
   logger.info({ grace_ms: config.shutdownTimeoutMs }, 'shutting down: no new jobs; waiting for running ones');
   const closing = worker.close();
   let timer: NodeJS.Timeout | undefined;
@@ -198,8 +309,11 @@ async function shutdown(config: Config, logger: Logger, worker: Worker, res: Res
   return { shutdownMs, forced };
 }
 
-/** Closes the queue, the client and the mirror (its writer lock released). */
+/** Closes the HTTP server, the queue, the client and the mirror (its writer lock released). */
 async function release(res: Resources): Promise<void> {
+  res.stopping = true;
+  await res.server?.close().catch(() => {});
+  res.probe.close();
   await res.queue.close().catch(() => {});
   await res.api.close().catch(() => {});
   res.mirror.close();

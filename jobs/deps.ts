@@ -5,7 +5,8 @@
 import { DelayedError, type Job, type Queue } from 'bullmq';
 import type { RequestTally } from '../src/api/client.js';
 import type { FileModes } from '../src/private-fs.js';
-import type { RunTarget } from '../src/run/index.js';
+import { RunError } from '../src/errors.js';
+import { completeRun, type RunOutcome, type RunSummary, type RunTarget } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
 import type { JobPolicy } from './queue.js';
 
@@ -28,6 +29,40 @@ export interface JobDeps extends SyncDeps {
    * the daemon stops instead of failing job after job.
    */
   onFatal?: (err: Error) => void;
+  /**
+   * Called with the summary of every run a job completes (succeeded, partial or failed: right after
+   * `completeRun` returns, or throws the {@link RunError} carrying the summary) and the account it
+   * mirrors, e.g. the daemon's metrics. Not called for a run a shutdown interrupted. A hook that
+   * throws is ignored. A `finish` step retried after recording its run reports it again.
+   */
+  onRunFinished?: (summary: RunSummary, accountId: string) => void;
+}
+
+/**
+ * `completeRun` for the job kinds: completes the run, then tells {@link JobDeps.onRunFinished}.
+ *
+ * @returns the run's summary
+ * @throws what `completeRun` throws (a {@link RunError} carrying the summary), after reporting it
+ */
+export function completeJobRun(d: JobDeps, o: RunOutcome): RunSummary {
+  let summary: RunSummary;
+  try {
+    summary = completeRun(d, o);
+  } catch (err) {
+    if (err instanceof RunError) reportRun(d, err.summary as RunSummary);
+    throw err;
+  }
+  reportRun(d, summary);
+  return summary;
+}
+
+/** Tells {@link JobDeps.onRunFinished}; an observer never fails a job. */
+function reportRun(d: JobDeps, summary: RunSummary): void {
+  try {
+    d.onRunFinished?.(summary, d.accountId);
+  } catch (err) {
+    d.logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'run-finished hook failed');
+  }
 }
 
 /** Runs tasks one at a time per key (two jobs for one conversation never crawl at once). */

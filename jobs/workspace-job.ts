@@ -8,7 +8,6 @@ import { Job, WaitingChildrenError } from 'bullmq';
 import { newTally } from '../src/api/client.js';
 import { DriftError } from '../src/errors.js';
 import {
-  completeRun,
   failureRecord,
   openRun,
   parseFailureMessage,
@@ -22,7 +21,7 @@ import {
 } from '../src/run/index.js';
 import type { RunFailureRecord } from '../src/store/mirror.js';
 import { LIST_FAILURE_ID, listWorkspace, type ListingResult } from '../src/sync/workspace.js';
-import { requeueAfterShutdown, runTarget, type JobDeps } from './deps.js';
+import { completeJobRun, requeueAfterShutdown, runTarget, type JobDeps } from './deps.js';
 import { CONVERSATION_JOB, jobOptions, type ConversationJobData, type ConversationJobResult, type WorkspaceJobData } from './queue.js';
 
 /** Child job id of a conversation in a workspace run: deterministic, so a retried step adds nothing twice. */
@@ -83,7 +82,7 @@ async function listStep(d: JobDeps, job: Job<WorkspaceJobData>, token: string | 
     // Auth, config or an unusable mirror: record the run as failed, with the requests the listing
     // made (completeRun throws a RunError carrying it); the error decides that it is never retried.
     const asked = { passes: 0, confirmed: false, listed: 0, inserted: 0, updated: 0, tally };
-    completeRun(d, { run, target: runTarget(d), work: workOfCrawls(asked, []), fatal: err });
+    completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(asked, []), fatal: err });
     throw err;
   }
   if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
@@ -91,7 +90,7 @@ async function listStep(d: JobDeps, job: Job<WorkspaceJobData>, token: string | 
     const f = listing.failure as Error & { retryable?: boolean };
     const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
     if (f.retryable === true && !lastAttempt) throw f;
-    completeRun(d, { run, target: runTarget(d), work: workOfCrawls(listingFigures(listing), []), fatal: f }); // throws the RunError
+    completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(listingFigures(listing), []), fatal: f }); // throws the RunError
   }
   const children = await addChildren(d, job, run.runId, listing);
   await job.updateData({ ...job.data, step: 'crawl', listing: listingFigures(listing) });
@@ -153,7 +152,7 @@ async function finishStep(d: JobDeps, job: Job<WorkspaceJobData>): Promise<RunSu
     ...l,
     failure: typeof l.failure === 'string' ? parseFailureMessage(LIST_FAILURE_ID, l.failure) : l.failure,
   };
-  return completeRun(d, { run, target: runTarget(d), work: workOfCrawls(listing, crawls) });
+  return completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(listing, crawls) });
 }
 
 /** The children that completed: each one's result, and what all its attempts cost. */

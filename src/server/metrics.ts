@@ -22,7 +22,7 @@ export const DEFAULT_COLLECT_TIMEOUT_MS = 1000;
 export interface MetricsOptions {
   /**
    * Change-log rows not yet published (`convo_mirror_export_lag_changes`), read at each scrape. A
-   * throw leaves the gauge without a sample for that scrape and counts a collect error.
+   * throw makes the sample `NaN` for that scrape and counts a collect error. Without it the gauge reads 0.
    */
   exportLag?: () => number;
   /**
@@ -55,7 +55,8 @@ export interface MetricsOptions {
  * - `convo_mirror_run_duration_seconds{account_id,refresh}`: histogram of finished runs' durations.
  * - `convo_mirror_last_success_timestamp_seconds{account_id}`: when the last run with status
  *   `succeeded` finished, Unix seconds (absent until one has).
- * - `convo_mirror_export_lag_changes`: change-log rows not yet published (at scrape time).
+ * - `convo_mirror_export_lag_changes`: change-log rows not yet published (at scrape time; `NaN`
+ *   when the mirror could not be read).
  * - `convo_mirror_queue_jobs{state}`: jobs in the queue by state (at scrape time).
  * - `convo_mirror_collect_errors_total{collector}`: scrapes where `export_lag` or `queue_jobs`
  *   could not be read.
@@ -72,6 +73,8 @@ export class Metrics {
   private readonly runs: Counter<'account_id' | 'status'>;
   private readonly runDuration: Histogram<'account_id' | 'refresh'>;
   private readonly lastSuccess: Gauge<'account_id'>;
+  private readonly exportLag: Gauge;
+  private readonly queueJobs: Gauge<'state'>;
   private readonly collectErrors: Counter<'collector'>;
 
   constructor(private readonly o: MetricsOptions = {}) {
@@ -86,8 +89,9 @@ export class Metrics {
     this.runs = new Counter({ name: 'convo_mirror_runs_total', help: 'Finished runs by status', labelNames: ['account_id', 'status'], registers });
     this.runDuration = new Histogram({ name: 'convo_mirror_run_duration_seconds', help: 'Duration of finished runs, seconds', labelNames: ['account_id', 'refresh'], buckets: [...RUN_DURATION_BUCKETS], registers });
     this.lastSuccess = new Gauge({ name: 'convo_mirror_last_success_timestamp_seconds', help: 'When the last run with status succeeded finished, Unix seconds', labelNames: ['account_id'], registers });
+    this.exportLag = new Gauge({ name: 'convo_mirror_export_lag_changes', help: 'Change-log rows not yet published to the exports', registers });
+    this.queueJobs = new Gauge({ name: 'convo_mirror_queue_jobs', help: 'Jobs in the queue by state', labelNames: ['state'], registers });
     this.collectErrors = new Counter({ name: 'convo_mirror_collect_errors_total', help: 'Scrapes where a gauge read at scrape time could not be read', labelNames: ['collector'], registers });
-    this.scrapeGauges(registers);
   }
 
   /**
@@ -124,49 +128,42 @@ export class Metrics {
     return this.registry.contentType;
   }
 
-  /** Every metric in the Prometheus text exposition format (gauges read at scrape time are read now). */
-  render(): Promise<string> {
+  /**
+   * Every metric in the Prometheus text exposition format. The gauges of the mirror and the queue
+   * are read first (the queue bounded by `collectTimeoutMs`), so a failed read shows in this very
+   * scrape's `convo_mirror_collect_errors_total`.
+   */
+  async render(): Promise<string> {
+    await this.readSources();
     return this.registry.metrics();
   }
 
-  /** The gauges read at scrape time: export lag and queue jobs, each read by its `collect`. */
-  private scrapeGauges(registers: Registry[]): void {
+  /** Reads the export lag and the queue's job counts into their gauges. Never throws. */
+  private async readSources(): Promise<void> {
     const { exportLag, queueJobCounts } = this.o;
-    const failed = (collector: string, err: unknown) => {
-      this.collectErrors.inc({ collector });
-      this.o.logger?.debug({ collector, err: err instanceof Error ? err.message : String(err) }, 'metric not collected');
-    };
-    new Gauge({
-      name: 'convo_mirror_export_lag_changes',
-      help: 'Change-log rows not yet published to the exports',
-      registers,
-      collect() {
-        this.reset();
-        if (!exportLag) return;
-        try {
-          this.set(exportLag());
-        } catch (err) {
-          failed('export_lag', err);
-        }
-      },
-    });
-    const timeoutMs = this.o.collectTimeoutMs ?? DEFAULT_COLLECT_TIMEOUT_MS;
-    new Gauge({
-      name: 'convo_mirror_queue_jobs',
-      help: 'Jobs in the queue by state',
-      labelNames: ['state'],
-      registers,
-      async collect() {
-        this.reset();
-        if (!queueJobCounts) return;
-        try {
-          const counts = await withTimeout(queueJobCounts(), timeoutMs, 'reading the queue');
-          for (const [state, n] of Object.entries(counts)) this.set({ state }, n);
-        } catch (err) {
-          failed('queue_jobs', err);
-        }
-      },
-    });
+    if (exportLag) {
+      try {
+        this.exportLag.set(exportLag());
+      } catch (err) {
+        // Unknown, and said so: a gauge without labels always has a sample; never a stale or made-up value.
+        this.exportLag.set(Number.NaN);
+        this.collectFailed('export_lag', err);
+      }
+    }
+    if (queueJobCounts) {
+      this.queueJobs.reset();
+      try {
+        const counts = await withTimeout(queueJobCounts(), this.o.collectTimeoutMs ?? DEFAULT_COLLECT_TIMEOUT_MS, 'reading the queue');
+        for (const [state, n] of Object.entries(counts)) this.queueJobs.set({ state }, n);
+      } catch (err) {
+        this.collectFailed('queue_jobs', err);
+      }
+    }
+  }
+
+  private collectFailed(collector: string, err: unknown): void {
+    this.collectErrors.inc({ collector });
+    this.o.logger?.debug({ collector, err: err instanceof Error ? err.message : String(err) }, 'metric not collected');
   }
 }
 
