@@ -15,7 +15,7 @@ import net from 'node:net';
 import os from 'node:os';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { register as globalRegister } from 'prom-client';
-import type { Config } from '../config/index.js';
+import { loadConfig, type Config } from '../config/index.js';
 import { runDaemon, type DaemonExit, type DaemonOptions } from '../jobs/daemon.js';
 import { enqueueWorkspace, openQueue } from '../jobs/queue.js';
 import { ApiClient, type AttemptEvent } from '../src/api/client.js';
@@ -438,9 +438,10 @@ describe('the daemon serves health, readiness and metrics', () => {
 
   it('binds 127.0.0.1 by default (not reachable on another interface); a taken port is refused naming the setting; port 0 = no server', async () => {
     const fake = await fx.fakeApi(FakeWorkspace.fromCounts([1]));
+    const defaults = loadConfig({ CONVO_MIRROR_BASE_URL: fake.url, CONVO_MIRROR_API_KEY: API_KEY });
+    expect([defaults.httpHost, defaults.httpPort]).toEqual(['127.0.0.1', 9464]);
     const config = fx.daemonConfig(fake, fx.prefix());
     expect(config.httpHost).toBe('127.0.0.1');
-    expect(config.httpPort).toBe(9464);
     const a = await startHttpDaemon(config);
     const port = Number(new URL(a.url!).port);
     expect(a.url).toBe(`http://127.0.0.1:${port}`);
