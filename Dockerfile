@@ -24,5 +24,9 @@ COPY --from=build /app/dist ./dist
 RUN mkdir -p /app/data/exports && chown -R node:node /app/data
 USER node
 ENV CONVO_MIRROR_DB=/app/data/mirror.sqlite \
-    CONVO_MIRROR_EXPORT_DIR=/app/data/exports
+    CONVO_MIRROR_EXPORT_DIR=/app/data/exports \
+    CONVO_MIRROR_HTTP_HOST=0.0.0.0 \
+    CONVO_MIRROR_HTTP_PORT=9464
+# /healthz, /readyz, /metrics
+EXPOSE 9464
 CMD ["node", "dist/src/cli/index.js", "daemon"]

@@ -140,7 +140,7 @@ async function openResources(config: Config, logger: Logger): Promise<Resources>
   const metrics = new Metrics({
     logger,
     // Change-log rows above the watermark (status's count; cheap while the exports keep up).
-    exportLag: () => mirror.counts().unexported_changes ?? 0,
+    exportLag: () => mirror.unexportedChanges(),
     queueJobCounts: () => queue.getJobCounts(),
   });
   const api = apiClientFromConfig(config, {

@@ -50,6 +50,8 @@ describe('loadConfig defaults', () => {
       maxResponseBytes: 32 * 1024 * 1024,
       groupReadable: false,
       changeField: 'auto',
+      httpHost: '127.0.0.1',
+      httpPort: 9464,
     });
   });
 

@@ -75,6 +75,8 @@ export function daemonFixtures(label: string): DaemonFixtures {
         CONVO_MIRROR_FULL_SCHEDULE: NEVER,
         CONVO_MIRROR_JOB_LOCK_MS: '2000',
         CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: '2000',
+        // No HTTP server: daemons of parallel tests would all ask for 9464 (test/server.test.ts covers it).
+        CONVO_MIRROR_HTTP_PORT: '0',
         LOG_LEVEL: 'silent',
         ...env,
       });

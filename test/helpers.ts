@@ -203,6 +203,8 @@ export function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string 
     CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
     CONVO_MIRROR_MAX_RPS: '0',
     CONVO_MIRROR_MAX_RETRIES: '2',
+    // A daemon child gets no HTTP server unless a test asks for one (9464 would clash between tests).
+    CONVO_MIRROR_HTTP_PORT: '0',
     LOG_LEVEL: 'info',
   };
   for (const [k, v] of Object.entries(extra)) {

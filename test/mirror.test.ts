@@ -347,6 +347,20 @@ describe('edits and unchanged rows', () => {
   });
 });
 
+describe('export lag', () => {
+  it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 2]);
+    const h = await start({ workspace: ws });
+    expect(h.mirror.unexportedChanges()).toBe(0);
+    const s = await h.sync();
+    expect(s.export.lines).toBe(2 + 3 + 2);
+    expect(h.mirror.unexportedChanges()).toBe(0);
+    const conv = { id: 'c-new', subject: 'x' };
+    h.mirror.upsertConversations(ACCOUNT_ID, { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
+    expect(h.mirror.unexportedChanges()).toBe(1);
+  });
+});
+
 describe('runs', () => {
   it('records status, counts and requests of each run', async () => {
     const ws = FakeWorkspace.fromCounts([3, 120, 0]);

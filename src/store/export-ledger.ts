@@ -21,6 +21,7 @@ export class ExportLedger {
   private readonly files: Statement<[], PublishedFile>;
   private readonly fileTotals: Statement<[], { files: number; lines: number }>;
   private readonly publishedBatches: Statement<[], { n: number }>;
+  private readonly lag: Statement<[], { n: number }>;
 
   constructor(db: Db) {
     this.watermarkOf = db.prepare(`SELECT watermark FROM export_state WHERE id = 1`);
@@ -38,6 +39,13 @@ export class ExportLedger {
     this.files = db.prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files ORDER BY first_seq, path`);
     this.fileTotals = db.prepare(`SELECT count(*) AS files, coalesce(sum(lines), 0) AS lines FROM export_files`);
     this.publishedBatches = db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NOT NULL`);
+    // A range of the primary key: costs what lies above the watermark, not the whole log.
+    this.lag = db.prepare(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`);
+  }
+
+  /** Change-log rows above the exported watermark (not yet published). */
+  unexported(): number {
+    return this.lag.get()!.n;
   }
 
   /** The last `change_log.seq` published. */

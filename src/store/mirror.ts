@@ -401,6 +401,14 @@ export class Mirror {
   }
 
   /**
+   * Change-log rows not yet published (above the exported watermark): the export lag. Cheap (a
+   * range of the primary key), for a metrics scrape.
+   */
+  unexportedChanges(): number {
+    return this.guard(() => this.ledger.unexported());
+  }
+
+  /**
    * The batch to publish, in one transaction: the planned, unpublished one left by an interrupted
    * publication (`resumed`), else a new batch over `(watermark, max(seq)]`, its range fixed before
    * any file is written. Undefined when nothing waits.
