@@ -102,6 +102,11 @@ export interface Workspace {
   readonly baseUrl: string | undefined;
   /** Sent as `X-Api-Key`. Undefined only for commands that make no API call. Never logged. */
   readonly apiKey: string | undefined;
+  /**
+   * The environment variable its key came from (a workspaces file's `api_key_env`), for messages;
+   * undefined: `CONVO_MIRROR_API_KEY`. Never the key.
+   */
+  readonly keyVariable?: string | undefined;
   /** Cron of this workspace's regular sync. @defaultValue {@link Config.schedule} */
   readonly schedule: string;
   /** Cron of this workspace's full refresh. @defaultValue {@link Config.fullSchedule} */
@@ -522,14 +527,18 @@ function resolveWorkspaces(out: Record<string, unknown>, env: NodeJS.ProcessEnv,
   const ids = out['accountId'] as string[] | undefined;
   const file = out['workspacesFile'] as string | undefined;
   const defaults = { baseUrl: out['baseUrl'] as string | undefined, schedule: out['schedule'] as string, fullSchedule: out['fullSchedule'] as string };
-  if (file !== undefined) {
-    if (ids !== undefined) {
-      throw new ConfigError(
-        rawOf('workspacesFile', env, flags).name,
-        `cannot be combined with ${rawOf('accountId', env, flags).name}: list every workspace (account_id) in the file, or give only the account ids`,
-      );
+  // Commands that make no API call (status, verify, enqueue...) never need the file: one that is
+  // not mounted where they run must not stop them.
+  if (file !== undefined && needsApi) {
+    const fileName = rawOf('workspacesFile', env, flags).name;
+    const idsName = rawOf('accountId', env, flags).name;
+    const fileFromFlag = flags.workspacesFile !== undefined;
+    const idsFromFlag = flags.accountId !== undefined;
+    // Given in different places, the command line wins over the environment; given together, refused.
+    if (ids === undefined || (fileFromFlag && !idsFromFlag)) return readWorkspacesFile(file, fileName, env, defaults, needsApi);
+    if (!idsFromFlag || fileFromFlag) {
+      throw new ConfigError(fileName, `cannot be combined with ${idsName}: list every workspace (account_id) in the file, or give only the account ids`);
     }
-    return readWorkspacesFile(file, rawOf('workspacesFile', env, flags).name, env, defaults, needsApi);
   }
   const apiKey = out['apiKey'] as string | undefined;
   return (ids ?? [undefined]).map((accountId) => workspaceOf({ accountId, apiKey, ...defaults }));
@@ -611,6 +620,7 @@ function readWorkspacesFile(
       accountId: e.account_id,
       baseUrl,
       apiKey: keyOf(e.api_key_env, env, entry, needsApi),
+      keyVariable: e.api_key_env,
       schedule: e.schedule ?? defaults.schedule,
       fullSchedule: e.full_schedule ?? defaults.fullSchedule,
     });

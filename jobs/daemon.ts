@@ -100,12 +100,16 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   let worker: Worker | undefined;
   try {
     await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, res.mirror.mirrorId());
-    await registerSchedulers(res.queue, { schedule: config.schedule, fullSchedule: config.fullSchedule, tz: config.tz, policy: deps.policy });
+    // The one workspace's own crons (a workspaces file entry may set them), else the configured ones.
+    const workspace = config.workspaces[0];
+    const schedule = workspace?.schedule ?? config.schedule;
+    const fullSchedule = workspace?.fullSchedule ?? config.fullSchedule;
+    await registerSchedulers(res.queue, { schedule, fullSchedule, tz: config.tz, policy: deps.policy });
     worker = startWorker(config, logger, deps);
     await worker.waitUntilReady();
     res.server = await startHttp(config, logger, res, o.httpListen);
     logger.info(
-      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule: config.schedule, full_schedule: config.fullSchedule, tz: config.tz, concurrency: config.concurrency, http: res.server?.url ?? 'off' },
+      { redis: redisHost(config.redisUrl), prefix: config.queuePrefix, schedule, full_schedule: fullSchedule, tz: config.tz, concurrency: config.concurrency, http: res.server?.url ?? 'off' },
       'daemon ready',
     );
     o.onReady?.({ httpUrl: res.server?.url });

@@ -207,7 +207,7 @@ describe('Metrics', () => {
   it('records a finished run: messages by op, failed conversations, status, duration histogram, last success time', async () => {
     const m = new Metrics({ processMetrics: false, now: () => 1_700_000_000_000 });
     m.onRunFinished(summary(), 'acc');
-    m.onRunFinished(summary({ status: 'failed', refresh: 'full', durationMs: 90_000, messages: { served: 0, inserted: 1, updated: 0, deleted: 0, restarts: 0 } }), 'acc');
+    m.onRunFinished(summary({ runId: 2, status: 'failed', refresh: 'full', durationMs: 90_000, messages: { served: 0, inserted: 1, updated: 0, deleted: 0, restarts: 0 } }), 'acc');
     const { samples, types } = parseProm(await m.render());
     expect(value(samples, 'convo_mirror_messages_total', { account_id: 'acc', op: 'insert' })).toBe(8);
     expect(value(samples, 'convo_mirror_messages_total', { account_id: 'acc', op: 'update' })).toBe(2);
@@ -222,6 +222,15 @@ describe('Metrics', () => {
     expect(value(samples, 'convo_mirror_run_duration_seconds_bucket', { account_id: 'acc', refresh: 'full', le: '120' })).toBe(1);
     // Only the succeeded run sets it.
     expect(value(samples, 'convo_mirror_last_success_timestamp_seconds', { account_id: 'acc' })).toBe(1_700_000_000);
+  });
+
+  it('counts a run reported twice (a retried finish step) once', async () => {
+    const m = new Metrics({ processMetrics: false });
+    m.onRunFinished(summary({ runId: 7 }), 'acc');
+    m.onRunFinished(summary({ runId: 7 }), 'acc');
+    const { samples } = parseProm(await m.render());
+    expect(value(samples, 'convo_mirror_runs_total', { account_id: 'acc', status: 'succeeded' })).toBe(1);
+    expect(value(samples, 'convo_mirror_messages_total', { account_id: 'acc', op: 'insert' })).toBe(summary().messages.inserted);
   });
 
   it('reads the export lag and the queue at scrape time; a source that throws (NaN) or hangs (no sample) counts a collect error', async () => {

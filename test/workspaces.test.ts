@@ -43,6 +43,23 @@ function workspacesFile(content: unknown): string {
   return file;
 }
 
+describe('config: where the workspaces come from', () => {
+  it('a command that makes no API call never reads the workspaces file (one not mounted where status runs does not stop it)', () => {
+    const cfg = loadConfig({ CONVO_MIRROR_WORKSPACES: '/nonexistent/workspaces.json' }, {}, { needsApi: false });
+    expect(cfg.workspaces).toHaveLength(1);
+    expect(configError({ ...BASE, CONVO_MIRROR_WORKSPACES: '/nonexistent/workspaces.json' }).message).toMatch(/CONVO_MIRROR_WORKSPACES: .*cannot be read/);
+  });
+
+  it('the file and the account ids given in different places: the command line wins; given in the same place: refused', () => {
+    const file = workspacesFile([{ account_id: C, api_key_env: 'KEY_C' }]);
+    const env = { ...BASE, KEY_C: OTHER_KEY };
+    expect(loadConfig({ ...env, CONVO_MIRROR_WORKSPACES: file }, { accountId: A }).workspaces.map((w) => w.accountId)).toEqual([A]);
+    expect(loadConfig({ ...env, CONVO_MIRROR_ACCOUNT_ID: A }, { workspacesFile: file }).workspaces.map((w) => [w.accountId, w.keyVariable])).toEqual([[C, 'KEY_C']]);
+    expect(configError({ ...env, CONVO_MIRROR_ACCOUNT_ID: A, CONVO_MIRROR_WORKSPACES: file }).message).toMatch(/CONVO_MIRROR_WORKSPACES: cannot be combined with CONVO_MIRROR_ACCOUNT_ID/);
+    expect(configError(env, { accountId: A, workspacesFile: file }).message).toMatch(/--workspaces: cannot be combined with --account-id/);
+  });
+});
+
 describe('config: the account-id list', () => {
   it('one UUID is one workspace, exactly as before', () => {
     const cfg = loadConfig({ ...BASE, CONVO_MIRROR_ACCOUNT_ID: A });
@@ -86,8 +103,8 @@ describe('config: the workspaces file', () => {
     ]);
     const cfg = loadConfig({ CONVO_MIRROR_BASE_URL: 'https://support.example.com/api', CONVO_MIRROR_WORKSPACES: file, KEY_ONE: KEY, KEY_TWO: OTHER_KEY });
     expect(cfg.workspaces).toEqual([
-      { accountId: A, baseUrl: 'https://support.example.com/api', apiKey: KEY, schedule: '*/15 * * * *', fullSchedule: '0 3 * * *' },
-      { accountId: B, baseUrl: 'https://eu.example.com/api', apiKey: OTHER_KEY, schedule: '*/5 * * * *', fullSchedule: '30 2 * * *' },
+      { accountId: A, baseUrl: 'https://support.example.com/api', apiKey: KEY, keyVariable: 'KEY_ONE', schedule: '*/15 * * * *', fullSchedule: '0 3 * * *' },
+      { accountId: B, baseUrl: 'https://eu.example.com/api', apiKey: OTHER_KEY, keyVariable: 'KEY_TWO', schedule: '*/5 * * * *', fullSchedule: '30 2 * * *' },
     ]);
     // Existing callers see the first workspace; CONVO_MIRROR_API_KEY is not needed.
     expect([cfg.accountId, cfg.apiKey, cfg.workspacesFile]).toEqual([A, KEY, file]);
@@ -110,8 +127,8 @@ describe('config: the workspaces file', () => {
       expect(err.message).not.toContain(KEY);
       expect(err.message.split('\n')).toHaveLength(1);
     }
-    // Commands that make no API call do not need the keys.
-    expect(loadConfig({ CONVO_MIRROR_WORKSPACES: file }, {}, { needsApi: false }).workspaces.map((w) => w.apiKey)).toEqual([undefined, undefined]);
+    // Commands that make no API call do not read the file, so they need no key.
+    expect(loadConfig({ CONVO_MIRROR_WORKSPACES: file }, {}, { needsApi: false }).workspaces.map((w) => w.apiKey)).toEqual([undefined]);
     // A malformed key: named by its variable, not shown.
     const bad = configError({ ...BASE, CONVO_MIRROR_WORKSPACES: file, KEY_ONE: KEY, KEY_TWO: 'sk-\nSECRET' });
     expect(bad.variable).toBe('KEY_TWO');
@@ -320,6 +337,10 @@ describe('convo-mirror sync of several workspaces (CLI)', () => {
     expect(r.stdout).toMatch(new RegExp(`^account ${B}: run 1 \\(workspace, incremental\\) failed`, 'm'));
     expect(r.stdout).toMatch(new RegExp(`^account ${A}: run 2 \\(workspace, incremental\\) succeeded`, 'm'));
     expect(r.stderr).toMatch(new RegExp(`^convo-mirror: account ${B}: authentication error: `, 'm'));
+    // The key came from KEY_B, not CONVO_MIRROR_API_KEY: the message says so.
+    const authLine = r.stderr.split('\n').find((l) => l.includes('authentication error'))!;
+    expect(authLine).toContain("KEY_B (this workspace's api_key_env)");
+    expect(authLine).not.toContain('CONVO_MIRROR_API_KEY');
     expect(r.stderr + r.stdout).not.toContain('revoked-key-7');
     expect(runsOf(dir)).toEqual([
       { account_id: B, status: 'failed' },

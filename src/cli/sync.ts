@@ -155,10 +155,14 @@ export interface WorkspaceOutcome {
   summary: RunSummary | undefined;
   /** What stopped the run, if anything (a {@link RunError} carries the summary too). */
   error: unknown;
-  /** False when the sync was interrupted before this workspace's turn. */
+  /** False when the sync stopped before this workspace's turn (see `notStarted`). */
   started: boolean;
+  /** Why it was not started: an interruption (SIGINT/SIGTERM), or an earlier workspace's mirror error. */
+  notStarted?: 'interrupted' | 'mirror error';
   /** Its exit code, as one workspace's `sync` would exit. */
   exit: number;
+  /** The variable its key came from, when not `CONVO_MIRROR_API_KEY` (a workspaces file entry). */
+  keyVariable?: string | undefined;
 }
 
 /** Errors after which no further workspace is tried: the one mirror they all share is in question. */
@@ -178,21 +182,25 @@ export async function syncWorkspaces(
 ): Promise<WorkspaceOutcome[]> {
   const session = openSession(opts);
   const outcomes: WorkspaceOutcome[] = [];
-  let stopped = false;
+  let stopped: WorkspaceOutcome | undefined;
   try {
     for (const workspace of opts.workspaces) {
       const accountId = workspace.accountId ?? DEFAULT_ACCOUNT;
+      const from = workspace.keyVariable !== undefined ? { keyVariable: workspace.keyVariable } : {};
       let outcome: WorkspaceOutcome;
-      if (stopped || session.signals.signal.aborted) {
-        outcome = { accountId, summary: undefined, error: undefined, started: false, exit: EXIT.INTERRUPTED };
+      if (stopped) {
+        // The mirror they all share failed: not started, with the exit code of that failure.
+        outcome = { accountId, summary: undefined, error: undefined, started: false, notStarted: 'mirror error', exit: stopped.exit };
+      } else if (session.signals.signal.aborted) {
+        outcome = { accountId, summary: undefined, error: undefined, started: false, notStarted: 'interrupted', exit: EXIT.INTERRUPTED };
       } else {
         try {
           const summary = await syncOne(session, workspace, opts, session.logger.child({ account_id: accountId }));
-          outcome = { accountId, summary, error: undefined, started: true, exit: exitOfRun(summary) };
+          outcome = { accountId, summary, error: undefined, started: true, exit: exitOfRun(summary), ...from };
         } catch (err) {
           const summary = err instanceof RunError ? (err.summary as RunSummary) : undefined;
-          outcome = { accountId, summary, error: err, started: true, exit: verdictOf(err).code };
-          stopped = stopsAll(err);
+          outcome = { accountId, summary, error: err, started: true, exit: verdictOf(err).code, ...from };
+          if (stopsAll(err)) stopped = outcome;
         }
       }
       outcomes.push(outcome);
@@ -224,7 +232,8 @@ export function selectWorkspaces(all: readonly Workspace[], accounts: readonly s
 function printOutcome(o: WorkspaceOutcome, json: boolean): void {
   const label = `account ${o.accountId}`;
   if (!o.started) {
-    if (!json) process.stdout.write(`${label}: not synced: the sync was interrupted before this workspace\n`);
+    const why = o.notStarted === 'mirror error' ? 'the mirror failed in an earlier workspace (see its error)' : 'the sync was interrupted before this workspace';
+    if (!json) process.stdout.write(`${label}: not synced: ${why}\n`);
     return;
   }
   if (o.summary) {
@@ -233,8 +242,17 @@ function printOutcome(o: WorkspaceOutcome, json: boolean): void {
   }
   if (o.error !== undefined) {
     const v = verdictOf(o.error);
-    if (v.message !== undefined) fail(v.code, `${label}: ${v.message}`);
+    if (v.message !== undefined) fail(v.code, `${label}: ${withKeySource(v.message, o)}`);
   }
+}
+
+/**
+ * An authentication message names CONVO_MIRROR_API_KEY; for a workspace whose key comes from a
+ * workspaces file entry, it names that entry's variable instead.
+ */
+function withKeySource(message: string, o: WorkspaceOutcome): string {
+  if (o.keyVariable === undefined || !/^authentication error:/.test(message)) return message;
+  return message.replace(/CONVO_MIRROR_API_KEY/g, `${o.keyVariable} (this workspace's api_key_env)`).replace(/CONVO_MIRROR_ACCOUNT_ID/g, `the account_id of this workspace in CONVO_MIRROR_WORKSPACES`);
 }
 
 /** `sync` of several workspaces: each printed as it ends (JSON: one list at the end); the worst exit code. */
@@ -245,9 +263,10 @@ async function syncSeveral(opts: SyncCommandOptions, workspaces: readonly Worksp
     const list = outcomes.map((o) => ({
       account_id: o.accountId,
       started: o.started,
+      ...(o.notStarted ? { not_started: o.notStarted } : {}),
       exit_code: o.exit,
       summary: o.summary ?? null,
-      error: o.error === undefined ? null : (verdictOf(o.error).message ?? describeError(o.error)),
+      error: o.error === undefined ? null : withKeySource(verdictOf(o.error).message ?? describeError(o.error), o),
     }));
     process.stdout.write(JSON.stringify(list, null, 2) + '\n');
   }

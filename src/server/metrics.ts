@@ -62,6 +62,8 @@ export interface MetricsOptions {
  *   could not be read.
  */
 export class Metrics {
+  /** Runs already counted (the last 10,000), so a run reported twice is counted once. */
+  private readonly counted = new Set<number>();
   /** This instance's registry (pass it nowhere else; {@link Metrics.render} exposes it). */
   readonly registry = new Registry();
   private readonly now: () => number;
@@ -114,6 +116,10 @@ export class Metrics {
    * the run's status and duration, and, for status `succeeded`, the time of its success (now).
    */
   onRunFinished(s: RunSummary, accountId: string): void {
+    // A finish step retried after it recorded its run reports the run again: count it once.
+    if (this.counted.has(s.runId)) return;
+    this.counted.add(s.runId);
+    if (this.counted.size > 10_000) this.counted.delete(this.counted.values().next().value!);
     const account = { account_id: accountId };
     const ops = { insert: s.messages.inserted, update: s.messages.updated, delete: s.messages.deleted };
     for (const [op, n] of Object.entries(ops)) this.messages.inc({ ...account, op }, n);
