@@ -329,6 +329,26 @@ describe('interruptions', () => {
   });
 });
 
+describe('a daemon configured by a one-entry workspaces file', () => {
+  it("registers that entry's schedules and mirrors with that entry's key", async () => {
+    const ws = FakeWorkspace.fromCounts([3]);
+    const fake = await fakeApi(ws);
+    const dir = tempDir();
+    const prefix = testPrefix();
+    const file = `${dir}/workspaces.json`;
+    fs.writeFileSync(file, JSON.stringify([{ account_id: ACCOUNT_ID, api_key_env: 'ENTRY_KEY', schedule: '15 3 1 1 *', full_schedule: '45 4 2 1 *' }]));
+    const e = env(fake, dir, prefix, { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_API_KEY: undefined, CONVO_MIRROR_WORKSPACES: file, ENTRY_KEY: API_KEY });
+    const daemon = await startDaemon(e);
+    const x = ws.list()[0]!.id;
+    const asked = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
+    expect(asked.code, asked.stderr).toBe(0);
+    expect((await stopDaemon(daemon)).code).toBe(0);
+    const schedulers = await queueFor(prefix).getJobSchedulers(0, -1, true);
+    expect(Object.fromEntries(schedulers.map((j) => [j.key, j.pattern]))).toEqual({ 'workspace-regular': '15 3 1 1 *', 'workspace-full': '45 4 2 1 *' });
+    expectConversationMirrored(e.CONVO_MIRROR_DB!, ws, x);
+  });
+});
+
 describe('status', () => {
   it('shows queue counts, both schedulers with their next run, and failed jobs; without Redis it still shows the mirror', async () => {
     const ws = FakeWorkspace.fromCounts([12]);

@@ -37,7 +37,7 @@ export function addDaemonCommand(program: Command, setExit: SetExit): void {
         // Never mirror some of the configured workspaces silently.
         throw new ConfigError(
           config.workspacesFile !== undefined ? 'CONVO_MIRROR_WORKSPACES' : 'CONVO_MIRROR_ACCOUNT_ID',
-          `names ${config.workspaces.length} workspaces, but the daemon mirrors one workspace for now: run one daemon per workspace (each with its own --account-id, CONVO_MIRROR_DB and CONVO_MIRROR_QUEUE_PREFIX), or use convo-mirror sync, which mirrors them all`,
+          `names ${config.workspaces.length} workspaces, but the daemon mirrors one workspace for now: run one daemon per workspace (each with its own --account-id, which wins over CONVO_MIRROR_WORKSPACES in the environment, its own CONVO_MIRROR_DB and CONVO_MIRROR_QUEUE_PREFIX), or use convo-mirror sync, which mirrors them all`,
         );
       }
       const logger = createLogger({ level: config.logLevel, pretty: isTTY() });
