@@ -63,7 +63,9 @@ describe('job schedulers', () => {
     const byKey = new Map(schedulers.map((s) => [s.key, s]));
     expect(byKey.get(SCHEDULER_REGULAR)).toMatchObject({ pattern: '7 4 2 2 *', tz: 'Europe/Paris' });
     expect(byKey.get(SCHEDULER_FULL)).toMatchObject({ pattern: '9 5 3 3 *', tz: 'Europe/Paris' });
-    for (const s of schedulers) expect(s.next, `${s.key} next run`).toBeGreaterThan(Date.now());
+    // The next tick of each cron, in its time zone (Paris is UTC+1 in February and early March).
+    expect(new Date(byKey.get(SCHEDULER_REGULAR)!.next!).toISOString()).toMatch(/-02-02T03:07:00\.000Z$/);
+    expect(new Date(byKey.get(SCHEDULER_FULL)!.next!).toISOString()).toMatch(/-03-03T04:09:00\.000Z$/);
     // Each scheduler has exactly one pending tick, not one per daemon.
     expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
     await b.stop();

@@ -2,6 +2,7 @@ import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConversationsPageSchema, MessagesPageSchema } from '../src/api/schemas.js';
 import { FakeWorkspace, MIN_HUGE_BYTES, mulberry32, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
+import { waitFor } from './children.js';
 
 const KEY = 'test-key';
 const ACCOUNT = '0b7e6a52-1c3d-4f8e-9a2b-5c6d7e8f9a0b';
@@ -266,11 +267,15 @@ describe('fault injection', () => {
 
   it('answers slowly after delayMs', async () => {
     const api = await start(FakeWorkspace.fromCounts([1]));
-    api.injectFault({ kind: 'slow', delayMs: 300 });
-    const t0 = performance.now();
-    const r = await get(api, '/v1/conversations');
-    expect(r.status).toBe(200);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(280);
+    api.injectFault({ kind: 'slow', delayMs: 300, times: 1 });
+    // The slowed request is sent first and answered last: the one after it was not slowed.
+    const order: string[] = [];
+    const slow = get(api, '/v1/conversations').then((r) => (order.push('slowed'), r));
+    await waitFor(() => api.requests.length === 1, 5000, 'the slowed request to arrive');
+    const fast = get(api, '/v1/conversations?page=1').then((r) => (order.push('plain'), r));
+    const [a, b] = await Promise.all([slow, fast]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(order).toEqual(['plain', 'slowed']);
   });
 
   it('validates faults', async () => {

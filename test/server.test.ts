@@ -372,10 +372,12 @@ describe('the daemon serves health, readiness and metrics', () => {
     const target = ws.list()[1]!.id;
     fake.injectFault({ kind: 'status', status: 503, match: { path: messagesPath(target), page: 2 }, times: 1 });
     const queue = fx.queueFor(prefix);
+    const asked = Date.now() / 1000;
     const id = await enqueueWorkspace(queue, { policy: { attempts: 1 } });
     await waitForJob(queue, id, 'completed', 30_000);
 
     const { samples, types } = parseProm((await get(`${url}/metrics`)).text);
+    const scraped = Date.now() / 1000;
     const account = config.accountId!;
     const requests = find(samples, 'convo_mirror_api_requests_total', { account_id: account });
     expect(sum(requests)).toBe(fake.requests.length);
@@ -389,7 +391,10 @@ describe('the daemon serves health, readiness and metrics', () => {
     expect(value(samples, 'convo_mirror_messages_total', { account_id: account, op: 'update' })).toBe(0);
     expect(value(samples, 'convo_mirror_conversations_failed_total', { account_id: account })).toBe(0);
     expect(value(samples, 'convo_mirror_run_duration_seconds_count', { account_id: account, refresh: 'incremental' })).toBe(1);
-    expect(value(samples, 'convo_mirror_last_success_timestamp_seconds', { account_id: account })).toBeGreaterThan(Date.now() / 1000 - 60);
+    // Set when the run finished: after the job was asked for, before the scrape.
+    const lastSuccess = value(samples, 'convo_mirror_last_success_timestamp_seconds', { account_id: account });
+    expect(lastSuccess).toBeGreaterThanOrEqual(asked);
+    expect(lastSuccess).toBeLessThanOrEqual(scraped);
     expect(value(samples, 'convo_mirror_export_lag_changes')).toBe(0);
     expect(value(samples, 'convo_mirror_queue_jobs', { state: 'completed' })).toBeGreaterThanOrEqual(1);
     expect(value(samples, 'convo_mirror_queue_jobs', { state: 'failed' })).toBe(0);

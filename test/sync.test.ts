@@ -562,7 +562,7 @@ describe('review regressions', () => {
 
   it('a checkpoint older than 24 h is discarded: the crawl starts at page 1', async () => {
     const ws = FakeWorkspace.fromCounts([450]);
-    const clock = testClock({ start: Date.now(), sleep: 'real' });
+    const clock = testClock({ start: Date.UTC(2026, 0, 15, 12), sleep: 'advance' });
     const h = await start({ workspace: ws, clock });
     const conv = ws.list()[0]!;
     h.fake.injectFault({ kind: 'status', status: 400, match: { path: msgPath(conv.id), page: 3 }, times: Infinity });
