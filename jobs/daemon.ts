@@ -24,7 +24,7 @@ import {
   type ConversationJobResult,
 } from './queue.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
-import { sweepInterruptedRuns, type RunSummary } from '../src/run/index.js';
+import { openMirrorForRuns, type RunSummary } from '../src/run/index.js';
 
 /** Options of {@link runDaemon}. */
 export interface DaemonOptions {
@@ -131,14 +131,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
 async function openResources(config: Config, logger: Logger): Promise<Resources> {
   assertSafeExportDir(config.exportDir, config.db);
   await assertRedisReachable(config.redisUrl);
-  const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
-  try {
-    // We hold the writer lock: runs still 'running' belong to a process that died.
-    sweepInterruptedRuns(mirror, logger);
-  } catch (err) {
-    mirror.close();
-    throw err;
-  }
+  const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
   const abort = new AbortController();
   const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
   const metrics = new Metrics({

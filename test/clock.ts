@@ -3,7 +3,7 @@
  * `Clock`; tests hand it a {@link TestClock} and assert on the waits it recorded, never on measured
  * elapsed time.
  */
-import type { Clock } from '../src/clock.js';
+import { systemClock, type Clock } from '../src/clock.js';
 
 /** A {@link Clock} whose time tests control and whose sleeps they can read. */
 export interface TestClock extends Clock {
@@ -45,18 +45,7 @@ export function testClock(opts: TestClockOptions = {}): TestClock {
       c.sleeps.push(ms);
       if (signal?.aborted) return Promise.reject(signal.reason);
       if (mode === 'advance' && ms > 0) c.t += ms;
-      if (mode !== 'real' || ms <= 0) return Promise.resolve();
-      return new Promise<void>((resolve, reject) => {
-        const onAbort = () => {
-          clearTimeout(timer);
-          reject(signal!.reason);
-        };
-        const timer = setTimeout(() => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        }, ms);
-        signal?.addEventListener('abort', onAbort, { once: true });
-      });
+      return mode === 'real' ? systemClock.sleep(ms, signal) : Promise.resolve();
     },
   };
   return c;

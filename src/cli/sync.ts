@@ -10,7 +10,7 @@ import { apiClientFromConfig } from '../api/client.js';
 import { RateLimiterPool } from '../api/rate-limit.js';
 import { ConfigError, RunError, StoreError, describeError } from '../errors.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../store/mirror.js';
-import { runSync, sweepInterruptedRuns, type RunSummary } from '../run/index.js';
+import { openMirrorForRuns, runSync, type RunSummary } from '../run/index.js';
 import { newProgress } from '../sync/types.js';
 import { createLogger } from '../logger.js';
 import { startProgress } from '../progress.js';
@@ -52,19 +52,6 @@ function abortOnSignals(logger: Logger): { signal: AbortSignal; off: () => void 
   };
 }
 
-/** Opens the mirror for writing and marks the runs a dead process left `running` as interrupted. */
-function openWriter(config: Config, logger: Logger): Mirror {
-  const mirror = Mirror.open(config.db, { modes: fileModes(config.groupReadable) });
-  // We hold the writer lock: runs still 'running' belong to a process that died.
-  try {
-    sweepInterruptedRuns(mirror, logger);
-  } catch (err) {
-    mirror.close();
-    throw err;
-  }
-  return mirror;
-}
-
 /** What one `sync` command holds for all its workspaces: logger, signals, the mirror, the limiters. */
 interface SyncSession {
   config: Config;
@@ -91,7 +78,7 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   assertSafeExportDir(config.exportDir, config.db);
   const signals = abortOnSignals(logger);
   try {
-    const mirror = openWriter(config, logger);
+    const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
     return { config, logger, tty, signals, mirror, limiters: new RateLimiterPool(config.maxRps, systemClock) };
   } catch (err) {
     signals.off();

@@ -21,7 +21,7 @@ import type { RunOptions, RunSummary } from './types.js';
 import { workOfSync } from './work.js';
 
 export type { RunHandle, RunOptions, RunOutcome, RunSpec, RunSummary, RunTarget, RunWork } from './types.js';
-export { openRun, resumeRun, runIsOpen, startRun, sweepInterruptedRuns, type EarlierRun, type RunDeps } from './start.js';
+export { openRun, resumeRun, runIsOpen, startRun, sweepInterruptedRuns, openMirrorForRuns, type EarlierRun, type RunDeps } from './start.js';
 export { crawlConversation, syncRun, type CrawlOptions, type CrawlOutcome, type SyncOutcome } from './sync.js';
 export { workOfCrawls, workOfSync, type CrawlRecord, type ListingFigures } from './work.js';
 export { minimumRequests, runColumns, workFigures, type WorkFigures } from './figures.js';

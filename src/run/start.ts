@@ -3,7 +3,8 @@
  * attempt of a job, or by a process that died, which left it `interrupted`).
  */
 import type { Logger } from 'pino';
-import type { Mirror } from '../store/mirror.js';
+import { Mirror } from '../store/mirror.js';
+import type { FileModes } from '../private-fs.js';
 import type { SyncDeps } from '../sync/types.js';
 import type { RunHandle, RunSpec } from './types.js';
 
@@ -72,4 +73,24 @@ export function sweepInterruptedRuns(mirror: Mirror, logger: Logger): number {
   const n = mirror.markInterruptedRuns();
   if (n) logger.warn({ runs: n }, 'runs left running by a dead process marked interrupted');
   return n;
+}
+
+/**
+ * Opens the mirror for writing, as a process that records runs does once at start-up (`sync`, the
+ * daemon): takes the writer lock, then marks the runs a dead process left `running` as interrupted
+ * ({@link sweepInterruptedRuns}; with the lock held, none of them can be live). The mirror is
+ * closed again when the sweep fails.
+ *
+ * @param modes - modes of what opening creates (see `MirrorOptions.modes`)
+ * @throws what {@link Mirror.open} throws; {@link MirrorUnusableError} from the sweep
+ */
+export function openMirrorForRuns(file: string, modes: FileModes, logger: Logger): Mirror {
+  const mirror = Mirror.open(file, { modes });
+  try {
+    sweepInterruptedRuns(mirror, logger);
+  } catch (err) {
+    mirror.close();
+    throw err;
+  }
+  return mirror;
 }

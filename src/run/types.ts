@@ -6,8 +6,7 @@
 import type { RequestTally } from '../api/client.js';
 import type { FileModes } from '../private-fs.js';
 import type { RunFailureRecord, RunRefresh, RunScope, RunTrigger } from '../store/mirror.js';
-import type { ConversationResult } from '../sync/conversation.js';
-import type { WorkspaceOptions } from '../sync/workspace.js';
+import type { WorkspaceOptions, WorkspaceResult } from '../sync/workspace.js';
 
 /** Options of `runSync`. */
 export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
@@ -55,18 +54,8 @@ export interface RunTarget {
  * (`tally`, `messagesServed`): what the API was asked and served in this run, whatever each crawl's
  * outcome. Live progress counters never feed them.
  */
-export interface RunWork {
-  /** Listing passes made (0 when conversations were named). */
-  listPasses: number;
-  /** True when the listing met its completeness rule (always true for named conversations). */
-  listConfirmed: boolean;
-  /** Distinct conversations seen in the listing. */
-  conversationsListed: number;
-  /** Conversation rows inserted / updated by the listing (change-log rows written). */
-  conversationsInserted: number;
-  conversationsUpdated: number;
-  /** One result per conversation synced (crawled, skipped or tombstoned). */
-  results: ConversationResult[];
+export interface RunWork
+  extends Pick<WorkspaceResult, 'listPasses' | 'listConfirmed' | 'conversationsListed' | 'conversationsInserted' | 'conversationsUpdated' | 'results'> {
   /** Conversations (and the listing, as `(conversation list)`) that failed, as `run_failures` stores them. */
   failures: RunFailureRecord[];
   /** Everything the run asked the API and was served: the listing and every crawl, every attempt. */

@@ -5,21 +5,14 @@
  * business (src/export/lines.ts).
  */
 import type { Db, Statement } from './sqlite.js';
-import type { ChangeOp, ChangeStream } from './types.js';
+import type { ChangeOp, ChangeStream, ExportChange } from './types.js';
 
-/** A change to append. */
-export interface NewChange {
-  stream: ChangeStream;
-  op: ChangeOp;
-  account_id: string;
-  conversation_id: string;
-  record_id: string;
-  /** ISO 8601 UTC commit time. */
-  synced_at: string;
+/** A change to append: a change-log row's facts (its seq, day and legacy line come later). */
+export type NewChange = Pick<ExportChange, 'stream' | 'op' | 'account_id' | 'conversation_id' | 'record_id' | 'synced_at'> & {
   run_id: number | null;
   /** The record as served (JSON); see `ExportChange.record`. */
   record: string;
-}
+};
 
 /** Rows a run wrote to the change log, by stream and op. */
 export interface RunChanges {
