@@ -89,6 +89,28 @@ export interface Config {
   readonly httpHost: string;
   /** Port of the daemon's HTTP server; 0 = no server. @defaultValue 9464 */
   readonly httpPort: number;
+  /**
+   * Where the daemon's schedules and queue live: `bullmq` (Redis; the way to scale out, and what
+   * `enqueue` / `retry-failed` talk to) or `local` (node-cron and an in-process queue, no Redis).
+   * @defaultValue `bullmq`
+   */
+  readonly scheduler: 'bullmq' | 'local';
+  /**
+   * Standard Webhooks signing secret of `POST /webhooks/conversations` (`whsec_` + base64); the
+   * route exists only when it is set. Never logged.
+   */
+  readonly webhookSecret: string | undefined;
+  /**
+   * JSON pointers (RFC 6901) tried in order to find the conversation id in a webhook's body; the
+   * first that resolves to a non-empty string wins.
+   * @defaultValue `/conversation_id`, `/conversation/id`, `/data/conversation_id`, `/data/conversation/id`
+   */
+  readonly webhookIdPointers: readonly string[];
+  /**
+   * Password of the queue dashboard (`/admin/queues`, HTTP basic auth, user `admin`); the dashboard
+   * exists only when it is set (and only in BullMQ mode). Never logged.
+   */
+  readonly adminPassword: string | undefined;
 }
 
 /**
@@ -154,6 +176,8 @@ export interface FieldDef {
   helpNote?: string;
   /** Commands that take the flag. */
   commands: readonly ConfigCommand[];
+  /** A secret (key, password, signing secret): its value is never echoed in an error. */
+  secret?: boolean;
 }
 
 const uuid = z
@@ -225,6 +249,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     help: 'API key sent as X-Api-Key',
     helpNote: 'prefer the env: flags show in ps',
     commands: API,
+    secret: true,
   },
   accountId: {
     env: 'CONVO_MIRROR_ACCOUNT_ID',
@@ -239,7 +264,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'JSON file listing the workspaces, each with its account_id, api_key_env (the variable holding its key) and optional base_url',
     helpNote: 'instead of --account-id',
-    commands: ['sync'],
+    commands: ['sync', 'daemon'],
   },
   concurrency: {
     env: 'CONVO_MIRROR_CONCURRENCY',
@@ -399,7 +424,63 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     help: 'port of the HTTP server, 0 = no server',
     commands: ['daemon'],
   },
+  scheduler: {
+    env: 'CONVO_MIRROR_SCHEDULER',
+    flag: '--scheduler <mode>',
+    schema: z.enum(['bullmq', 'local'], { error: 'must be bullmq (Redis) or local (in-process, no Redis)' }),
+    defaultValue: 'bullmq',
+    help: 'bullmq: schedules and queue in Redis (scales out; enqueue and retry-failed need it); local: node-cron and an in-process queue, no Redis',
+    commands: ['daemon'],
+  },
+  webhookSecret: {
+    env: 'CONVO_MIRROR_WEBHOOK_SECRET',
+    flag: '--webhook-secret <secret>',
+    schema: z
+      .string()
+      .trim()
+      .regex(/^whsec_[A-Za-z0-9+/]{16,}={0,2}$/, 'must be a Standard Webhooks secret: whsec_ followed by base64 (at least 16 characters)')
+      .refine((s) => Buffer.from(s.slice('whsec_'.length), 'base64').length >= 16, 'must decode to at least 16 bytes (whsec_ + base64 of 16 to 64 random bytes)'),
+    help: 'Standard Webhooks secret of POST /webhooks/conversations; without it the route does not exist',
+    helpNote: 'prefer the env: flags show in ps',
+    commands: ['daemon'],
+    secret: true,
+  },
+  webhookIdPointers: {
+    env: 'CONVO_MIRROR_WEBHOOK_ID_POINTERS',
+    flag: '--webhook-id-pointers <list>',
+    schema: jsonPointerList(),
+    defaultValue: ['/conversation_id', '/conversation/id', '/data/conversation_id', '/data/conversation/id'],
+    shownDefault: '/conversation_id,/conversation/id,/data/conversation_id,/data/conversation/id',
+    help: "comma-separated JSON pointers to the conversation id in a webhook's body, tried in order",
+    commands: ['daemon'],
+  },
+  adminPassword: {
+    env: 'CONVO_MIRROR_ADMIN_PASSWORD',
+    flag: '--admin-password <password>',
+    schema: z.string().min(12, 'must be at least 12 characters').max(256, 'must be at most 256 characters').regex(/^[\x20-\x7e]+$/, 'must be printable ASCII'),
+    help: 'password of the queue dashboard /admin/queues (user admin, basic auth; BullMQ mode); without it the dashboard does not exist',
+    helpNote: 'prefer the env: flags show in ps',
+    commands: ['daemon'],
+    secret: true,
+  },
 };
+
+/**
+ * A comma-separated list of JSON pointers (RFC 6901: empty, or `/`-separated tokens with `~0` and
+ * `~1` escapes); parses to the list.
+ */
+function jsonPointerList() {
+  return z.string().transform((s, ctx) => {
+    const list = s.split(',').map((p) => p.trim());
+    for (const [i, p] of list.entries()) {
+      if (!p.startsWith('/') || /~[^01]|~$/.test(p)) {
+        ctx.addIssue({ code: 'custom', message: `item ${i + 1} must be a JSON pointer such as /data/conversation_id (it starts with /; ~ only as ~0 or ~1)` });
+        return z.NEVER;
+      }
+    }
+    return list;
+  });
+}
 
 /** The flag's name without its value placeholder: `--base-url <url>` → `--base-url`. */
 export function flagName(def: Pick<FieldDef, 'flag'>): string {
@@ -479,9 +560,9 @@ function fieldValue(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags, r
   const parsed = def.schema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]?.message ?? 'is invalid';
-    // Never echo secrets: the API key, a Redis URL (it may carry a password), or a base URL's
+    // Never echo secrets: the fields marked secret, a Redis URL (it may carry a password), or a base URL's
     // user info (shown with it masked).
-    const shown = key === 'apiKey' || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
+    const shown = def.secret === true || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
     throw new ConfigError(name, `${issue}${shown}`);
   }
   return parsed.data;

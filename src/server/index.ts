@@ -8,7 +8,7 @@
  * a request's headers is ever logged); its few lines (listening, errors) go through the pino logger
  * given.
  */
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { Metrics, withTimeout } from './metrics.js';
 
@@ -41,6 +41,11 @@ export interface ServerDeps {
   checks: readonly ReadinessCheck[];
   /** Longest wait for one check, ms; a slower check fails with a timeout. @defaultValue 1000 */
   checkTimeoutMs?: number;
+  /**
+   * More routes, each an encapsulated Fastify plugin registered after the built-in ones (e.g. the
+   * queue dashboard of jobs/dashboard.ts), so this module needs to know nothing of what they serve.
+   */
+  plugins?: readonly FastifyPluginAsync[];
 }
 
 /** Where {@link startServer} listens. */
@@ -96,6 +101,7 @@ export function buildServer(deps: ServerDeps): FastifyInstance {
     const text = await deps.metrics.render();
     return reply.type(deps.metrics.contentType).send(text);
   });
+  for (const plugin of deps.plugins ?? []) void app.register(plugin);
   return app;
 }
 
