@@ -430,7 +430,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.enum(['bullmq', 'local'], { error: 'must be bullmq (Redis) or local (in-process, no Redis)' }),
     defaultValue: 'bullmq',
     help: 'bullmq: schedules and queue in Redis (scales out; enqueue and retry-failed need it); local: node-cron and an in-process queue, no Redis',
-    commands: ['daemon'],
+    commands: ['daemon', 'enqueue', 'retry-failed'],
   },
   webhookSecret: {
     env: 'CONVO_MIRROR_WEBHOOK_SECRET',
@@ -623,6 +623,18 @@ function resolveWorkspaces(out: Record<string, unknown>, env: NodeJS.ProcessEnv,
   }
   const apiKey = out['apiKey'] as string | undefined;
   return (ids ?? [undefined]).map((accountId) => workspaceOf({ accountId, apiKey, ...defaults }));
+}
+
+/**
+ * The account ids a workspaces file lists, in order, for commands that only need to name a
+ * workspace (`enqueue`): the file is read and validated, but no key variable is required.
+ *
+ * @throws {@link ConfigError} naming CONVO_MIRROR_WORKSPACES, the file and the entry, as {@link loadConfig}
+ */
+export function workspacesFileAccounts(config: Pick<Config, 'workspacesFile' | 'baseUrl' | 'schedule' | 'fullSchedule'>): string[] {
+  if (config.workspacesFile === undefined) return [];
+  const defaults = { baseUrl: config.baseUrl, schedule: config.schedule, fullSchedule: config.fullSchedule };
+  return readWorkspacesFile(config.workspacesFile, CONFIG_FIELDS.workspacesFile.env, {}, defaults, false).map((w) => w.accountId!);
 }
 
 /** One entry of the workspaces file, as written (snake_case, as in `config/workspaces.example.json`). */

@@ -73,6 +73,8 @@ export interface JobOutcome {
 
 /** Options of {@link enqueueJobs}. */
 export interface EnqueueOptions {
+  /** The workspace (account id; `default` without `X-Account-Id`) the jobs are for. */
+  accountId: string;
   /** Conversations to sync; none or empty = one workspace sync. */
   conversationIds?: string[] | undefined;
   full: boolean;
@@ -101,10 +103,10 @@ export async function enqueueJobs(settings: QueueSettings, o: EnqueueOptions): P
     const jobs: { id: string; dedupKey?: string }[] = [];
     if (o.conversationIds?.length) {
       for (const id of new Set(o.conversationIds)) {
-        jobs.push({ id: await enqueueConversation(queue, id, { full: o.full, policy: o.policy }), dedupKey: conversationDedupId(id) });
+        jobs.push({ id: await enqueueConversation(queue, id, { accountId: o.accountId, full: o.full, policy: o.policy }), dedupKey: conversationDedupId(o.accountId, id) });
       }
     } else {
-      jobs.push({ id: await enqueueWorkspace(queue, { full: o.full, policy: o.policy }) });
+      jobs.push({ id: await enqueueWorkspace(queue, { accountId: o.accountId, full: o.full, policy: o.policy }) });
     }
     o.onQueued(jobs.map((j) => j.id));
     if (!events || !o.wait) return true;

@@ -16,8 +16,9 @@ import {
   type CrawlOutcome,
   type RunHandle,
   type RunSpec,
+  type RunSummary,
 } from '../src/run/index.js';
-import { completeJobRun, requeueAfterShutdown, runTarget, type JobDeps } from './deps.js';
+import { completeJobRun, requeueAfterShutdown, runTarget, type JobDeps, type RunJobDeps } from './deps.js';
 import type { ConversationJobData, ConversationJobResult } from './queue.js';
 
 /**
@@ -32,7 +33,7 @@ import type { ConversationJobData, ConversationJobResult } from './queue.js';
 export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>, token?: string): Promise<ConversationJobResult> {
   const { conversationId, runId } = job.data;
   const deps = { ...d, logger: d.logger.child({ job: job.id, conversation_id: conversationId }) };
-  return d.locks.run(conversationId, () =>
+  return d.locks.run(`${d.accountId}/${conversationId}`, () =>
     runId !== undefined && runIsOpen(d.mirror, runId) ? crawlAsChild(deps, job, runId, token) : runOnDemand(deps, job, token),
   );
 }
@@ -45,12 +46,13 @@ async function crawlAsChild(d: JobDeps, job: Job<ConversationJobData>, runId: nu
 }
 
 /**
- * An on-demand job: its own recorded run (scope `conversations`, trigger `on-demand`), kept across
- * attempts and across a daemon crash, so a retried or stalled full job resumes its own checkpoint.
+ * An on-demand job: its own recorded run (scope `conversations`, trigger `on-demand` or `webhook`),
+ * kept across attempts and across a daemon crash, so a retried or stalled full job resumes its own
+ * checkpoint.
  */
 async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: string | undefined): Promise<ConversationJobResult> {
   const { conversationId, full } = job.data;
-  const spec: RunSpec = { scope: 'conversations', refresh: full ? 'full' : 'incremental', trigger: 'on-demand', accountId: d.accountId };
+  const spec = onDemandSpec(d.accountId, job.data);
   const earlier = job.data.ownRunId;
   // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
   const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
@@ -60,22 +62,46 @@ async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: str
     const { tally: _tally, failure: _failure, ...rest } = job.data;
     await job.updateData({ ...rest, ownRunId: run.runId });
   }
-  const crawl = await crawlConversation(d, run, conversationId, { full, named: true, signal: d.signal });
-  if (crawl.kind === 'stopped') interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
-  const fatal = crawl.kind === 'failed' && crawl.fatal ? crawl.failure.error : undefined;
-  const tally = spentSoFar(job, crawl);
-  const summary =
-    crawl.kind === 'stopped'
-      ? undefined
-      : completeJobRun(d, {
-          run,
-          target: runTarget(d),
-          // A fatal error fails the run itself (no failure row): nothing more could be attempted.
-          work: workOfCrawls(undefined, fatal ? [] : [crawl.kind === 'synced' ? { result: crawl.result, tally } : { failure: failureRecord(crawl.failure), tally }]),
-          fatal,
-          interrupted: d.signal?.aborted === true,
-        });
+  const { crawl, summary } = await crawlOnDemand(d, run, conversationId, { full, spent: job.data.tally });
   return settle(job, token, crawl, summary);
+}
+
+/** The run an on-demand conversation job records. */
+export function onDemandSpec(accountId: string, data: Pick<ConversationJobData, 'full' | 'trigger'>): RunSpec {
+  return { scope: 'conversations', refresh: data.full ? 'full' : 'incremental', trigger: data.trigger ?? 'on-demand', accountId };
+}
+
+/**
+ * Crawls one named conversation within its own run `run` and completes the run (unless a shutdown
+ * stopped the crawl: then the run is marked interrupted and left for the job to resume). Shared by
+ * the BullMQ job and the local scheduler's.
+ *
+ * @param o.spent - what earlier attempts of the job cost (added to this one's in the run's figures)
+ * @returns the crawl's outcome and the run's summary (undefined when stopped)
+ * @throws the {@link RunError} of a run a fatal error stopped (after recording it)
+ */
+export async function crawlOnDemand(
+  d: RunJobDeps,
+  run: RunHandle,
+  conversationId: string,
+  o: { full?: boolean | undefined; spent?: RequestTally | undefined },
+): Promise<{ crawl: CrawlOutcome; summary: RunSummary | undefined }> {
+  const crawl = await crawlConversation(d, run, conversationId, { full: o.full, named: true, signal: d.signal });
+  if (crawl.kind === 'stopped') {
+    interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
+    return { crawl, summary: undefined };
+  }
+  const fatal = crawl.kind === 'failed' && crawl.fatal ? crawl.failure.error : undefined;
+  const tally = addTally(o.spent ?? newTally(), crawl.tally);
+  const summary = completeJobRun(d, {
+    run,
+    target: runTarget(d),
+    // A fatal error fails the run itself (no failure row): nothing more could be attempted.
+    work: workOfCrawls(undefined, fatal ? [] : [crawl.kind === 'synced' ? { result: crawl.result, tally } : { failure: failureRecord(crawl.failure), tally }]),
+    fatal,
+    interrupted: d.signal?.aborted === true,
+  });
+  return { crawl, summary };
 }
 
 /** What the job's attempts cost: the earlier attempts' (kept in its data) and this one's. */

@@ -38,13 +38,16 @@ export interface JobDeps extends SyncDeps {
   onRunFinished?: (summary: RunSummary, accountId: string) => void;
 }
 
+/** What recording a job's run needs: {@link JobDeps} without the BullMQ queue and its policy. */
+export type RunJobDeps = Omit<JobDeps, 'queue' | 'policy' | 'locks'>;
+
 /**
  * `completeRun` for the job kinds: completes the run, then tells {@link JobDeps.onRunFinished}.
  *
  * @returns the run's summary
  * @throws what `completeRun` throws (a {@link RunError} carrying the summary), after reporting it
  */
-export function completeJobRun(d: JobDeps, o: RunOutcome): RunSummary {
+export function completeJobRun(d: RunJobDeps, o: RunOutcome): RunSummary {
   let summary: RunSummary;
   try {
     summary = completeRun(d, o);
@@ -57,7 +60,7 @@ export function completeJobRun(d: JobDeps, o: RunOutcome): RunSummary {
 }
 
 /** Tells {@link JobDeps.onRunFinished}; an observer never fails a job. */
-function reportRun(d: JobDeps, summary: RunSummary): void {
+function reportRun(d: RunJobDeps, summary: RunSummary): void {
   try {
     d.onRunFinished?.(summary, d.accountId);
   } catch (err) {
@@ -83,7 +86,7 @@ export class KeyedMutex {
 }
 
 /** Where a job's run is published. */
-export function runTarget(d: JobDeps): RunTarget {
+export function runTarget(d: Pick<JobDeps, 'exportDir' | 'modes'>): RunTarget {
   return { exportDir: d.exportDir, modes: d.modes };
 }
 

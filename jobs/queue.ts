@@ -18,12 +18,23 @@ export const QUEUE_NAME = 'sync';
 export const WORKSPACE_JOB = 'sync-workspace';
 /** Job name of one conversation's sync. */
 export const CONVERSATION_JOB = 'sync-conversation';
-/** Scheduler ids: one per schedule, so any number of daemons make one job per tick. */
+/**
+ * Scheduler ids: one per workspace and schedule (`workspace-regular:<account id>`), so any number of
+ * daemons of one mirror make one job per tick. Versions that mirrored one workspace used the bare
+ * names; {@link registerSchedulers} removes those.
+ */
 export const SCHEDULER_REGULAR = 'workspace-regular';
 export const SCHEDULER_FULL = 'workspace-full';
+/** Scheduler id of a workspace's schedule. */
+export const schedulerId = (kind: 'regular' | 'full', accountId: string) => `${kind === 'full' ? SCHEDULER_FULL : SCHEDULER_REGULAR}:${accountId}`;
 
 /** Data of a `sync-workspace` job. `step` and the rest are written by the job as it advances. */
 export interface WorkspaceJobData {
+  /**
+   * The workspace (its account id, `default` without `X-Account-Id`); never its key. Absent in
+   * jobs of versions that mirrored one workspace: then the daemon's only workspace.
+   */
+  accountId?: string;
   /** `regular`: resumes recent checkpoints; `full`: re-reads every page of every conversation. */
   mode: 'regular' | 'full';
   /** Who asked: a job scheduler, or `enqueue` (absent in jobs queued by older versions: told from the job). */
@@ -43,9 +54,13 @@ export interface WorkspaceJobData {
 
 /** Data of a `sync-conversation` job. */
 export interface ConversationJobData {
+  /** The workspace the conversation belongs to; absent as in {@link WorkspaceJobData.accountId}. */
+  accountId?: string;
   conversationId: string;
   /** Re-read every page (no checkpoint from before this job). */
   full?: boolean;
+  /** Who asked for an on-demand job: `enqueue` (`on-demand`, the default) or a webhook. */
+  trigger?: 'on-demand' | 'webhook';
   /** Set when the job is a child of a workspace run: the run it belongs to. */
   runId?: number;
   /** Set by an on-demand job at its first attempt: its own run, kept across attempts. */
@@ -189,59 +204,82 @@ export function openQueue(settings: QueueSettings): Queue {
   return queue;
 }
 
-/** Options of {@link registerSchedulers}. */
-export interface ScheduleSettings {
+/** One workspace's schedules, for {@link registerSchedulers}. */
+export interface WorkspaceSchedule {
+  /** Account id (`default` without `X-Account-Id`). */
+  accountId: string;
   /** Cron of the regular workspace sync. */
   schedule: string;
   /** Cron of the full refresh. */
   fullSchedule: string;
-  /** IANA time zone of both crons. */
+}
+
+/** Options of {@link registerSchedulers}. */
+export interface ScheduleSettings {
+  /** IANA time zone of every cron. */
   tz: string;
   policy: JobPolicy;
 }
 
 /**
- * Registers (or updates) the two job schedulers. Idempotent: upserting the same ids from any
- * number of daemons leaves one scheduler each, and each tick produces one job.
+ * Registers (or updates) two job schedulers per workspace, their jobs carrying the account id.
+ * Idempotent: upserting the same ids from any number of daemons of one mirror leaves one scheduler
+ * each, and each tick produces one job. Schedulers of workspaces no longer configured, and the
+ * single-workspace ones of earlier versions, are removed: the configuration is the truth, so
+ * daemons sharing a queue prefix must configure the same workspaces.
+ *
+ * @returns the ids of the schedulers removed
  */
-export async function registerSchedulers(queue: Queue, s: ScheduleSettings): Promise<void> {
+export async function registerSchedulers(queue: Queue, workspaces: readonly WorkspaceSchedule[], s: ScheduleSettings): Promise<string[]> {
   const opts = jobOptions(s.policy);
-  await queue.upsertJobScheduler(
-    SCHEDULER_REGULAR,
-    { pattern: s.schedule, tz: s.tz },
-    { name: WORKSPACE_JOB, data: { mode: 'regular', trigger: 'schedule' } satisfies WorkspaceJobData, opts },
-  );
-  await queue.upsertJobScheduler(
-    SCHEDULER_FULL,
-    { pattern: s.fullSchedule, tz: s.tz },
-    { name: WORKSPACE_JOB, data: { mode: 'full', trigger: 'schedule' } satisfies WorkspaceJobData, opts },
-  );
+  const wanted = new Set<string>();
+  for (const w of workspaces) {
+    for (const mode of ['regular', 'full'] as const) {
+      const id = schedulerId(mode, w.accountId);
+      wanted.add(id);
+      await queue.upsertJobScheduler(
+        id,
+        { pattern: mode === 'full' ? w.fullSchedule : w.schedule, tz: s.tz },
+        { name: WORKSPACE_JOB, data: { accountId: w.accountId, mode, trigger: 'schedule' } satisfies WorkspaceJobData, opts },
+      );
+    }
+  }
+  const removed: string[] = [];
+  for (const j of await queue.getJobSchedulers()) {
+    const ours = j.key === SCHEDULER_REGULAR || j.key === SCHEDULER_FULL || j.key.startsWith(`${SCHEDULER_REGULAR}:`) || j.key.startsWith(`${SCHEDULER_FULL}:`);
+    if (ours && !wanted.has(j.key) && (await queue.removeJobScheduler(j.key))) removed.push(j.key);
+  }
+  return removed;
 }
 
-/** Deduplication id of a conversation's on-demand jobs. */
-export const conversationDedupId = (conversationId: string) => `conversation-${conversationId}`;
+/** Deduplication id of a conversation's on-demand jobs (per workspace). */
+export const conversationDedupId = (accountId: string, conversationId: string) => `conversation-${accountId}-${conversationId}`;
 
 /**
- * Queues an on-demand sync of one conversation, deduplicated per conversation: while one is
- * waiting, asking again adds nothing; while one runs, asking again leads to exactly one more run
- * after it (BullMQ `deduplication` with `keepLastIfActive`).
+ * Queues an on-demand sync of one conversation of workspace `o.accountId`, deduplicated per
+ * conversation: while one is waiting, asking again adds nothing; while one runs, asking again leads
+ * to exactly one more run after it (BullMQ `deduplication` with `keepLastIfActive`).
  *
  * @returns the id of the job now holding the conversation's deduplication key: the waiting job, or
  *   while one runs, the running job (the follow-up run gets its own id when that one ends; read it
- *   with `queue.getDeduplicationJobId(conversationDedupId(id))`)
+ *   with `queue.getDeduplicationJobId(conversationDedupId(account, id))`)
  */
-export async function enqueueConversation(queue: Queue, conversationId: string, o: { full?: boolean; policy: JobPolicy }): Promise<string> {
-  const data: ConversationJobData = { conversationId, ...(o.full ? { full: true } : {}) };
+export async function enqueueConversation(
+  queue: Queue,
+  conversationId: string,
+  o: { accountId: string; full?: boolean; trigger?: ConversationJobData['trigger']; policy: JobPolicy },
+): Promise<string> {
+  const data: ConversationJobData = { accountId: o.accountId, conversationId, ...(o.full ? { full: true } : {}), ...(o.trigger ? { trigger: o.trigger } : {}) };
   const job = await queue.add(CONVERSATION_JOB, data, {
     ...jobOptions(o.policy),
-    deduplication: { id: conversationDedupId(conversationId), keepLastIfActive: true },
+    deduplication: { id: conversationDedupId(o.accountId, conversationId), keepLastIfActive: true },
   });
   return job.id!;
 }
 
-/** Queues an on-demand workspace sync (regular or full). @returns the job id */
-export async function enqueueWorkspace(queue: Queue, o: { full?: boolean; policy: JobPolicy }): Promise<string> {
-  const data: WorkspaceJobData = { mode: o.full ? 'full' : 'regular', trigger: 'on-demand' };
+/** Queues an on-demand sync (regular or full) of workspace `o.accountId`. @returns the job id */
+export async function enqueueWorkspace(queue: Queue, o: { accountId: string; full?: boolean; policy: JobPolicy }): Promise<string> {
+  const data: WorkspaceJobData = { accountId: o.accountId, mode: o.full ? 'full' : 'regular', trigger: 'on-demand' };
   const job = await queue.add(WORKSPACE_JOB, data, jobOptions(o.policy));
   return job.id!;
 }

@@ -120,6 +120,7 @@ async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number
     ids.map((conversationId) => ({
       name: CONVERSATION_JOB,
       data: {
+        accountId: d.accountId,
         conversationId,
         runId,
         ...(full ? { full: true } : {}),

@@ -52,6 +52,10 @@ describe('loadConfig defaults', () => {
       changeField: 'auto',
       httpHost: '127.0.0.1',
       httpPort: 9464,
+      scheduler: 'bullmq',
+      webhookSecret: undefined,
+      webhookIdPointers: ['/conversation_id', '/conversation/id', '/data/conversation_id', '/data/conversation/id'],
+      adminPassword: undefined,
     });
   });
 
@@ -262,3 +266,37 @@ describe('maskUserInfo', () => {
   });
 });
 
+
+describe('daemon service settings', () => {
+  const SECRET = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
+
+  it('reads the scheduler, the webhook secret and pointers, and the admin password', () => {
+    const cfg = loadConfig({
+      ...BASE,
+      CONVO_MIRROR_SCHEDULER: 'local',
+      CONVO_MIRROR_WEBHOOK_SECRET: SECRET,
+      CONVO_MIRROR_WEBHOOK_ID_POINTERS: '/event/ticket_id, /id',
+      CONVO_MIRROR_ADMIN_PASSWORD: 'correct horse battery',
+    });
+    expect(cfg.scheduler).toBe('local');
+    expect(cfg.webhookSecret).toBe(SECRET);
+    expect(cfg.webhookIdPointers).toEqual(['/event/ticket_id', '/id']);
+    expect(cfg.adminPassword).toBe('correct horse battery');
+  });
+
+  it('refuses a malformed secret, pointer, password or scheduler, naming the variable and never echoing a secret', () => {
+    const badSecret = 'not-a-whsec-secret-value-1234';
+    const e1 = configError({ ...BASE, CONVO_MIRROR_WEBHOOK_SECRET: badSecret });
+    expect(e1.message).toContain('CONVO_MIRROR_WEBHOOK_SECRET');
+    expect(e1.message).not.toContain(badSecret);
+    const short = configError({ ...BASE, CONVO_MIRROR_WEBHOOK_SECRET: `whsec_${Buffer.from('short').toString('base64')}` });
+    expect(short.message).toContain('CONVO_MIRROR_WEBHOOK_SECRET');
+    const e2 = configError({ ...BASE, CONVO_MIRROR_WEBHOOK_ID_POINTERS: '/ok,conversation_id' });
+    expect(e2.message).toMatch(/CONVO_MIRROR_WEBHOOK_ID_POINTERS.*item 2 must be a JSON pointer/);
+    const e3 = configError({ ...BASE, CONVO_MIRROR_ADMIN_PASSWORD: 'hunter2' });
+    expect(e3.message).toMatch(/CONVO_MIRROR_ADMIN_PASSWORD.*at least 12/);
+    expect(e3.message).not.toContain('hunter2');
+    const e4 = configError({ ...BASE, CONVO_MIRROR_SCHEDULER: 'cron' });
+    expect(e4.message).toMatch(/CONVO_MIRROR_SCHEDULER.*bullmq.*local/);
+  });
+});

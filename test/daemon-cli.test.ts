@@ -15,13 +15,17 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
 import { Job, type Queue } from 'bullmq';
-import { openQueue } from '../jobs/queue.js';
+import { openQueue, schedulerId } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { assertBuilt, killLeftovers, run, start, startDaemon, waitFor, within, type Ran, type Started } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 import { sqlAll, sqlGet } from './sql.js';
 import { NEVER, expectConversationMirrored, expectExportedOnce, jobState, messagesPath } from './daemon-fixtures.js';
+
+/** The job schedulers of the test workspace. */
+const REGULAR = schedulerId('regular', ACCOUNT_ID);
+const FULL = schedulerId('full', ACCOUNT_ID);
 
 const prefixes = prefixSequence('daemon-cli');
 const testPrefix = () => prefixes.next();
@@ -344,7 +348,7 @@ describe('a daemon configured by a one-entry workspaces file', () => {
     expect(asked.code, asked.stderr).toBe(0);
     expect((await stopDaemon(daemon)).code).toBe(0);
     const schedulers = await queueFor(prefix).getJobSchedulers(0, -1, true);
-    expect(Object.fromEntries(schedulers.map((j) => [j.key, j.pattern]))).toEqual({ 'workspace-regular': '15 3 1 1 *', 'workspace-full': '45 4 2 1 *' });
+    expect(Object.fromEntries(schedulers.map((j) => [j.key, j.pattern]))).toEqual({ [REGULAR]: '15 3 1 1 *', [FULL]: '45 4 2 1 *' });
     expectConversationMirrored(e.CONVO_MIRROR_DB!, ws, x);
   });
 });
@@ -382,19 +386,20 @@ describe('status', () => {
     expect(s.queue.prefix).toBe(prefix);
     expect(s.queue.counts).toMatchObject({ waiting: 0, active: 0, failed: 1, completed: 1, delayed: 2 });
     const byId = new Map(s.queue.schedulers.map((x) => [x.id, x]));
-    expect([...byId.keys()].sort()).toEqual(['workspace-full', 'workspace-regular']);
-    expect(byId.get('workspace-regular')).toMatchObject({ pattern: '15 3 1 1 *' });
-    expect(byId.get('workspace-full')).toMatchObject({ pattern: '45 4 2 1 *' });
-    expect(new Date(Date.parse(byId.get('workspace-full')!.next!)).toISOString()).toMatch(/-01-02T04:45:00\.000Z$/);
-    expect(new Date(Date.parse(byId.get('workspace-regular')!.next!)).toISOString()).toMatch(/-01-01T03:15:00\.000Z$/);
+    expect([...byId.keys()].sort()).toEqual([FULL, REGULAR]);
+    expect(byId.get(REGULAR)).toMatchObject({ pattern: '15 3 1 1 *' });
+    expect(byId.get(FULL)).toMatchObject({ pattern: '45 4 2 1 *' });
+    expect(new Date(Date.parse(byId.get(FULL)!.next!)).toISOString()).toMatch(/-01-02T04:45:00\.000Z$/);
+    expect(new Date(Date.parse(byId.get(REGULAR)!.next!)).toISOString()).toMatch(/-01-01T03:15:00\.000Z$/);
     expect(s.queue.failed).toEqual([expect.objectContaining({ id: failedId, conversation_id: missing, attempts: 1 })]);
 
     const text = await run(['status'], e);
     expect(text.code, text.stderr).toBe(0);
     expect(text.stdout).toContain(`queue ${prefix} on `);
     expect(text.stdout).toMatch(/waiting 0, active 0, delayed 2, failed 1, completed 1/);
-    expect(text.stdout).toMatch(/workspace-regular: 15 3 1 1 \* \(UTC\), next run \d{4}-01-01T03:15:00\.000Z/);
-    expect(text.stdout).toMatch(/workspace-full: 45 4 2 1 \* \(UTC\), next run \d{4}-01-02T04:45:00\.000Z/);
+    expect(text.stdout).toContain(`${REGULAR}: 15 3 1 1 * (UTC), next run `);
+    expect(text.stdout).toMatch(/workspace-regular:\S+: 15 3 1 1 \* \(UTC\), next run \d{4}-01-01T03:15:00\.000Z/);
+    expect(text.stdout).toMatch(/workspace-full:\S+: 45 4 2 1 \* \(UTC\), next run \d{4}-01-02T04:45:00\.000Z/);
     expect(text.stdout).toContain('failed jobs');
     expect(text.stdout).toMatch(new RegExp(`${failedId} sync-conversation ${missing} after 1 attempts`));
 

@@ -15,6 +15,7 @@ import { childJobId } from '../jobs/processors.js';
 import {
   SCHEDULER_FULL,
   SCHEDULER_REGULAR,
+  schedulerId,
   conversationDedupId,
   enqueueConversation,
   enqueueWorkspace,
@@ -23,7 +24,7 @@ import {
 } from '../jobs/queue.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
-import { API_KEY, quietLogger, readExportLines, withMirror } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, quietLogger, readExportLines, withMirror } from './helpers.js';
 import { waitFor } from './children.js';
 import { sqlAll, sqlGet, sqlValue } from './sql.js';
 import { daemonFixtures, expectConversationMirrored, messagesPath, waitForJob } from './daemon-fixtures.js';
@@ -43,6 +44,9 @@ afterEach(fx.afterEachTest);
 afterAll(fx.afterAllTests);
 
 describe('job schedulers', () => {
+  const REGULAR = schedulerId('regular', ACCOUNT_ID);
+  const FULL = schedulerId('full', ACCOUNT_ID);
+
   it('daemons registering on one prefix leave exactly the two schedulers; a changed cron updates them in place', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
     const prefix = testPrefix();
@@ -54,33 +58,54 @@ describe('job schedulers', () => {
     // Meanwhile two more registrations race from two separate connections, as two processes would.
     const policy = { attempts: 5 };
     await Promise.all(
-      [queueFor(prefix), queueFor(prefix)].map((q) => registerSchedulers(q, { schedule: '7 4 2 2 *', fullSchedule: '9 5 3 3 *', tz: 'Europe/Paris', policy })),
+      [queueFor(prefix), queueFor(prefix)].map((q) => registerSchedulers(q, [{ accountId: ACCOUNT_ID, schedule: '7 4 2 2 *', fullSchedule: '9 5 3 3 *' }], { tz: 'Europe/Paris', policy })),
     );
     const queue = queueFor(prefix);
 
     const schedulers = await queue.getJobSchedulers(0, -1, true);
-    expect(schedulers.map((s) => s.key).sort()).toEqual([SCHEDULER_FULL, SCHEDULER_REGULAR].sort());
+    expect(schedulers.map((s) => s.key).sort()).toEqual([FULL, REGULAR].sort());
     const byKey = new Map(schedulers.map((s) => [s.key, s]));
-    expect(byKey.get(SCHEDULER_REGULAR)).toMatchObject({ pattern: '7 4 2 2 *', tz: 'Europe/Paris' });
-    expect(byKey.get(SCHEDULER_FULL)).toMatchObject({ pattern: '9 5 3 3 *', tz: 'Europe/Paris' });
+    expect(byKey.get(REGULAR)).toMatchObject({ pattern: '7 4 2 2 *', tz: 'Europe/Paris' });
+    expect(byKey.get(FULL)).toMatchObject({ pattern: '9 5 3 3 *', tz: 'Europe/Paris' });
     // The next tick of each cron, in its time zone (Paris is UTC+1 in February and early March).
-    expect(new Date(byKey.get(SCHEDULER_REGULAR)!.next!).toISOString()).toMatch(/-02-02T03:07:00\.000Z$/);
-    expect(new Date(byKey.get(SCHEDULER_FULL)!.next!).toISOString()).toMatch(/-03-03T04:09:00\.000Z$/);
+    expect(new Date(byKey.get(REGULAR)!.next!).toISOString()).toMatch(/-02-02T03:07:00\.000Z$/);
+    expect(new Date(byKey.get(FULL)!.next!).toISOString()).toMatch(/-03-03T04:09:00\.000Z$/);
     // Each scheduler has exactly one pending tick, not one per daemon.
     expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
     await b.stop();
 
     // Upserting again (a third registration, with a changed regular cron) updates, never adds.
-    const regularBefore = byKey.get(SCHEDULER_REGULAR)!.next!;
-    await registerSchedulers(queueFor(prefix), { schedule: '30 6 * * *', fullSchedule: '9 5 3 3 *', tz: 'Europe/Paris', policy: { attempts: 5 } });
+    const regularBefore = byKey.get(REGULAR)!.next!;
+    await registerSchedulers(queueFor(prefix), [{ accountId: ACCOUNT_ID, schedule: '30 6 * * *', fullSchedule: '9 5 3 3 *' }], { tz: 'Europe/Paris', policy: { attempts: 5 } });
     const after = await queue.getJobSchedulers(0, -1, true);
     expect(after).toHaveLength(2);
-    const regular = after.find((s) => s.key === SCHEDULER_REGULAR)!;
+    const regular = after.find((s) => s.key === REGULAR)!;
     expect(regular).toMatchObject({ pattern: '30 6 * * *', tz: 'Europe/Paris' });
     expect(regular.next).not.toBe(regularBefore);
-    expect(after.find((s) => s.key === SCHEDULER_FULL)).toMatchObject({ pattern: '9 5 3 3 *' });
+    expect(after.find((s) => s.key === FULL)).toMatchObject({ pattern: '9 5 3 3 *' });
     expect(await queue.getJobSchedulersCount()).toBe(2);
     expect(await queue.getJobCounts('delayed', 'waiting')).toEqual({ delayed: 2, waiting: 0 });
+  });
+
+  it('schedulers of a workspace no longer configured, and the single-workspace ones of earlier versions, are removed; each job carries its account id', async () => {
+    const prefix = testPrefix();
+    const queue = queueFor(prefix);
+    const policy = { attempts: 5 };
+    const other = '0b7c9d2e-1f3a-4b5c-8d6e-7f8091a2b3c4';
+    // An earlier version's bare schedulers, and another workspace's pair.
+    await queue.upsertJobScheduler(SCHEDULER_REGULAR, { pattern: '1 1 1 1 *' }, { name: 'sync-workspace', data: { mode: 'regular' } });
+    await queue.upsertJobScheduler(SCHEDULER_FULL, { pattern: '2 2 2 2 *' }, { name: 'sync-workspace', data: { mode: 'full' } });
+    await registerSchedulers(queue, [{ accountId: other, schedule: '3 3 3 3 *', fullSchedule: '4 4 4 4 *' }], { tz: 'UTC', policy });
+    expect((await queue.getJobSchedulers()).map((s) => s.key).sort()).toEqual([schedulerId('full', other), schedulerId('regular', other)].sort());
+
+    const removed = await registerSchedulers(queue, [{ accountId: ACCOUNT_ID, schedule: '5 5 5 5 *', fullSchedule: '6 6 6 6 *' }], { tz: 'UTC', policy });
+    expect(removed.sort()).toEqual([schedulerId('full', other), schedulerId('regular', other)].sort());
+    expect((await queue.getJobSchedulers()).map((s) => s.key).sort()).toEqual([FULL, REGULAR].sort());
+    const ticks = await queue.getJobs(['delayed']);
+    expect(ticks.map((j) => j.data).sort((x, y) => String(x.mode).localeCompare(String(y.mode)))).toEqual([
+      { accountId: ACCOUNT_ID, mode: 'full', trigger: 'schedule' },
+      { accountId: ACCOUNT_ID, mode: 'regular', trigger: 'schedule' },
+    ]);
   });
 });
 
@@ -104,16 +129,16 @@ describe('deduplication of on-demand conversation jobs', () => {
     const queue = queueFor(prefix);
     const [x, y] = ws.list().map((c) => c.id);
     const policy = { attempts: 5 };
-    const first = await enqueueConversation(queue, x!, { policy });
-    const second = await enqueueConversation(queue, x!, { policy });
+    const first = await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy });
+    const second = await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy });
     expect(second).toBe(first);
     expect(await queue.getWaitingCount()).toBe(1);
     // Another conversation is not deduplicated against it.
-    const other = await enqueueConversation(queue, y!, { policy });
+    const other = await enqueueConversation(queue, y!, { accountId: ACCOUNT_ID, policy });
     expect(other).not.toBe(first);
     expect(await queue.getWaitingCount()).toBe(2);
     const job = await Job.fromId(queue, first);
-    expect(job?.data).toEqual({ conversationId: x });
+    expect(job?.data).toEqual({ accountId: ACCOUNT_ID, conversationId: x });
     expect(JSON.stringify(job?.data)).not.toContain(API_KEY);
   });
 
@@ -127,11 +152,11 @@ describe('deduplication of on-demand conversation jobs', () => {
     const d = await startDaemon(daemonConfig(fake, prefix));
     const queue = queueFor(prefix);
     const policy = { attempts: 5 };
-    const first = await enqueueConversation(queue, x!, { policy });
+    const first = await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy });
     await waitFor(async () => (await (await Job.fromId(queue, first))?.getState()) === 'active', 5_000, 'the first job to be active');
     await waitFor(() => fake.requests.some((r) => r.path === messagesPath(x!)), 5_000, 'the first crawl to start');
-    await enqueueConversation(queue, x!, { policy });
-    await enqueueConversation(queue, x!, { policy });
+    await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy });
+    await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy });
 
     await waitFor(
       async () => {
@@ -144,7 +169,7 @@ describe('deduplication of on-demand conversation jobs', () => {
     // No third run can follow: with keepLastIfActive, the one deferred run is added when the active
     // job ends (atomically, as it completes), and nothing is active or waiting any more. So the
     // counts are final; no wait is needed to prove that nothing more comes.
-    expect(await queue.getDeduplicationJobId(conversationDedupId(x!)), 'a deferred run still pending').toBeNull();
+    expect(await queue.getDeduplicationJobId(conversationDedupId(ACCOUNT_ID, x!)), 'a deferred run still pending').toBeNull();
     // (The two delayed jobs are the schedulers' next ticks.)
     const counts = await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed');
     expect(counts).toEqual({ completed: 2, waiting: 0, active: 0, delayed: 2, failed: 0 });
@@ -169,7 +194,7 @@ describe('retries', () => {
     fake.injectFault({ kind: 'status', status: 503, match: { path: messagesPath(x!) }, times: 3 });
     const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_MAX_RETRIES: '1' }));
     const queue = queueFor(prefix);
-    const id = await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
+    const id = await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy: { attempts: 5 } });
     await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 15_000, 'the job to complete');
     const job = (await Job.fromId(queue, id))!;
     expect(job.attemptsMade).toBeGreaterThanOrEqual(2);
@@ -197,7 +222,7 @@ describe('429: the whole queue backs off', () => {
     const d = await startDaemon(daemonConfig(fake, prefix));
     const queue = queueFor(prefix);
     expect(await queue.getRateLimitTtl()).toBeLessThanOrEqual(0);
-    const id = await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
+    const id = await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy: { attempts: 5 } });
     await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');
     let ttl = 0;
     await waitFor(async () => (ttl = await queue.getRateLimitTtl()) > 0, 1_000, 'a queue rate limit after the 429');
@@ -218,10 +243,10 @@ describe('429: the whole queue backs off', () => {
     // the queue's rate limit keeps it from taking y (else y would go active and wait in the client).
     await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_CONCURRENCY: '2' }));
     const queue = queueFor(prefix);
-    await enqueueConversation(queue, x!, { policy: { attempts: 5 } });
+    await enqueueConversation(queue, x!, { accountId: ACCOUNT_ID, policy: { attempts: 5 } });
     await waitFor(() => fake.requests.some((r) => r.status === 429), 5_000, 'the 429');
     await waitFor(async () => (await queue.getRateLimitTtl()) > 1_000, 1_000, 'the queue rate limit of the 429 (Retry-After 2)');
-    const idY = await enqueueConversation(queue, y!, { policy: { attempts: 5 } });
+    const idY = await enqueueConversation(queue, y!, { accountId: ACCOUNT_ID, policy: { attempts: 5 } });
     // Precondition: y was queued while the limit was still in force.
     expect(await queue.getRateLimitTtl(), 'rate limit in force when y was queued').toBeGreaterThan(0);
     const jobY = await waitForJob(queue, idY, 'completed', 10_000, "y's job to complete");
@@ -245,7 +270,7 @@ describe('workspace jobs', () => {
     fake.injectFault({ kind: 'status', status: 400, match: { path: messagesPath(bad) }, times: Infinity });
     const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '2', CONVO_MIRROR_CONCURRENCY: '3' }));
     const queue = queueFor(prefix);
-    const id = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
+    const id = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 2 } });
     await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 20_000, 'the workspace job to complete');
     const summary = (await Job.fromId(queue, id))!.returnvalue as RunSummary;
     expect(summary).toMatchObject({ scope: 'workspace', refresh: 'incremental', status: 'partial', listConfirmed: true });
@@ -281,12 +306,12 @@ describe('workspace jobs', () => {
     const prefix = testPrefix();
     const d = await startDaemon(daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '1' }));
     const queue = queueFor(prefix);
-    const first = await enqueueWorkspace(queue, { policy: { attempts: 1 } });
+    const first = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 1 } });
     await waitFor(async () => (await (await Job.fromId(queue, first))?.getState()) === 'completed', 15_000, 'the first workspace job');
     const [listed404, vanished] = [ws.list()[0]!, ws.list()[2]!];
     fake.injectFault({ kind: 'status', status: 404, match: { path: messagesPath(listed404.id) }, times: Infinity });
     ws.deleteConversation(vanished.id);
-    const full = await enqueueWorkspace(queue, { full: true, policy: { attempts: 1 } });
+    const full = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, full: true, policy: { attempts: 1 } });
     await waitFor(async () => (await (await Job.fromId(queue, full))?.getState()) === 'completed', 15_000, 'the full workspace job');
     const summary = (await Job.fromId(queue, full))!.returnvalue as RunSummary;
     expect(summary).toMatchObject({ scope: 'workspace', refresh: 'full', status: 'partial' });
@@ -314,7 +339,7 @@ describe('workspace jobs', () => {
     for (const status of [400, 503]) {
       fake.clearFaults();
       fake.injectFault({ kind: 'status', status, match: { path: '/v1/conversations' }, times: Infinity });
-      const id = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
+      const id = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 2 } });
       await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'failed', 20_000, `the workspace job (list answering ${status}) to fail`);
       const job = (await Job.fromId(queue, id))!;
       expect(job.attemptsMade).toBe(status === 400 ? 1 : 2); // a 400 is not retried; a 503 is, once
@@ -333,14 +358,14 @@ describe('workspace jobs', () => {
     const prefix = testPrefix();
     const d = await startDaemon(daemonConfig(fake, prefix));
     const queue = queueFor(prefix);
-    const first = await enqueueWorkspace(queue, { policy: { attempts: 2 } });
+    const first = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 2 } });
     await waitFor(async () => (await (await Job.fromId(queue, first))?.getState()) === 'completed', 15_000, 'the first workspace job');
     const [big, small] = ws.list();
     const gone = big!.messages[3]!.id;
     ws.deleteMessage(big!.id, gone);
     ws.deleteConversation(small!.id);
     const before = fake.requests.length;
-    const full = await enqueueWorkspace(queue, { full: true, policy: { attempts: 2 } });
+    const full = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, full: true, policy: { attempts: 2 } });
     await waitFor(async () => (await (await Job.fromId(queue, full))?.getState()) === 'completed', 15_000, 'the full workspace job');
     const summary = (await Job.fromId(queue, full))!.returnvalue as RunSummary;
     expect(summary).toMatchObject({ scope: 'workspace', refresh: 'full', status: 'succeeded' });

@@ -16,7 +16,7 @@ import { childJobId } from '../jobs/processors.js';
 import { WORKSPACE_JOB, enqueueConversation, enqueueWorkspace, jobOptions, type ConversationJobData, type WorkspaceJobData } from '../jobs/queue.js';
 import { FakeWorkspace, type FakeApi } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
-import { withMirror } from './helpers.js';
+import { ACCOUNT_ID, withMirror } from './helpers.js';
 import { sqlAll, sqlGet } from './sql.js';
 import { daemonFixtures, messagesPath, waitForJob } from './daemon-fixtures.js';
 
@@ -108,7 +108,7 @@ describe('the error decides retry', () => {
     breakConversation(fake, bad);
     const d = await fx.startDaemon(fx.daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '3' }));
     const queue = fx.queueFor(prefix);
-    const id = await enqueueConversation(queue, bad, { policy: { attempts: 3 } });
+    const id = await enqueueConversation(queue, bad, { accountId: ACCOUNT_ID, policy: { attempts: 3 } });
     const job = (await waitForJob(queue, id, 'failed', 15_000)) as Job<ConversationJobData>;
     // `failed` is final (a job to be retried would be `delayed`): one attempt of the three.
     expect(job.opts.attempts).toBe(3);
@@ -134,7 +134,7 @@ describe('the error decides retry', () => {
     fake.injectFault({ kind: 'status', status: 400, match: { path: messagesPath(http400) }, times: Infinity });
     const d = await fx.startDaemon(fx.daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '3' }));
     const queue = fx.queueFor(prefix);
-    const id = await enqueueWorkspace(queue, { policy: { attempts: 3 } });
+    const id = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 3 } });
     const summary = (await waitForJob(queue, id, 'completed', 20_000)).returnvalue as RunSummary;
 
     for (const failing of [bad, http400]) {

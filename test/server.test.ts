@@ -23,7 +23,7 @@ import { ConfigError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
 import { Metrics, readiness, startServer, type RunningServer } from '../src/server/index.js';
-import { API_KEY, cliEnv, quietLogger, tempDir } from './helpers.js';
+import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, tempDir } from './helpers.js';
 import { killLeftovers, start, waitFor, within } from './children.js';
 import { daemonFixtures, messagesPath, waitForJob } from './daemon-fixtures.js';
 import { redisUrl } from './redis.js';
@@ -373,7 +373,7 @@ describe('the daemon serves health, readiness and metrics', () => {
     fake.injectFault({ kind: 'status', status: 503, match: { path: messagesPath(target), page: 2 }, times: 1 });
     const queue = fx.queueFor(prefix);
     const asked = Date.now() / 1000;
-    const id = await enqueueWorkspace(queue, { policy: { attempts: 1 } });
+    const id = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 1 } });
     await waitForJob(queue, id, 'completed', 30_000);
 
     const { samples, types } = parseProm((await get(`${url}/metrics`)).text);
@@ -442,7 +442,7 @@ describe('the daemon serves health, readiness and metrics', () => {
     // The daemon works again: a job enqueued on the restarted Redis is processed.
     const queue = openQueue({ redisUrl: `redis://127.0.0.1:${port}`, prefix });
     try {
-      const id = await enqueueWorkspace(queue, { policy: { attempts: 1 } });
+      const id = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 1 } });
       await waitForJob(queue, id, 'completed', 30_000);
     } finally {
       await queue.close();

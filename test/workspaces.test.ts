@@ -386,13 +386,13 @@ describe('convo-mirror sync of several workspaces (CLI)', () => {
     expect(r.stderr).toContain(B);
     expect(fake.requests.length).toBe(before);
   });
-  it('the daemon, which mirrors one workspace for now, refuses several (exit 2, one line naming the setting) instead of mirroring only the first', async () => {
+  it("the daemon's --account naming a workspace that is not configured: exit 2, one line naming it, before any request or file", async () => {
     const dir = tempDir();
     const before = fake.requests.length;
-    const r = await run(['daemon'], cliEnv(fake, dir, { CONVO_MIRROR_ACCOUNT_ID: `${A},${B}` }));
+    const r = await run(['daemon', '--account', C], cliEnv(fake, dir, { CONVO_MIRROR_ACCOUNT_ID: `${A},${B}` }));
     expect(r.code).toBe(2);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
-    expect(r.stderr).toMatch(/CONVO_MIRROR_ACCOUNT_ID: names 2 workspaces, but the daemon mirrors one workspace/);
+    expect(r.stderr).toContain(`--account: "${C}" is not a configured workspace (configured: ${A}, ${B})`);
     expect(fake.requests.length).toBe(before);
     expect(fs.existsSync(path.join(dir, 'mirror.sqlite'))).toBe(false);
   });

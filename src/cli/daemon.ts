@@ -1,10 +1,11 @@
 /**
- * `convo-mirror daemon`: job schedulers, a worker for scheduled and on-demand jobs (jobs/), until
- * SIGTERM/SIGINT, then a graceful shutdown.
+ * `convo-mirror daemon`: the schedules of every configured workspace (or those `--account` names)
+ * and a worker for scheduled, on-demand and webhook jobs (jobs/), until SIGTERM/SIGINT, then a
+ * graceful shutdown.
  */
 import type { Command } from 'commander';
-import { loadConfig } from '../../config/index.js';
-import { ConfigError } from '../errors.js';
+import { loadConfig, type Config } from '../../config/index.js';
+import { selectWorkspaces } from './sync.js';
 import { runDaemon } from '../../jobs/daemon.js';
 import { createLogger } from '../logger.js';
 import { EXIT, exitFor, settle, type SetExit } from './exit.js';
@@ -29,17 +30,14 @@ function stopOnSignals(): { stop: Promise<void>; signal: () => NodeJS.Signals | 
 export function addDaemonCommand(program: Command, setExit: SetExit): void {
   const cmd = program
     .command('daemon')
-    .description('Run the sync daemon: job schedulers (regular and full), a worker for on-demand and scheduled jobs, graceful shutdown on SIGTERM/SIGINT');
+    .description(
+      'Run the sync daemon: schedules (regular and full) for every configured workspace, a worker for scheduled, on-demand and webhook jobs, an HTTP server (health, metrics, webhooks, dashboard), graceful shutdown on SIGTERM/SIGINT',
+    );
+  cmd.option('--account <id>', 'only this configured workspace (repeatable); daemons sharing one Redis each own some workspaces, with their own mirror and queue prefix', (v: string, prev: string[] = []) => [...prev, v]);
   addConfigFlags(cmd, 'daemon').action((o) =>
     settle(setExit, async () => {
-      const config = loadConfig(process.env, configFlagsOf(o, 'daemon'));
-      if (config.workspaces.length > 1) {
-        // Never mirror some of the configured workspaces silently.
-        throw new ConfigError(
-          config.workspacesFile !== undefined ? 'CONVO_MIRROR_WORKSPACES' : 'CONVO_MIRROR_ACCOUNT_ID',
-          `names ${config.workspaces.length} workspaces, but the daemon mirrors one workspace for now: run one daemon per workspace (each with its own --account-id, which wins over CONVO_MIRROR_WORKSPACES in the environment, its own CONVO_MIRROR_DB and CONVO_MIRROR_QUEUE_PREFIX), or use convo-mirror sync, which mirrors them all`,
-        );
-      }
+      const loaded = loadConfig(process.env, configFlagsOf(o, 'daemon'));
+      const config: Config = Object.freeze({ ...loaded, workspaces: selectWorkspaces(loaded.workspaces, o.account as string[] | undefined) });
       const logger = createLogger({ level: config.logLevel, pretty: isTTY() });
       const { stop, signal } = stopOnSignals();
       const exit = await runDaemon({ config, logger, stop });

@@ -58,3 +58,17 @@ export function conversationIdsFrom(ids: string[] | undefined): string[] | undef
 
 /** Where the job queue lives, from the configuration. */
 export const queueSettings = (config: Config): { redisUrl: string; prefix: string } => ({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
+
+/**
+ * Commands that talk to the BullMQ queue in Redis (`enqueue`, `retry-failed`) have nothing to talk
+ * to when the daemon runs its queue in-process.
+ *
+ * @throws {@link ConfigError} naming CONVO_MIRROR_SCHEDULER when it is `local`
+ */
+export function requireBullmq(config: Config, command: string): void {
+  if (config.scheduler !== 'local') return;
+  throw new ConfigError(
+    'CONVO_MIRROR_SCHEDULER',
+    `is local: ${command} needs the BullMQ scheduler (a queue in Redis). With the local scheduler the queue lives inside the daemon: trigger a conversation through its webhook route (POST /webhooks/conversations), or stop it and run convo-mirror sync --conversation ID`,
+  );
+}

@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../config/index.js';
 import { retryFailed } from '../../jobs/admin.js';
 import { EXIT, settle, type SetExit } from './exit.js';
-import { addConfigFlags, configFlagsOf, queueSettings } from './flags.js';
+import { addConfigFlags, configFlagsOf, queueSettings, requireBullmq } from './flags.js';
 
 /** Adds `retry-failed` to `program`. */
 export function addRetryFailedCommand(program: Command, setExit: SetExit): void {
@@ -11,6 +11,7 @@ export function addRetryFailedCommand(program: Command, setExit: SetExit): void 
   addConfigFlags(cmd, 'retry-failed').action((o) =>
     settle(setExit, async () => {
       const config = loadConfig(process.env, configFlagsOf(o, 'retry-failed'), { needsApi: false });
+      requireBullmq(config, 'retry-failed');
       const ids = await retryFailed(queueSettings(config));
       process.stdout.write(`re-queued ${ids.length} failed job${ids.length === 1 ? '' : 's'}${ids.length ? `: ${ids.join(', ')}` : ''}\n`);
       return EXIT.OK;

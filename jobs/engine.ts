@@ -1,0 +1,71 @@
+/**
+ * What the daemon (jobs/daemon.ts) asks of its engine, the part that holds the schedules and the
+ * queue: BullMQ on Redis (jobs/bullmq-engine.ts) or in-process (jobs/local-engine.ts). Both run the
+ * same src/run steps under the same mirror, metrics, HTTP server and shutdown.
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import type { Logger } from 'pino';
+import type { Config, Workspace } from '../config/index.js';
+import type { ApiClient } from '../src/api/client.js';
+import type { Clock } from '../src/clock.js';
+import type { FileModes } from '../src/private-fs.js';
+import type { RunSummary } from '../src/run/index.js';
+import type { ReadinessCheck } from '../src/server/index.js';
+import type { Mirror } from '../src/store/mirror.js';
+
+/** One workspace the daemon mirrors, with what it was built with at start-up. */
+export interface DaemonWorkspace {
+  /** Its account id (`default` without `X-Account-Id`): in job data, metrics labels and logs. */
+  accountId: string;
+  workspace: Workspace;
+  /** Its client (the rate limiter shared with every workspace of the same base URL and key). */
+  api: ApiClient;
+  /** The daemon's logger with `account_id`. */
+  logger: Logger;
+}
+
+/** What every engine is built from. */
+export interface EngineContext {
+  config: Config;
+  logger: Logger;
+  mirror: Mirror;
+  workspaces: readonly DaemonWorkspace[];
+  clock: Clock;
+  /** Modes of the export files and directories created. */
+  modes: FileModes;
+  /** Aborted at the end of the shutdown grace period: cuts running jobs short. */
+  signal: AbortSignal;
+  /** Called with an error after which no job can succeed (an unusable mirror): the daemon stops. */
+  onFatal: (err: Error) => void;
+  /** Called with every finished run and its account (the metrics). */
+  onRunFinished: (summary: RunSummary, accountId: string) => void;
+}
+
+/** The schedules and the queue of a daemon. */
+export interface DaemonEngine {
+  name: 'bullmq' | 'local';
+  /** Checks of `/readyz` beyond the mirror's (e.g. Redis answers a PING). */
+  checks: ReadinessCheck[];
+  /** Routes of the HTTP server beyond health, readiness, metrics and webhooks (the dashboard). */
+  plugins: FastifyPluginAsync[];
+  /** Jobs by state, for `convo_mirror_queue_jobs{state}`. */
+  jobCounts(): Promise<Record<string, number>>;
+  /**
+   * Queues an on-demand sync of one conversation of a configured workspace, deduplicated per
+   * conversation as `enqueue --conversation` is. @returns the job id
+   */
+  enqueueConversation(accountId: string, conversationId: string): Promise<string>;
+  /** Told of a 429's wait (ms) when every workspace shares one key: BullMQ pauses its whole queue. */
+  rateLimit?(ms: number): void;
+  /** Registers the schedules and starts taking jobs. */
+  start(): Promise<void>;
+  /** Fields of the `daemon ready` log line. */
+  describe(): Record<string, unknown>;
+  /**
+   * No new jobs; running ones get `graceMs` (ms), then `abort()` is called. @returns whether
+   * running jobs had to be cut short
+   */
+  stop(graceMs: number, abort: () => void): Promise<{ forced: boolean }>;
+  /** Releases connections (after `stop`, or after a failed start). */
+  close(): Promise<void>;
+}
