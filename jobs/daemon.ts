@@ -18,7 +18,7 @@ import { assertSafeExportDir } from '../src/export/exporter.js';
 import { openMirrorForRuns } from '../src/run/index.js';
 import { assertRedisReachable } from './queue.js';
 import { bullmqEngine } from './bullmq-engine.js';
-const localEngine = (_: EngineContext): DaemonEngine => { throw new Error('local engine pending'); };
+import { localEngine } from './local-engine.js';
 import type { DaemonEngine, DaemonWorkspace, EngineContext } from './engine.js';
 
 /** Options of {@link runDaemon}. */

@@ -1,0 +1,101 @@
+/**
+ * The Redis-free daemon (`--scheduler local`, issue 10): node-cron ticks and an in-process queue
+ * running the same recorded runs, over two workspaces of one fake, with the same HTTP server
+ * (readiness without a Redis check, metrics, webhooks enqueueing into the local queue with the same
+ * per-conversation deduplication). Real HTTP, real SQLite; no Redis is used (REDIS_URL points at a
+ * port where nothing listens, so any use would fail).
+ */
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig, type Config } from '../config/index.js';
+import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
+import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
+import { API_KEY, mirrorEqualsFake, quietLogger, tempDir, withMirror } from './helpers.js';
+import { waitFor, within } from './children.js';
+import { NEVER } from './daemon-fixtures.js';
+import { sqlAll } from './sql.js';
+
+const A = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
+const B = '7a1c9e04-2b3d-4f5e-8a6b-1c2d3e4f5a6b';
+
+let fake: FakeApi;
+let wsA: FakeWorkspace;
+let wsB: FakeWorkspace;
+beforeAll(async () => {
+  wsA = FakeWorkspace.generate({ seed: 41, conversations: 5 });
+  wsB = FakeWorkspace.generate({ seed: 42, conversations: 4 });
+  fake = await startFakeApi({ workspaces: { [A]: { workspace: wsA, apiKey: API_KEY }, [B]: { workspace: wsB, apiKey: API_KEY } } });
+});
+afterAll(async () => fake.close());
+
+/** A running in-process daemon and its HTTP URL. */
+interface Running {
+  config: Config;
+  url: string;
+  stop(): Promise<DaemonExit>;
+}
+const running: Running[] = [];
+afterEach(async () => {
+  await Promise.allSettled(running.splice(0).map((d) => d.stop()));
+});
+
+/** Starts a local-scheduler daemon over both workspaces, its HTTP server on a free port. */
+async function startLocal(env: Record<string, string> = {}): Promise<Running> {
+  const dir = tempDir('convo-mirror-local-');
+  const config = loadConfig({
+    CONVO_MIRROR_BASE_URL: fake.url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_ACCOUNT_ID: `${A},${B}`,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_MAX_RPS: '0',
+    CONVO_MIRROR_MAX_RETRIES: '1',
+    CONVO_MIRROR_SCHEDULER: 'local',
+    // Nothing listens there: the local scheduler must never need Redis.
+    REDIS_URL: 'redis://127.0.0.1:1',
+    CONVO_MIRROR_SCHEDULE: NEVER,
+    CONVO_MIRROR_FULL_SCHEDULE: NEVER,
+    CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: '2000',
+    LOG_LEVEL: 'silent',
+    ...env,
+  });
+  let release!: () => void;
+  const stop = new Promise<void>((r) => (release = r));
+  let ready!: (r: { httpUrl: string | undefined }) => void;
+  const readyP = new Promise<{ httpUrl: string | undefined }>((r) => (ready = r));
+  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready, httpListen: { host: '127.0.0.1', port: 0 } });
+  const { httpUrl } = await within(Promise.race([readyP, done.then(() => Promise.reject(new Error('daemon ended before it was ready')))]), 15_000, 'daemon start');
+  let stopped: Promise<DaemonExit> | undefined;
+  const d: Running = { config, url: httpUrl!, stop: () => (stopped ??= (release(), within(done, 15_000, 'daemon shutdown'))) };
+  running.push(d);
+  return d;
+}
+
+/** Runs of a mirror: account, trigger, scope and status, in order. */
+const runsOf = (db: string) =>
+  withMirror(db, (m) => sqlAll<{ account_id: string; trigger: string; scope: string; status: string }>(m, 'SELECT account_id, trigger, scope, status FROM runs ORDER BY id'));
+
+describe('the local scheduler', () => {
+  it('mirrors every workspace on a tick, without Redis, and stops cleanly', async () => {
+    const d = await startLocal({ CONVO_MIRROR_SCHEDULE: '* * * * * *' });
+    await waitFor(
+      () => {
+        const ok = runsOf(d.config.db).filter((r) => r.status === 'succeeded');
+        return ok.some((r) => r.account_id === A) && ok.some((r) => r.account_id === B);
+      },
+      10_000,
+      'a succeeded scheduled run of each workspace',
+    );
+    const runs = runsOf(d.config.db);
+    expect(runs.every((r) => r.trigger === 'schedule' && r.scope === 'workspace')).toBe(true);
+    const ready = await fetch(`${d.url}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toMatchObject({ status: 'ready', checks: { mirror: 'ok', daemon: 'ok' } });
+    const exit = await d.stop();
+    expect(exit.forced).toBe(false);
+    const a = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsA, A));
+    const b = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsB, B));
+    expect(a.ok, a.detail).toBe(true);
+    expect(b.ok, b.detail).toBe(true);
+  });
+});
