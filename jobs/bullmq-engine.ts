@@ -55,7 +55,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
     rateLimit(ms) {
       queue.rateLimit(ms).catch((err: unknown) => logger.warn({ err: describeError(err) }, 'could not set the queue rate limit'));
     },
-    enqueueConversation: (accountId, conversationId) => enqueueConversation(queue, conversationId, { accountId, policy: { attempts: config.jobAttempts } }),
+    enqueueConversation: (accountId, conversationId) => enqueueConversation(queue, conversationId, { accountId, trigger: 'webhook', policy: { attempts: config.jobAttempts } }),
     async start() {
       const removed = await registerSchedulers(
         queue,

@@ -12,7 +12,7 @@ import { RateLimiterPool } from '../src/api/rate-limit.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
-import { Metrics, startServer, type ReadinessCheck, type RunningServer } from '../src/server/index.js';
+import { Metrics, startServer, type ReadinessCheck, type RunningServer, type WebhookOptions } from '../src/server/index.js';
 import { fileModes } from '../src/private-fs.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
 import { openMirrorForRuns } from '../src/run/index.js';
@@ -207,7 +207,15 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
     },
   ];
   try {
-    return await startServer({ logger, metrics: res.metrics, checks, plugins: res.engine.plugins }, { host, port });
+    const webhooks: WebhookOptions | undefined = config.webhookSecret
+      ? {
+          secret: config.webhookSecret,
+          idPointers: config.webhookIdPointers,
+          accounts: res.workspaces.map((w) => w.accountId),
+          enqueue: (accountId, conversationId) => res.engine.enqueueConversation(accountId, conversationId),
+        }
+      : undefined;
+    return await startServer({ logger, metrics: res.metrics, checks, plugins: res.engine.plugins, webhooks }, { host, port });
   } catch (err) {
     throw listenError(err, host, port);
   }

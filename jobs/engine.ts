@@ -51,8 +51,8 @@ export interface DaemonEngine {
   /** Jobs by state, for `convo_mirror_queue_jobs{state}`. */
   jobCounts(): Promise<Record<string, number>>;
   /**
-   * Queues an on-demand sync of one conversation of a configured workspace, deduplicated per
-   * conversation as `enqueue --conversation` is. @returns the job id
+   * Queues a webhook's sync of one conversation of a configured workspace (its run's trigger is
+   * `webhook`), deduplicated per conversation as `enqueue --conversation` is. @returns the job id
    */
   enqueueConversation(accountId: string, conversationId: string): Promise<string>;
   /** Told of a 429's wait (ms) when every workspace shares one key: BullMQ pauses its whole queue. */

@@ -31,6 +31,8 @@ export const messagesPath = (id: string) => `/v1/conversations/${id}/messages`;
 /** A daemon running in this process. */
 export interface InProcessDaemon {
   config: Config;
+  /** The HTTP server's URL when started with `{ http: true }`. */
+  url?: string | undefined;
   done: Promise<DaemonExit>;
   /** Resolves the daemon's stop promise and waits (bounded) for it to end. */
   stop(): Promise<DaemonExit>;
@@ -44,8 +46,11 @@ export interface DaemonFixtures {
   fakeApi(ws: FakeWorkspace): Promise<FakeApi>;
   /** A daemon configuration against `fake`, a fresh mirror dir and `prefix`; schedules that never fire. */
   daemonConfig(fake: FakeApi, prefix: string, env?: Record<string, string>): Config;
-  /** Starts `runDaemon` in this process and waits (bounded) until its worker runs. */
-  startDaemon(config: Config): Promise<InProcessDaemon>;
+  /**
+   * Starts `runDaemon` in this process and waits (bounded) until its worker runs; with `http`, its
+   * HTTP server listens on a free port of 127.0.0.1 (`url`).
+   */
+  startDaemon(config: Config, o?: { http?: boolean }): Promise<InProcessDaemon>;
   /** A queue on `prefix` (closed in `afterEachTest`). */
   queueFor(prefix: string): Queue;
   afterEachTest(): Promise<void>;
@@ -81,10 +86,10 @@ export function daemonFixtures(label: string): DaemonFixtures {
         ...env,
       });
     },
-    async startDaemon(config) {
-      const d = inProcessDaemon(config);
+    async startDaemon(config, o = {}) {
+      const d = inProcessDaemon(config, o.http === true);
       daemons.push(d.daemon);
-      await d.ready;
+      d.daemon.url = (await d.ready).httpUrl;
       return d.daemon;
     },
     queueFor(prefix) {
@@ -105,12 +110,12 @@ export function daemonFixtures(label: string): DaemonFixtures {
 }
 
 /** `runDaemon` in this process, and a promise of its readiness (bounded: 15 s). */
-function inProcessDaemon(config: Config): { daemon: InProcessDaemon; ready: Promise<void> } {
+function inProcessDaemon(config: Config, http: boolean): { daemon: InProcessDaemon; ready: Promise<{ httpUrl: string | undefined }> } {
   let release!: () => void;
   const stop = new Promise<void>((r) => (release = r));
-  let ready!: () => void;
-  const readyP = new Promise<void>((r) => (ready = r));
-  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready });
+  let ready!: (r: { httpUrl: string | undefined }) => void;
+  const readyP = new Promise<{ httpUrl: string | undefined }>((r) => (ready = r));
+  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready, ...(http ? { httpListen: { host: '127.0.0.1', port: 0 } } : {}) });
   let stopped: Promise<DaemonExit> | undefined;
   const daemon: InProcessDaemon = {
     config,

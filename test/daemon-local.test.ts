@@ -12,11 +12,27 @@ import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { API_KEY, mirrorEqualsFake, quietLogger, tempDir, withMirror } from './helpers.js';
 import { waitFor, within } from './children.js';
-import { NEVER } from './daemon-fixtures.js';
+import { NEVER, messagesPath } from './daemon-fixtures.js';
+import { Webhook } from 'standardwebhooks';
 import { sqlAll } from './sql.js';
 
 const A = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
 const B = '7a1c9e04-2b3d-4f5e-8a6b-1c2d3e4f5a6b';
+const SECRET = `whsec_${Buffer.from('local-daemon-webhook-secret-0123').toString('base64')}`;
+
+let seq = 0;
+/** POSTs a webhook for conversation `id` of `account`, signed with the `standardwebhooks` library. */
+async function webhook(url: string, account: string, id: string): Promise<{ status: number; body: { job_id: string; conversation_id: string; account_id: string } }> {
+  const body = JSON.stringify({ type: 'conversation.updated', data: { account_id: account, conversation: { id } } });
+  const msgId = `msg_local_${++seq}`;
+  const at = new Date();
+  const res = await fetch(`${url}/webhooks/conversations`, {
+    method: 'POST',
+    body,
+    headers: { 'content-type': 'application/json', 'webhook-id': msgId, 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new Webhook(SECRET).sign(msgId, at, body) },
+  });
+  return { status: res.status, body: (await res.json()) as { job_id: string; conversation_id: string; account_id: string } };
+}
 
 let fake: FakeApi;
 let wsA: FakeWorkspace;
@@ -97,5 +113,49 @@ describe('the local scheduler', () => {
     const b = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsB, B));
     expect(a.ok, a.detail).toBe(true);
     expect(b.ok, b.detail).toBe(true);
+  });
+});
+
+describe('webhooks into the local queue', () => {
+  it('a signed webhook mirrors the new messages of its conversation as a recorded webhook run', async () => {
+    const d = await startLocal({ CONVO_MIRROR_WEBHOOK_SECRET: SECRET });
+    const x = wsB.list()[1]!.id;
+    wsB.appendMessages(x, 3);
+    const t0 = Date.now();
+    const r = await webhook(d.url, B, x);
+    expect(r.status).toBe(202);
+    expect(r.body).toMatchObject({ conversation_id: x, account_id: B });
+    const mirrored = () =>
+      withMirror(d.config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL', B, x)[0]!.n);
+    await waitFor(() => mirrored() === wsB.get(x)!.messages.length, 5_000, 'the conversation mirrored within 5 s');
+    process.stderr.write(`daemon-local: webhook to mirrored in ${Date.now() - t0} ms\n`);
+    expect(runsOf(d.config.db)).toEqual([{ account_id: B, trigger: 'webhook', scope: 'conversations', status: 'succeeded' }]);
+  });
+
+  it('deduplicates per conversation: while its job runs, more webhooks make exactly one follow-up run', async () => {
+    const d = await startLocal({ CONVO_MIRROR_WEBHOOK_SECRET: SECRET });
+    const x = wsA.list()[2]!.id;
+    fake.injectFault({ kind: 'slow', delayMs: 1500, match: { path: messagesPath(x), accountId: A } });
+    const seen = fake.requests.length;
+    const first = await webhook(d.url, A, x);
+    expect(first.status).toBe(202);
+    // The first job is running once its request is held by the slow fault.
+    await waitFor(() => fake.requests.slice(seen).some((r) => r.path === messagesPath(x) && r.status === 0), 5_000, 'the first job to be running');
+    const second = await webhook(d.url, A, x);
+    const third = await webhook(d.url, A, x);
+    expect(second.body.job_id).not.toBe(first.body.job_id);
+    expect(third.body.job_id).toBe(second.body.job_id);
+    await waitFor(() => runsOf(d.config.db).filter((r) => r.status === 'succeeded').length === 2, 10_000, 'two webhook runs');
+    const runs = runsOf(d.config.db);
+    expect(runs).toEqual([
+      { account_id: A, trigger: 'webhook', scope: 'conversations', status: 'succeeded' },
+      { account_id: A, trigger: 'webhook', scope: 'conversations', status: 'succeeded' },
+    ]);
+    // A refused webhook (unknown workspace) queues nothing and asks the API nothing.
+    const before = fake.requests.length;
+    const refused = await webhook(d.url, 'c2e4a6b8-0d1f-4a3c-9e5b-7d9f1b3d5f7a', x);
+    expect(refused.status).toBe(422);
+    expect(fake.requests.length).toBe(before);
+    expect(runsOf(d.config.db)).toHaveLength(2);
   });
 });

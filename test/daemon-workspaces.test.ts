@@ -14,11 +14,13 @@ import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index
 import { API_KEY, mirrorEqualsFake, tempDir, withMirror } from './helpers.js';
 import { daemonFixtures, NEVER, waitForJob } from './daemon-fixtures.js';
 import { redisUrl } from './redis.js';
+import { Webhook } from 'standardwebhooks';
 import { sqlAll } from './sql.js';
 
 const A = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
 const B = '7a1c9e04-2b3d-4f5e-8a6b-1c2d3e4f5a6b';
 const B_KEY = 'sk-daemon-ws-B-7f3e';
+const SECRET = `whsec_${Buffer.from('bullmq-daemon-webhook-secret-012').toString('base64')}`;
 
 const fx = daemonFixtures('daemon-ws');
 afterEach(fx.afterEachTest);
@@ -166,5 +168,40 @@ describe('two daemons on one Redis, each owning some workspaces', () => {
     expect((await q1.getJobs(['completed'])).every((j) => j.data.accountId === A)).toBe(true);
     expect((await q2.getJobs(['completed'])).every((j) => j.data.accountId === B)).toBe(true);
     await Promise.all([d1.stop(), d2.stop()]);
+  });
+});
+
+describe('webhooks into the BullMQ queue', () => {
+  it('a signed webhook queues the deduplicated conversation job of its workspace, whose run (trigger webhook) mirrors the new messages; /metrics counts what the API served', async () => {
+    const prefix = fx.prefix();
+    const config = twoWorkspaceConfig(prefix, B_KEY, { CONVO_MIRROR_WEBHOOK_SECRET: SECRET });
+    const seen = fake.requests.length;
+    const d = await fx.startDaemon(config, { http: true });
+    const queue = fx.queueFor(prefix);
+    const x = wsA.list()[3]!.id;
+    wsA.appendMessages(x, 2);
+    const body = JSON.stringify({ event: 'conversation.updated', conversation_id: x, account_id: A });
+    const at = new Date();
+    const t0 = Date.now();
+    const res = await fetch(`${d.url}/webhooks/conversations`, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json', 'webhook-id': 'msg_bullmq_1', 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new Webhook(SECRET).sign('msg_bullmq_1', at, body) },
+    });
+    expect(res.status).toBe(202);
+    const accepted = (await res.json()) as { job_id: string; conversation_id: string; account_id: string };
+    expect(accepted).toMatchObject({ conversation_id: x, account_id: A });
+    const job = await waitForJob(queue, accepted.job_id, 'completed', 15_000);
+    process.stderr.write(`daemon-workspaces: webhook to mirrored (BullMQ) in ${Date.now() - t0} ms\n`);
+    expect(job.data).toEqual({ accountId: A, conversationId: x, trigger: 'webhook', ownRunId: 1 });
+    expect(runsOf(config.db)).toEqual([{ account_id: A, trigger: 'webhook', status: 'succeeded' }]);
+    const rows = withMirror(config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ? AND conversation_id = ?', A, x))[0]!.n;
+    expect(rows).toBe(wsA.get(x)!.messages.length);
+
+    const metrics = await (await fetch(`${d.url}/metrics`)).text();
+    const servedA = fake.requests.slice(seen).filter((r) => r.accountId === A).length;
+    expect(metrics).toContain(`convo_mirror_api_requests_total{account_id="${A}",status="200"} ${servedA}`);
+    expect(metrics).toMatch(new RegExp(`convo_mirror_messages_total\\{account_id="${A}",op="insert"\\} ${rows}`));
+    expect(metrics).not.toContain(SECRET);
   });
 });

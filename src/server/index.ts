@@ -2,7 +2,8 @@
  * The daemon's HTTP face (Fastify 5): `GET /healthz` (liveness), `GET /readyz` (readiness: every
  * injected check answers) and `GET /metrics` (Prometheus text exposition of {@link Metrics}).
  * It knows nothing of Redis, BullMQ or SQLite: the daemon (jobs/daemon.ts) injects the checks and
- * the metrics' sources. Webhooks and the queue dashboard are not served (yet): they answer 404.
+ * the metrics' sources, the webhook route's `enqueue` ({@link ServerDeps.webhooks}) and more routes
+ * such as the queue dashboard ({@link ServerDeps.plugins}).
  *
  * Fastify's own per-request logging is off (probes and scrapes would flood the log, and nothing of
  * a request's headers is ever logged); its few lines (listening, errors) go through the pino logger
@@ -11,8 +12,10 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { Metrics, withTimeout } from './metrics.js';
+import { webhookPlugin, type WebhookOptions } from './webhooks.js';
 
 export { Metrics, withTimeout, type MetricsOptions, RUN_DURATION_BUCKETS, DEFAULT_COLLECT_TIMEOUT_MS } from './metrics.js';
+export { resolvePointer, ReplayCache, webhookPlugin, WEBHOOK_BODY_LIMIT, type WebhookAccepted, type WebhookOptions } from './webhooks.js';
 
 /** Default of {@link ServerDeps.checkTimeoutMs}: 1000 ms. */
 export const DEFAULT_CHECK_TIMEOUT_MS = 1000;
@@ -46,6 +49,11 @@ export interface ServerDeps {
    * queue dashboard of jobs/dashboard.ts), so this module needs to know nothing of what they serve.
    */
   plugins?: readonly FastifyPluginAsync[];
+  /**
+   * The webhook trigger `POST /webhooks/conversations` (src/server/webhooks.ts); without it the
+   * route does not exist (404): never an unauthenticated trigger.
+   */
+  webhooks?: WebhookOptions | undefined;
 }
 
 /** Where {@link startServer} listens. */
@@ -87,7 +95,7 @@ export function buildServer(deps: ServerDeps): FastifyInstance {
     loggerInstance: deps.logger.child({ component: 'http' }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     requestTimeout: 30_000,
-    // Nothing here takes a body; refuse big ones early.
+    // Only the webhook route takes a body (its own limit, 1 MiB); refuse big ones early elsewhere.
     bodyLimit: 64 * 1024,
   });
   const timeoutMs = deps.checkTimeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
@@ -101,6 +109,7 @@ export function buildServer(deps: ServerDeps): FastifyInstance {
     const text = await deps.metrics.render();
     return reply.type(deps.metrics.contentType).send(text);
   });
+  if (deps.webhooks) void app.register(webhookPlugin(deps.webhooks, deps.logger.child({ component: 'webhooks' })));
   for (const plugin of deps.plugins ?? []) void app.register(plugin);
   return app;
 }
