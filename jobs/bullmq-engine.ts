@@ -9,9 +9,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { describeError } from '../src/errors.js';
-import type { RunSummary } from '../src/run/index.js';
 import type { ReadinessCheck } from '../src/server/index.js';
-import type { DaemonEngine, EngineContext } from './engine.js';
+import { jobFigures, type DaemonEngine, type EngineContext } from './engine.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
 import {
   QUEUE_NAME,
@@ -22,7 +21,6 @@ import {
   redisHost,
   registerSchedulers,
   type ConversationJobData,
-  type ConversationJobResult,
   type WorkspaceJobData,
 } from './queue.js';
 
@@ -205,12 +203,4 @@ class RedisProbe {
   close(): void {
     this.redis.disconnect();
   }
-}
-
-/** The figures of a job's return value, for its `job completed` line. */
-export function jobFigures(value: unknown): Record<string, unknown> {
-  const v = value as Partial<RunSummary> & Partial<ConversationJobResult>;
-  if (v?.result) return { conversation_id: v.result.id, status: v.result.status, inserted: v.result.inserted, updated: v.result.updated, deleted: v.result.deleted, pages: v.result.pages };
-  if (v?.runId !== undefined) return { run: v.runId, status: v.status, conversations: v.conversations, messages: v.messages, requests: v.requests, export_lines: v.export?.lines };
-  return {};
 }

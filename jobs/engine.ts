@@ -12,6 +12,7 @@ import type { FileModes } from '../src/private-fs.js';
 import type { RunSummary } from '../src/run/index.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import type { Mirror } from '../src/store/mirror.js';
+import type { ConversationJobResult } from './queue.js';
 
 /** One workspace the daemon mirrors, with what it was built with at start-up. */
 export interface DaemonWorkspace {
@@ -68,4 +69,12 @@ export interface DaemonEngine {
   stop(graceMs: number, abort: () => void): Promise<{ forced: boolean }>;
   /** Releases connections (after `stop`, or after a failed start). */
   close(): Promise<void>;
+}
+
+/** The figures of a job's return value, for its `job completed` line. */
+export function jobFigures(value: unknown): Record<string, unknown> {
+  const v = value as Partial<RunSummary> & Partial<ConversationJobResult>;
+  if (v?.result) return { conversation_id: v.result.id, status: v.result.status, inserted: v.result.inserted, updated: v.result.updated, deleted: v.result.deleted, pages: v.result.pages };
+  if (v?.runId !== undefined) return { run: v.runId, status: v.status, conversations: v.conversations, messages: v.messages, requests: v.requests, export_lines: v.export?.lines };
+  return {};
 }

@@ -12,7 +12,7 @@
  */
 import { describeError, RunError } from '../src/errors.js';
 import { runSync, startRun, type RunSummary } from '../src/run/index.js';
-import type { DaemonEngine, DaemonWorkspace, EngineContext } from './engine.js';
+import { jobFigures, type DaemonEngine, type DaemonWorkspace, type EngineContext } from './engine.js';
 import { crawlOnDemand, onDemandSpec } from './conversation-job.js';
 import type { RunJobDeps } from './deps.js';
 import { LocalQueue, LocalScheduler, type LocalJob } from './local-queue.js';
@@ -29,6 +29,7 @@ export function localEngine(ctx: EngineContext): DaemonEngine {
     concurrency: config.concurrency,
     attempts: config.jobAttempts,
     logger,
+    logFields: (job, value) => ({ account_id: job.data.accountId, ...(job.data.kind === 'conversation' ? { conversation_id: job.data.conversationId } : { mode: job.data.mode }), ...jobFigures(value) }),
     process: (job, signal) => processLocalJob(ctx, byAccount, job, signal),
   });
   const scheduler = new LocalScheduler({ tz: config.tz, logger });
@@ -45,9 +46,12 @@ export function localEngine(ctx: EngineContext): DaemonEngine {
         for (const mode of ['regular', 'full'] as const) {
           const id = schedulerId(mode, w.accountId);
           // A tick while the workspace's last one still waits adds nothing; while it runs, one follow-up.
-          scheduler.add(id, mode === 'full' ? w.workspace.fullSchedule : w.workspace.schedule, () => {
-            queue.add('sync-workspace', { kind: 'workspace', accountId: w.accountId, mode, trigger: 'schedule' }, { dedupId: id });
-          });
+          scheduler.add(
+            id,
+            mode === 'full' ? w.workspace.fullSchedule : w.workspace.schedule,
+            () => void queue.add('sync-workspace', { kind: 'workspace', accountId: w.accountId, mode, trigger: 'schedule' }, { dedupId: id }),
+            { setting: mode === 'full' ? 'CONVO_MIRROR_FULL_SCHEDULE' : 'CONVO_MIRROR_SCHEDULE' },
+          );
         }
       }
     },
