@@ -11,7 +11,7 @@ import { loadConfig, type Config } from '../config/index.js';
 import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { API_KEY, mirrorEqualsFake, quietLogger, tempDir, withMirror } from './helpers.js';
-import { waitFor, within } from './children.js';
+import { assertBuilt, run, waitFor, within } from './children.js';
 import { NEVER, messagesPath } from './daemon-fixtures.js';
 import { Webhook } from 'standardwebhooks';
 import { sqlAll } from './sql.js';
@@ -157,5 +157,19 @@ describe('webhooks into the local queue', () => {
     expect(refused.status).toBe(422);
     expect(fake.requests.length).toBe(before);
     expect(runsOf(d.config.db)).toHaveLength(2);
+  });
+});
+
+describe('demo-daemon (the README quick start third line)', () => {
+  it('mirrors two workspaces on ticks, answers a signed webhook, shows /metrics, stops cleanly: exit 0, no secret printed', async () => {
+    assertBuilt();
+    const dir = tempDir('convo-mirror-demo-daemon-');
+    const r = await run(['demo-daemon', '--dir', dir, '--conversations', '6', '--schedule', '* * * * * *'], { PATH: process.env.PATH, HOME: process.env.HOME, CI: 'true' }, 60_000);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/both workspaces mirrored by the scheduled runs/);
+    expect(r.stdout).toMatch(/HTTP 202; its 3 new messages mirrored \d+ ms after the webhook was sent/);
+    expect(r.stdout).toMatch(/convo_mirror_api_requests_total\{account_id="[0-9a-f-]{36}",status="200"\} \d+/);
+    expect(r.stdout).toMatch(/daemon stopped in \d+ ms; mirror /);
+    expect(r.stdout + r.stderr).not.toMatch(/whsec_/);
   });
 });

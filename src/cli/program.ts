@@ -9,6 +9,7 @@ import { addEnqueueCommand } from './enqueue.js';
 import { addRetryFailedCommand } from './retry-failed.js';
 import { addFakeApiCommand } from './fake-api.js';
 import { addDemoCommand } from './demo.js';
+import { addDemoDaemonCommand } from './demo-daemon.js';
 
 /** Every command, in help order. */
 const COMMANDS: readonly ((program: Command, setExit: SetExit) => void)[] = [
@@ -20,6 +21,7 @@ const COMMANDS: readonly ((program: Command, setExit: SetExit) => void)[] = [
   addRetryFailedCommand,
   addFakeApiCommand,
   addDemoCommand,
+  addDemoDaemonCommand,
 ];
 
 /**
