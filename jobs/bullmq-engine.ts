@@ -12,6 +12,7 @@ import { describeError } from '../src/errors.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import { jobFigures, type DaemonEngine, type EngineContext } from './engine.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
+import { dashboardPlugin } from './dashboard.js';
 import {
   QUEUE_NAME,
   claimQueuePrefix,
@@ -44,7 +45,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
     throw err;
   }
   const deps = workspaceDeps(ctx, queue);
-  const plugins: FastifyPluginAsync[] = [];
+  const plugins: FastifyPluginAsync[] = config.adminPassword !== undefined ? [dashboardPlugin({ queue, password: config.adminPassword, logger })] : [];
   return {
     name: 'bullmq',
     checks: [{ name: 'redis', check: () => probe.ping() }] satisfies ReadinessCheck[],

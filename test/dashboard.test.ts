@@ -1,0 +1,121 @@
+/**
+ * The queue dashboard (jobs/dashboard.ts): bull-board under /admin/queues behind basic auth, over
+ * real HTTP with a real BullMQ queue on the test run's Redis: the page, its assets and its JSON API
+ * refuse missing or wrong credentials (401 with a Basic challenge) and answer the right ones; the API
+ * lists the queue's jobs; it is read-only; routes outside it are untouched; without the plugin it
+ * does not exist; the password never reaches the log. Also the daemon wiring: with
+ * CONVO_MIRROR_ADMIN_PASSWORD the BullMQ daemon serves it, without it 404.
+ */
+import { Writable } from 'node:stream';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import pino from 'pino';
+import type { Queue } from 'bullmq';
+import { dashboardPlugin } from '../jobs/dashboard.js';
+import { enqueueConversation, enqueueWorkspace, openQueue } from '../jobs/queue.js';
+import { FakeWorkspace } from '../src/fake-api/index.js';
+import { Metrics, startServer, type RunningServer } from '../src/server/index.js';
+import { ACCOUNT_ID } from './helpers.js';
+import { daemonFixtures } from './daemon-fixtures.js';
+import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
+
+const PASSWORD = 'correct-horse-battery-staple';
+const prefixes = prefixSequence('dashboard');
+const servers: RunningServer[] = [];
+const queues: Queue[] = [];
+const fx = daemonFixtures('dashboard-daemon');
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+  await Promise.all(queues.splice(0).map((q) => q.close()));
+  await fx.afterEachTest();
+});
+afterAll(async () => {
+  for (const p of prefixes.all) await cleanupPrefix(redisUrl(), p);
+  await fx.afterAllTests();
+});
+
+const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
+
+/** A server with the dashboard over a fresh queue holding two waiting jobs; the log captured. */
+async function serve(withDashboard = true) {
+  const queue = openQueue({ redisUrl: redisUrl(), prefix: prefixes.next() });
+  queues.push(queue);
+  const policy = { attempts: 1 };
+  const ids = [await enqueueConversation(queue, 'conv-1', { accountId: ACCOUNT_ID, policy }), await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy })];
+  let log = '';
+  const logger = pino({ level: 'debug' }, new Writable({ write: (c, _e, cb) => ((log += String(c)), cb()) }));
+  const server = await startServer(
+    { logger, metrics: new Metrics({ processMetrics: false }), checks: [], ...(withDashboard ? { plugins: [dashboardPlugin({ queue, password: PASSWORD, logger })] } : {}) },
+    { host: '127.0.0.1', port: 0 },
+  );
+  servers.push(server);
+  return { server, queue, ids, log: () => log };
+}
+
+describe('the queue dashboard', () => {
+  it('refuses missing, wrong-password and wrong-user credentials with a Basic challenge, on the page and on its API', async () => {
+    const { server, log } = await serve();
+    for (const path of ['/admin/queues', '/admin/queues/api/queues']) {
+      for (const auth of [undefined, basic('admin', 'wrong-password-123'), basic('root', PASSWORD)]) {
+        const res = await fetch(`${server.url}${path}`, { headers: auth ? { authorization: auth } : {} });
+        expect(res.status, `${path} with ${auth ?? 'no credentials'}`).toBe(401);
+        expect(res.headers.get('www-authenticate')).toMatch(/^Basic realm="convo-mirror"/);
+        await res.body?.cancel();
+      }
+    }
+    expect(log()).toContain('dashboard: refused credentials');
+    expect(log()).not.toContain(PASSWORD);
+    expect(log()).not.toContain('wrong-password-123');
+  });
+
+  it('with the right credentials: the page, its assets, and the queue API listing the waiting jobs; read-only', async () => {
+    const { server, ids, queue } = await serve();
+    const headers = { authorization: basic('admin', PASSWORD) };
+    const page = await fetch(`${server.url}/admin/queues`, { headers });
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/text\/html/);
+    const html = await page.text();
+    // An asset the page loads also requires the credentials.
+    // Assets are relative to the page's <base href="/admin/queues/">.
+    expect(html).toContain('<base href="/admin/queues/"');
+    const asset = html.match(/(?:src|href)="((?:\/admin\/queues\/)?static\/[^"]+\.css)"/)?.[1];
+    expect(asset, 'a static asset referenced by the page').toBeTruthy();
+    const assetUrl = new URL(asset!, `${server.url}/admin/queues/`).toString();
+    expect((await fetch(assetUrl)).status).toBe(401);
+    const got = await fetch(assetUrl, { headers });
+    expect(got.status).toBe(200);
+    await got.body?.cancel();
+
+    const api = await fetch(`${server.url}/admin/queues/api/queues?activeQueue=${encodeURIComponent(queue.name)}&status=waiting&page=1`, { headers });
+    expect(api.status).toBe(200);
+    const body = (await api.json()) as { queues: { name: string; readOnlyMode: boolean; counts: Record<string, number>; jobs: { id: string }[] }[] };
+    const q = body.queues.find((x) => x.name === queue.name)!;
+    expect(q, 'the queue listed').toBeTruthy();
+    expect(q.readOnlyMode).toBe(true);
+    expect(q.counts.waiting).toBe(2);
+    expect(q.jobs.map((j) => j.id).sort()).toEqual([...ids].sort());
+    // Read-only: an action is refused and changes nothing.
+    const clean = await fetch(`${server.url}/admin/queues/api/queues/${encodeURIComponent(queue.name)}/empty`, { method: 'PUT', headers });
+    expect(clean.status).toBeGreaterThanOrEqual(400);
+    await clean.body?.cancel();
+    expect(await queue.getWaitingCount()).toBe(2);
+  });
+
+  it('leaves the other routes alone, and does not exist without the plugin', async () => {
+    const { server } = await serve();
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    const bare = await serve(false);
+    const res = await fetch(`${bare.server.url}/admin/queues`, { headers: { authorization: basic('admin', PASSWORD) } });
+    expect(res.status).toBe(404);
+  });
+
+  it('the BullMQ daemon serves it with CONVO_MIRROR_ADMIN_PASSWORD, and answers 404 without', async () => {
+    const fake = await fx.fakeApi(FakeWorkspace.fromCounts([2]));
+    const withPw = await fx.startDaemon(fx.daemonConfig(fake, fx.prefix(), { CONVO_MIRROR_ADMIN_PASSWORD: PASSWORD }), { http: true });
+    expect((await fetch(`${withPw.url}/admin/queues`)).status).toBe(401);
+    const ok = await fetch(`${withPw.url}/admin/queues/api/queues`, { headers: { authorization: basic('admin', PASSWORD) } });
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { queues: { name: string }[] }).queues.map((q) => q.name)).toEqual(['sync']);
+    const without = await fx.startDaemon(fx.daemonConfig(fake, fx.prefix()), { http: true });
+    expect((await fetch(`${without.url}/admin/queues`, { headers: { authorization: basic('admin', PASSWORD) } })).status).toBe(404);
+  });
+});
