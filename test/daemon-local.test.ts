@@ -11,7 +11,7 @@ import { loadConfig, type Config } from '../config/index.js';
 import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { API_KEY, mirrorEqualsFake, quietLogger, tempDir, withMirror } from './helpers.js';
-import { assertBuilt, run, waitFor, within } from './children.js';
+import { assertBuilt, killLeftovers, run, startDaemon, waitFor, within } from './children.js';
 import { NEVER, messagesPath } from './daemon-fixtures.js';
 import { Webhook } from 'standardwebhooks';
 import { sqlAll } from './sql.js';
@@ -53,6 +53,7 @@ interface Running {
 const running: Running[] = [];
 afterEach(async () => {
   await Promise.allSettled(running.splice(0).map((d) => d.stop()));
+  await killLeftovers();
 });
 
 /** Starts a local-scheduler daemon over both workspaces, its HTTP server on a free port. */
@@ -171,5 +172,45 @@ describe('demo-daemon (the README quick start third line)', () => {
     expect(r.stdout).toMatch(/convo_mirror_api_requests_total\{account_id="[0-9a-f-]{36}",status="200"\} \d+/);
     expect(r.stdout).toMatch(/daemon stopped in \d+ ms; mirror /);
     expect(r.stdout + r.stderr).not.toMatch(/whsec_/);
+  });
+});
+
+describe('convo-mirror daemon --scheduler local (the CLI)', () => {
+  it('mirrors both workspaces on its ticks with no Redis, and SIGTERM exits 0; enqueue refuses the local scheduler', async () => {
+    assertBuilt();
+    const dir = tempDir('convo-mirror-local-cli-');
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      CI: 'true',
+      CONVO_MIRROR_BASE_URL: fake.url,
+      CONVO_MIRROR_API_KEY: API_KEY,
+      CONVO_MIRROR_ACCOUNT_ID: `${A},${B}`,
+      CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+      CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+      CONVO_MIRROR_MAX_RPS: '0',
+      CONVO_MIRROR_HTTP_PORT: '0',
+      REDIS_URL: 'redis://127.0.0.1:1',
+      LOG_LEVEL: 'info',
+    };
+    const d = await startDaemon(env, ['--scheduler', 'local', '--schedule', '* * * * * *', '--full-schedule', '0 0 1 1 *']);
+    expect(d.stderr).toContain('"scheduler":"local"');
+    await waitFor(() => (d.stderr.match(/"msg":"run finished"/g) ?? []).length >= 2 && runsOf(path.join(dir, 'mirror.sqlite')).filter((r) => r.status === 'succeeded').length >= 2, 15_000, 'a run of each workspace');
+    d.child.kill('SIGTERM');
+    const stopped = await within(d.done, 15_000, 'daemon shutdown');
+    expect(stopped.code, stopped.stderr.slice(-1500)).toBe(0);
+    const db = path.join(dir, 'mirror.sqlite');
+    const a = withMirror(db, (m) => mirrorEqualsFake(m, wsA, A));
+    const b = withMirror(db, (m) => mirrorEqualsFake(m, wsB, B));
+    expect(a.ok, a.detail).toBe(true);
+    expect(b.ok, b.detail).toBe(true);
+    expect(stopped.stderr).not.toContain(API_KEY);
+
+    const refused = await run(['enqueue', '--scheduler', 'local', '--conversation', 'x'], env);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/CONVO_MIRROR_SCHEDULER: is local: enqueue needs the BullMQ scheduler/);
+    const refused2 = await run(['retry-failed'], { ...env, CONVO_MIRROR_SCHEDULER: 'local' });
+    expect(refused2.code).toBe(2);
+    expect(refused2.stderr).toMatch(/retry-failed needs the BullMQ scheduler/);
   });
 });
