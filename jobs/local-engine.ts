@@ -14,7 +14,7 @@ import { describeError, RunError } from '../src/errors.js';
 import { runSync, startRun, type RunSummary } from '../src/run/index.js';
 import { jobFigures, type DaemonEngine, type DaemonWorkspace, type EngineContext } from './engine.js';
 import { crawlOnDemand, onDemandSpec } from './conversation-job.js';
-import type { RunJobDeps } from './deps.js';
+import { KeyedMutex, type RunJobDeps } from './deps.js';
 import { LocalQueue, LocalScheduler, type LocalJob } from './local-queue.js';
 import { conversationDedupId, schedulerId, type ConversationJobData, type WorkspaceJobData } from './queue.js';
 
@@ -25,12 +25,14 @@ type LocalJobData = ({ kind: 'workspace' } & WorkspaceJobData) | ({ kind: 'conve
 export function localEngine(ctx: EngineContext): DaemonEngine {
   const { config, logger } = ctx;
   const byAccount = new Map(ctx.workspaces.map((w) => [w.accountId.toLowerCase(), w]));
+  // Runs overlap here (a webhook's and a scheduled one): one crawl of a conversation at a time.
+  const locks = new KeyedMutex();
   const queue = new LocalQueue<LocalJobData>({
     concurrency: config.concurrency,
     attempts: config.jobAttempts,
     logger,
     logFields: (job, value) => ({ account_id: job.data.accountId, ...(job.data.kind === 'conversation' ? { conversation_id: job.data.conversationId } : { mode: job.data.mode }), ...jobFigures(value) }),
-    process: (job, signal) => processLocalJob(ctx, byAccount, job, signal),
+    process: (job, signal) => processLocalJob(ctx, byAccount, locks, job, signal),
   });
   const scheduler = new LocalScheduler({ tz: config.tz, logger });
   return {
@@ -76,7 +78,13 @@ export function localEngine(ctx: EngineContext): DaemonEngine {
  *
  * @throws the run's error; an error whose `retryable` is false is not retried
  */
-async function processLocalJob(ctx: EngineContext, byAccount: ReadonlyMap<string, DaemonWorkspace>, job: LocalJob<LocalJobData>, signal: AbortSignal): Promise<RunSummary | undefined> {
+async function processLocalJob(
+  ctx: EngineContext,
+  byAccount: ReadonlyMap<string, DaemonWorkspace>,
+  locks: KeyedMutex,
+  job: LocalJob<LocalJobData>,
+  signal: AbortSignal,
+): Promise<RunSummary | undefined> {
   const w = byAccount.get((job.data.accountId ?? '').toLowerCase());
   if (!w) throw Object.assign(new Error(`job ${job.id} is for workspace ${job.data.accountId}, which this daemon does not mirror`), { retryable: false });
   const deps: RunJobDeps = {
@@ -84,6 +92,7 @@ async function processLocalJob(ctx: EngineContext, byAccount: ReadonlyMap<string
     mirror: ctx.mirror,
     logger: w.logger.child({ job: job.id }),
     clock: ctx.clock,
+    crawlLock: (key, task) => locks.run(key, task),
     accountId: w.accountId,
     exportDir: ctx.config.exportDir,
     modes: ctx.modes,

@@ -161,6 +161,27 @@ describe('webhooks into the local queue', () => {
   });
 });
 
+describe('overlapping runs in the local queue', () => {
+  it("a webhook's crawl of a conversation waits for the scheduled run's crawl of it (never two crawls of one conversation at once)", async () => {
+    const d = await startLocal({ CONVO_MIRROR_SCHEDULE: '* * * * * *', CONVO_MIRROR_WEBHOOK_SECRET: SECRET });
+    const x = wsA.list()[0]!.id;
+    const HOLD_MS = 1500;
+    fake.injectFault({ kind: 'slow', delayMs: HOLD_MS, match: { path: messagesPath(x), accountId: A } });
+    const seen = fake.requests.length;
+    const toX = () => fake.requests.slice(seen).filter((r) => r.path === messagesPath(x) && r.accountId === A);
+    // The scheduled run's crawl of x is held by the fake.
+    await waitFor(() => toX().some((r) => r.status === 0), 10_000, "the scheduled run's crawl of x to be in flight");
+    const held = toX()[0]!;
+    const hook = await webhook(d.url, A, x);
+    expect(hook.status).toBe(202);
+    await waitFor(() => runsOf(d.config.db).some((r) => r.trigger === 'webhook' && r.status === 'succeeded'), 15_000, 'the webhook run');
+    // Every later request for x arrived after the held one was answered (the fake held it HOLD_MS).
+    const later = toX().slice(1);
+    expect(later.length).toBeGreaterThan(0);
+    for (const r of later) expect(r.at - held.at, 'a second crawl of x started while the first was in flight').toBeGreaterThanOrEqual(HOLD_MS - 5);
+  });
+});
+
 describe('demo-daemon (the README quick start third line)', () => {
   it('mirrors two workspaces on ticks, answers a signed webhook, shows /metrics, stops cleanly: exit 0, no secret printed', async () => {
     assertBuilt();

@@ -67,6 +67,10 @@ interface Crawl {
  *   {@link DriftError} when the pages kept shifting beyond `maxRestarts`
  */
 export async function syncConversation(deps: SyncDeps, conversationId: string, opts: SyncOptions): Promise<ConversationResult> {
+  if (deps.crawlLock) {
+    const { crawlLock, ...alone } = deps;
+    return crawlLock(`${opts.accountId}/${conversationId}`, () => syncConversation(alone, conversationId, opts));
+  }
   const { mirror } = deps;
   const { accountId } = opts;
   const c: Crawl = { deps, id: conversationId, opts, log: deps.logger.child({ conversation_id: conversationId }), result: newResult(conversationId, opts) };

@@ -9,6 +9,13 @@ export interface SyncDeps {
   mirror: Mirror;
   logger: Logger;
   clock: Clock;
+  /**
+   * Runs a crawl of one conversation (key `<account id>/<conversation id>`) alone: runs that
+   * overlap in one process (a webhook's and a scheduled one, say) never crawl one conversation at
+   * once. Absent: the caller guarantees it (a BullMQ job holds the daemon's mutex for its crawl,
+   * and `sync` crawls each conversation once).
+   */
+  crawlLock?: <T>(key: string, task: () => Promise<T>) => Promise<T>;
 }
 
 /** Live counters a progress bar or log line reads while a sync runs. */
