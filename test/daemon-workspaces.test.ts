@@ -13,6 +13,8 @@ import { enqueueWorkspace, schedulerId } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { API_KEY, mirrorEqualsFake, tempDir, withMirror } from './helpers.js';
 import { daemonFixtures, NEVER, waitForJob } from './daemon-fixtures.js';
+import { assertBuilt, run } from './children.js';
+import { Job } from 'bullmq';
 import { redisUrl } from './redis.js';
 import { Webhook } from 'standardwebhooks';
 import { sqlAll } from './sql.js';
@@ -203,5 +205,33 @@ describe('webhooks into the BullMQ queue', () => {
     expect(metrics).toContain(`convo_mirror_api_requests_total{account_id="${A}",status="200"} ${servedA}`);
     expect(metrics).toMatch(new RegExp(`convo_mirror_messages_total\\{account_id="${A}",op="insert"\\} ${rows}`));
     expect(metrics).not.toContain(SECRET);
+  });
+});
+
+describe('enqueue --account', () => {
+  it('names the workspace (in its configured spelling), is required with several, and refuses one not configured', async () => {
+    assertBuilt();
+    const prefix = fx.prefix();
+    const dir = tempDir('convo-mirror-enqueue-');
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      CI: 'true',
+      CONVO_MIRROR_ACCOUNT_ID: `${A},${B}`,
+      CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+      REDIS_URL: redisUrl(),
+      CONVO_MIRROR_QUEUE_PREFIX: prefix,
+      LOG_LEVEL: 'silent',
+    };
+    const missing = await run(['enqueue', '--conversation', 'c-1'], env);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain(`--account: is required: 2 workspaces are configured (${A}, ${B})`);
+    const unknown = await run(['enqueue', '--account', 'c2e4a6b8-0d1f-4a3c-9e5b-7d9f1b3d5f7a', '--conversation', 'c-1'], env);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('is not a configured workspace');
+    const ok = await run(['enqueue', '--account', B.toUpperCase(), '--conversation', 'c-1'], env);
+    expect(ok.code, ok.stderr).toBe(0);
+    const job = await Job.fromId(fx.queueFor(prefix), ok.stdout.trim());
+    expect(job?.data).toEqual({ accountId: B, conversationId: 'c-1' });
   });
 });

@@ -37,25 +37,24 @@ async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
 }
 
 /**
- * The workspace the jobs are for: `--account` (a UUID), else the only configured one (`default`
- * without an account id).
+ * The workspace the jobs are for: `--account`, in its configured spelling, else the only configured
+ * one (`default` without an account id). The workspaces are the account-id list's, or the
+ * workspaces file's (read for its account ids only).
  *
- * @throws {@link ConfigError} naming `--account` when it is not a UUID, or when it is missing and
- *   several workspaces are configured (the account-id list, or the workspaces file, read for its
- *   account ids only); the file's own errors
+ * @throws {@link ConfigError} naming `--account` when it is not a configured workspace, or when it
+ *   is missing and several are configured; the workspaces file's own errors
  */
 export function accountFor(config: Config, account: string | undefined): string {
+  const configured = config.workspacesFile !== undefined ? workspacesFileAccounts(config) : config.workspaces.map((w) => w.accountId ?? DEFAULT_ACCOUNT);
   if (account !== undefined) {
-    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(account.trim())) throw new ConfigError('--account', `must be a workspace's account id, a UUID (got ${JSON.stringify(account).slice(0, 60)})`);
-    return account.trim();
+    const wanted = account.trim().toLowerCase();
+    // The configured spelling, so the job's deduplication key is the one the daemon and webhooks use.
+    const found = configured.find((a) => a.toLowerCase() === wanted);
+    if (found !== undefined) return found;
+    throw new ConfigError('--account', `${JSON.stringify(account).slice(0, 60)} is not a configured workspace (configured: ${configured.join(', ')})`);
   }
-  if (config.workspacesFile !== undefined) {
-    const ids = workspacesFileAccounts(config);
-    if (ids.length === 1) return ids[0]!;
-    throw new ConfigError('--account', `is required: CONVO_MIRROR_WORKSPACES lists ${ids.length} workspaces (${ids.join(', ')})`);
-  }
-  if (config.workspaces.length > 1) throw new ConfigError('--account', `is required: ${config.workspaces.length} workspaces are configured (${config.workspaces.map((w) => w.accountId).join(', ')})`);
-  return config.workspaces[0]?.accountId ?? DEFAULT_ACCOUNT;
+  if (configured.length === 1) return configured[0]!;
+  throw new ConfigError('--account', `is required: ${configured.length} workspaces are configured (${configured.join(', ')})`);
 }
 
 /** `--timeout` in ms. @throws {@link ConfigError} unless a whole number >= 1 */
