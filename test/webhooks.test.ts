@@ -25,7 +25,7 @@ afterEach(async () => {
 });
 
 /** A server with the webhook route (unless `webhooks` is false), a recording enqueue, and a captured log. */
-async function serve(o: { accounts?: string[]; webhooks?: false; enqueue?: WebhookOptions['enqueue']; now?: () => number } = {}) {
+async function serve(o: { accounts?: string[]; webhooks?: false; enqueue?: WebhookOptions['enqueue']; now?: () => number; enqueueTimeoutMs?: number } = {}) {
   const queued: { accountId: string; conversationId: string }[] = [];
   let log = '';
   const logger = pino({ level: 'debug' }, new Writable({ write: (c, _e, cb) => ((log += String(c)), cb()) }));
@@ -40,6 +40,7 @@ async function serve(o: { accounts?: string[]; webhooks?: false; enqueue?: Webho
         return `job-${queued.length}`;
       }),
     ...(o.now ? { now: o.now } : {}),
+    ...(o.enqueueTimeoutMs ? { enqueueTimeoutMs: o.enqueueTimeoutMs } : {}),
   };
   const server = await startServer(
     { logger, metrics: new Metrics({ processMetrics: false }), checks: [], ...(o.webhooks === false ? {} : { webhooks }) },
@@ -182,6 +183,16 @@ describe('POST /webhooks/conversations', () => {
     const retry = await post(server, body, signed(body, { id: 'msg_retry' }));
     expect(retry).toEqual({ status: 202, body: { job_id: 'job-after-retry', conversation_id: 'conv-503', account_id: A } });
     expect(queued).toEqual(['conv-503']);
+  });
+});
+
+describe('a queue that does not answer', () => {
+  it('an enqueue that hangs (Redis away) answers 503 after enqueueTimeoutMs instead of holding the sender', async () => {
+    const { server, log } = await serve({ enqueue: () => new Promise<string>(() => {}), enqueueTimeoutMs: 200 });
+    const body = JSON.stringify({ conversation_id: 'conv-hang' });
+    const r = await post(server, body, signed(body));
+    expect(r.status).toBe(503);
+    expect(log()).toContain('queueing the job timed out after 200 ms');
   });
 });
 

@@ -11,6 +11,7 @@
 import type { FastifyPluginAsync, FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import { withTimeout } from './metrics.js';
 
 /** Largest webhook body accepted, bytes: 1 MiB; larger is refused with 413. */
 export const WEBHOOK_BODY_LIMIT = 1024 * 1024;
@@ -18,6 +19,8 @@ export const WEBHOOK_BODY_LIMIT = 1024 * 1024;
 export const DEFAULT_REPLAY_WINDOW_MS = 5 * 60 * 1000;
 /** Most webhook ids remembered at once; beyond it the oldest are forgotten first. */
 export const MAX_REMEMBERED_IDS = 100_000;
+/** Default of {@link WebhookOptions.enqueueTimeoutMs}: 5000 ms. */
+export const DEFAULT_ENQUEUE_TIMEOUT_MS = 5000;
 /** Where the workspace is looked for in the body, before the `X-Account-Id` header. */
 export const ACCOUNT_POINTERS = ['/account_id', '/data/account_id'] as const;
 
@@ -31,6 +34,11 @@ export interface WebhookOptions {
   accounts: readonly string[];
   /** Queues the deduplicated conversation job; resolves to its job id. */
   enqueue(accountId: string, conversationId: string): Promise<string>;
+  /**
+   * Longest wait for `enqueue`, ms: past it the answer is 503 (a queue whose Redis is away would
+   * otherwise hold the sender's request until its own timeout). @defaultValue 5000
+   */
+  enqueueTimeoutMs?: number;
   /** How long a `webhook-id` is remembered to refuse a replay, ms. @defaultValue 300000 */
   windowMs?: number;
   /** Clock of the replay cache, epoch ms. @defaultValue Date.now */
@@ -126,7 +134,7 @@ class Refusal extends Error {
  * Answers `202` {@link WebhookAccepted}; `401` for a missing or bad signature or a timestamp more
  * than 5 minutes off; `409` for a `webhook-id` already accepted within the window; `422` for a body
  * that is not JSON, no conversation id, or an unknown or unnamed workspace; `503` when the job could
- * not be queued (the id is forgotten, so the sender's retry is accepted).
+ * not be queued within `enqueueTimeoutMs` (the id is forgotten, so the sender's retry is accepted).
  */
 export function webhookPlugin(o: WebhookOptions, logger: Logger): FastifyPluginAsync {
   const verifier = new Webhook(o.secret);
@@ -145,7 +153,7 @@ export function webhookPlugin(o: WebhookOptions, logger: Logger): FastifyPluginA
         const target = targetOf(raw, headerOf(req.headers['x-account-id']), o);
         let jobId: string;
         try {
-          jobId = await o.enqueue(target.account_id, target.conversation_id);
+          jobId = await withTimeout(o.enqueue(target.account_id, target.conversation_id), o.enqueueTimeoutMs ?? DEFAULT_ENQUEUE_TIMEOUT_MS, 'queueing the job');
         } catch (err) {
           replays.forget(webhookId!);
           logger.error({ webhook_id: webhookId, ...target, err: err instanceof Error ? err.message : String(err) }, 'webhook: could not queue the job');
