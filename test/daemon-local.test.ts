@@ -5,6 +5,7 @@
  * per-conversation deduplication). Real HTTP, real SQLite; no Redis is used (REDIS_URL points at a
  * port where nothing listens, so any use would fail).
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig, type Config } from '../config/index.js';
@@ -114,6 +115,32 @@ describe('the local scheduler', () => {
     const b = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsB, B));
     expect(a.ok, a.detail).toBe(true);
     expect(b.ok, b.detail).toBe(true);
+  });
+});
+
+describe('a workspace whose key is refused, in the local scheduler', () => {
+  it('fails its own scheduled runs (one request each) while the other workspace is mirrored', async () => {
+    const dir = tempDir('convo-mirror-local-401-');
+    const file = path.join(dir, 'workspaces.json');
+    fs.writeFileSync(file, JSON.stringify([{ account_id: A, api_key_env: 'KEY_A' }, { account_id: B, api_key_env: 'KEY_B' }]));
+    const d = await startLocal({ CONVO_MIRROR_ACCOUNT_ID: '', CONVO_MIRROR_API_KEY: '', CONVO_MIRROR_WORKSPACES: file, KEY_A: API_KEY, KEY_B: 'sk-refused-key-for-B', CONVO_MIRROR_SCHEDULE: '* * * * * *' });
+    await waitFor(
+      () => {
+        const runs = runsOf(d.config.db);
+        return runs.some((r) => r.account_id === A && r.status === 'succeeded') && runs.some((r) => r.account_id === B && r.status === 'failed');
+      },
+      10_000,
+      "A's run to succeed and B's to fail",
+    );
+    await d.stop();
+    const a = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsA, A));
+    expect(a.ok, a.detail).toBe(true);
+    const bRows = withMirror(d.config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ?', B))[0]!.n;
+    expect(bRows).toBe(0);
+    // Every run of B failed, each after one request (a refused key is not retried by the client).
+    const bRuns = withMirror(d.config.db, (m) => sqlAll<{ status: string; requests: number }>(m, 'SELECT status, requests FROM runs WHERE account_id = ?', B));
+    expect(bRuns.length).toBeGreaterThan(0);
+    expect(bRuns.every((r) => r.status === 'failed' && r.requests === 1), JSON.stringify(bRuns)).toBe(true);
   });
 });
 
