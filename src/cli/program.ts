@@ -4,6 +4,7 @@ import { EXIT, type SetExit } from './exit.js';
 import { addSyncCommand } from './sync.js';
 import { addStatusCommand } from './status.js';
 import { addVerifyCommand } from './verify.js';
+import { addKeygenCommand } from './keygen.js';
 import { addDaemonCommand } from './daemon.js';
 import { addEnqueueCommand } from './enqueue.js';
 import { addRetryFailedCommand } from './retry-failed.js';
@@ -16,6 +17,7 @@ const COMMANDS: readonly ((program: Command, setExit: SetExit) => void)[] = [
   addSyncCommand,
   addStatusCommand,
   addVerifyCommand,
+  addKeygenCommand,
   addDaemonCommand,
   addEnqueueCommand,
   addRetryFailedCommand,
