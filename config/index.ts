@@ -80,6 +80,21 @@ export interface Config {
    */
   readonly groupReadable: boolean;
   /**
+   * Write new export batches as `.jsonl.gz` with deterministic bytes (`CONVO_MIRROR_EXPORT_GZIP`,
+   * `--gzip`). @defaultValue false
+   */
+  readonly exportGzip: boolean;
+  /**
+   * During a run, publish the changes committed so far every this many ms (and at the end), so a
+   * long backfill reaches the exports progressively. @defaultValue 300000 (5 minutes)
+   */
+  readonly publishIntervalMs: number;
+  /**
+   * Ed25519 private key (PEM) that signs every batch record of the ledger
+   * (`CONVO_MIRROR_SIGNING_KEY_FILE`); undefined: records are unsigned. `convo-mirror keygen` makes one.
+   */
+  readonly signingKeyFile: string | undefined;
+  /**
    * Change signal of incremental syncs: `auto` (detect `updated_at`, `last_activity_at`, ... on the
    * first list page), `none` (never skip a conversation), or a field of the conversation object.
    * @defaultValue `auto`
@@ -321,11 +336,33 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
   groupReadable: {
     env: 'CONVO_MIRROR_GROUP_READABLE',
     flag: '--group-readable',
-    schema: z
-      .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false' })])
-      .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes'),
+    schema: booleanSetting(),
     defaultValue: false,
     help: 'create files 0640 and directories 0750 instead of 0600 and 0700',
+    commands: API,
+  },
+  exportGzip: {
+    env: 'CONVO_MIRROR_EXPORT_GZIP',
+    flag: '--gzip',
+    schema: booleanSetting(),
+    defaultValue: false,
+    help: 'write new export files as .jsonl.gz (deterministic bytes)',
+    commands: API,
+  },
+  publishIntervalMs: {
+    env: 'CONVO_MIRROR_PUBLISH_INTERVAL_MS',
+    flag: '--publish-interval <ms>',
+    schema: intFrom(1000, 86_400_000),
+    defaultValue: 300_000,
+    shownDefault: '300000 = 5 minutes',
+    help: 'during a run, publish the changes committed so far this often (and at the end), ms',
+    commands: API,
+  },
+  signingKeyFile: {
+    env: 'CONVO_MIRROR_SIGNING_KEY_FILE',
+    flag: '--signing-key-file <file>',
+    schema: z.string().trim().min(1, 'must not be empty'),
+    help: 'Ed25519 private key (PEM) that signs every ledger record; convo-mirror keygen makes one',
     commands: API,
   },
   db: {
@@ -464,6 +501,13 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     secret: true,
   },
 };
+
+/** A yes/no setting: a flag's `true`, or `true`/`false`/`1`/`0`/`yes`/`no` from the environment. */
+function booleanSetting() {
+  return z
+    .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false' })])
+    .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes');
+}
 
 /**
  * A comma-separated list of JSON pointers (RFC 6901: empty, or `/`-separated tokens with `~0` and

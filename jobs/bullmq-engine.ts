@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
+import { Publisher } from '../src/export/publisher.js';
 import { describeError } from '../src/errors.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import { jobFigures, type DaemonEngine, type EngineContext } from './engine.js';
@@ -85,6 +86,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
  */
 function workspaceDeps(ctx: EngineContext, queue: Queue): Map<string, JobDeps> {
   const locks = new KeyedMutex();
+  const publisher = new Publisher(ctx.mirror, ctx.target, { clock: ctx.clock, logger: ctx.logger, runId: null });
   const out = new Map<string, JobDeps>();
   for (const w of ctx.workspaces) {
     out.set(w.accountId.toLowerCase(), {
@@ -94,8 +96,9 @@ function workspaceDeps(ctx: EngineContext, queue: Queue): Map<string, JobDeps> {
       clock: ctx.clock,
       queue,
       accountId: w.accountId,
-      exportDir: ctx.config.exportDir,
-      modes: ctx.modes,
+      target: ctx.target,
+      // Long runs reach the exports progressively: what conversation jobs commit is published every publishIntervalMs.
+      afterCommit: () => void publisher.maybePublish(),
       policy: { attempts: ctx.config.jobAttempts },
       signal: ctx.signal,
       locks,

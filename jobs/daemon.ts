@@ -15,6 +15,7 @@ import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.j
 import { Metrics, startServer, type ReadinessCheck, type RunningServer, type WebhookOptions } from '../src/server/index.js';
 import { fileModes } from '../src/private-fs.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
+import { publishSettingsFromConfig } from '../src/export/publisher.js';
 import { openMirrorForRuns } from '../src/run/index.js';
 import { assertRedisReachable } from './queue.js';
 import { bullmqEngine } from './bullmq-engine.js';
@@ -125,6 +126,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
  */
 async function openResources(config: Config, logger: Logger, onFatal: (err: Error) => void): Promise<Resources> {
   assertSafeExportDir(config.exportDir, config.db);
+  const target = publishSettingsFromConfig(config, logger);
   if (config.scheduler === 'bullmq') await assertRedisReachable(config.redisUrl);
   const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
   const abort = new AbortController();
@@ -143,7 +145,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     mirror,
     workspaces,
     clock: systemClock,
-    modes: fileModes(config.groupReadable),
+    target,
     signal: abort.signal,
     onFatal,
     onRunFinished: (summary, accountId) => metrics.onRunFinished(summary, accountId),

@@ -4,7 +4,6 @@
  */
 import { DelayedError, type Job, type Queue } from 'bullmq';
 import type { RequestTally } from '../src/api/client.js';
-import type { FileModes } from '../src/private-fs.js';
 import { RunError } from '../src/errors.js';
 import { completeRun, type RunOutcome, type RunSummary, type RunTarget } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
@@ -14,9 +13,8 @@ import type { JobPolicy } from './queue.js';
 export interface JobDeps extends SyncDeps {
   queue: Queue;
   accountId: string;
-  exportDir: string;
-  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES */
-  modes?: FileModes | undefined;
+  /** Where and how its runs publish. */
+  target: RunTarget;
   policy: JobPolicy;
   /** Aborted at the end of the shutdown grace period. */
   signal?: AbortSignal | undefined;
@@ -86,8 +84,8 @@ export class KeyedMutex {
 }
 
 /** Where a job's run is published. */
-export function runTarget(d: Pick<JobDeps, 'exportDir' | 'modes'>): RunTarget {
-  return { exportDir: d.exportDir, modes: d.modes };
+export function runTarget(d: Pick<JobDeps, 'target'>): RunTarget {
+  return d.target;
 }
 
 /**

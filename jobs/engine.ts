@@ -8,8 +8,7 @@ import type { Logger } from 'pino';
 import type { Config, Workspace } from '../config/index.js';
 import type { ApiClient } from '../src/api/client.js';
 import type { Clock } from '../src/clock.js';
-import type { FileModes } from '../src/private-fs.js';
-import type { RunSummary } from '../src/run/index.js';
+import type { RunSummary, RunTarget } from '../src/run/index.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import type { Mirror } from '../src/store/mirror.js';
 import type { ConversationJobResult } from './queue.js';
@@ -32,8 +31,8 @@ export interface EngineContext {
   mirror: Mirror;
   workspaces: readonly DaemonWorkspace[];
   clock: Clock;
-  /** Modes of the export files and directories created. */
-  modes: FileModes;
+  /** Where and how runs publish (export directory, modes, gzip, signing key, progressive interval). */
+  target: RunTarget;
   /** Aborted at the end of the shutdown grace period: cuts running jobs short. */
   signal: AbortSignal;
   /** Called with an error after which no job can succeed (an unusable mirror): the daemon stops. */

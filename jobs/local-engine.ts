@@ -94,8 +94,7 @@ async function processLocalJob(
     clock: ctx.clock,
     crawlLock: (key, task) => locks.run(key, task),
     accountId: w.accountId,
-    exportDir: ctx.config.exportDir,
-    modes: ctx.modes,
+    target: ctx.target,
     signal,
     changeFieldSetting: ctx.config.changeField,
     onFatal: ctx.onFatal,
@@ -119,8 +118,7 @@ async function workspaceRun(ctx: EngineContext, d: RunJobDeps, data: WorkspaceJo
       full: data.mode === 'full',
       trigger: data.trigger ?? 'schedule',
       changeFieldSetting: ctx.config.changeField,
-      exportDir: ctx.config.exportDir,
-      modes: ctx.modes,
+      ...ctx.target,
       signal,
     });
     d.onRunFinished?.(summary, d.accountId);

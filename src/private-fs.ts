@@ -26,6 +26,15 @@ export function fileModes(groupReadable: boolean): FileModes {
   return groupReadable ? GROUP_READABLE_MODES : PRIVATE_MODES;
 }
 
+/**
+ * The modes of published export files (data files, ledger records, the manifest): `modes` without
+ * any write bit (0400, or 0440 group-readable), so another tool's accidental overwrite fails
+ * loudly; directories keep `modes.dir` (publication adds files to them).
+ */
+export function publishedModes(modes: FileModes): FileModes {
+  return { file: modes.file & 0o444, dir: modes.dir };
+}
+
 /** setgid on a directory: kept when set (group inheritance), never added. */
 const S_ISGID = 0o2000;
 

@@ -50,7 +50,7 @@ describe('convo-mirror sync (CLI)', () => {
     expect(status.runs[0]!.status).toBe('succeeded');
     const v = await run(['verify'], cliEnv(fake, dir));
     expect(v.code, v.stderr).toBe(0);
-    expect(v.stdout).toMatch(/exports intact/);
+    expect(v.stdout).toMatch(/archive intact/);
     // A second run changes nothing and says so.
     const again = await run(['sync'], cliEnv(fake, dir));
     expect(again.code).toBe(0);

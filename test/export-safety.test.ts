@@ -11,7 +11,7 @@ import {
   assertSafeExportDir,
   MANIFEST,
   publishChanges,
-  recordedManifest,
+  manifestOf,
   renderManifest,
   TEMP_DIR,
   verifyExports,
@@ -20,7 +20,7 @@ import {
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError, ExportError } from '../src/errors.js';
 import { GROUP_READABLE_MODES } from '../src/private-fs.js';
-import { ACCOUNT_ID, harnessPool, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, ledgerFiles, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -204,15 +204,16 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
       exportDir: h.exportDir,
       maxLinesPerFile: 10,
       failpoint: (point, file) => {
-        if (point === 'before-rename') seen.push({ file: path.relative(h.exportDir, file), temps: entries(h.exportDir).filter((p) => !p.endsWith('.jsonl') && p !== MANIFEST) });
+        if (point === 'before-rename') seen.push({ file: path.relative(h.exportDir, file), temps: entries(h.exportDir).filter((p) => !p.endsWith('.jsonl') && p !== MANIFEST && !p.startsWith('_ledger/')) });
       },
     });
     const published = [...jsonl(h.exportDir).keys()];
-    expect(seen.map((s) => s.file)).toEqual([...published.filter((p) => p.startsWith('conversations/')), ...published.filter((p) => p.startsWith('messages/')), MANIFEST]);
+    const record = `_ledger/${String(h.mirror.ledgerHead()!.batch_id).padStart(12, '0')}.json`;
+    expect(seen.map((s) => s.file)).toEqual([...published.filter((p) => p.startsWith('conversations/')), ...published.filter((p) => p.startsWith('messages/')), record, MANIFEST]);
     for (const s of seen) {
       expect(s.temps.length, s.file).toBe(1);
       expect(s.temps[0]!.startsWith(`${TEMP_DIR}/`), s.temps[0]).toBe(true);
-      expect(path.basename(s.temps[0]!)).toMatch(/^(?:(?:messages|conversations)-\d+-\d+|manifest\.json)\.\d+\.tmp$/);
+      expect(path.basename(s.temps[0]!)).toMatch(/^(?:(?:messages|conversations)-\d+-\d+|ledger-\d+|manifest\.json)\.\d+\.tmp$/);
     }
     expect(entries(path.join(h.exportDir, TEMP_DIR))).toEqual([]);
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
@@ -302,11 +303,11 @@ function modesBelow(root: string): Map<string, number> {
 
 describe('modes of what publication creates, whatever the umask', () => {
   for (const [name, modes, expected] of [
-    ['private (default)', undefined, { file: 0o600, dir: 0o700 }],
-    ['GROUP_READABLE_MODES', GROUP_READABLE_MODES, { file: 0o640, dir: 0o750 }],
+    ['private (default)', undefined, { file: 0o400, dir: 0o700 }],
+    ['GROUP_READABLE_MODES', GROUP_READABLE_MODES, { file: 0o440, dir: 0o750 }],
   ] as const) {
     for (const mask of [0, 0o777]) {
-      it(`${name}, umask ${mask.toString(8).padStart(4, '0')}: files ${expected.file.toString(8)}, directories ${expected.dir.toString(8)}, the export root and its missing parents included`, async () => {
+      it(`${name}, umask ${mask.toString(8).padStart(4, '0')}: published files read-only ${expected.file.toString(8)}, directories ${expected.dir.toString(8)}, the export root and its missing parents included`, async () => {
         const ws = FakeWorkspace.fromCounts([12, 3]);
         const h = await start({ workspace: ws });
         await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
@@ -340,7 +341,7 @@ describe('modes of what publication creates, whatever the umask', () => {
     expect(modeOf(path.join(h.exportDir, 'messages'))).toBe(0o711);
     expect(modeOf(path.join(h.exportDir, 'conversations'))).toBe(0o700);
     expect(modeOf(path.join(h.exportDir, TEMP_DIR))).toBe(0o700);
-    expect(modeOf(path.join(h.exportDir, MANIFEST))).toBe(0o600);
+    expect(modeOf(path.join(h.exportDir, MANIFEST))).toBe(0o400);
   });
 });
 
@@ -350,7 +351,7 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
     ['JSON of another program', (f) => fs.writeFileSync(f, '{"name":"my-app","version":"1.0.0"}\n'), /is not a convo-mirror manifest \(format absent, expected "convo-mirror-exports"\)/],
     ['a JSON array', (f) => fs.writeFileSync(f, '[]'), /is not a convo-mirror manifest \(format absent/],
     ['another format', (f) => fs.writeFileSync(f, '{"format":"other-exports","mirror_id":"x"}'), /format "other-exports"/],
-    ['a newer manifest version', (f) => fs.writeFileSync(f, '{"format":"convo-mirror-exports","version":2}'), /manifest version 2/],
+    ['a newer manifest version', (f) => fs.writeFileSync(f, '{"format":"convo-mirror-exports","version":3}'), /manifest version 3/],
     ['a directory', (f) => fs.mkdirSync(f), /is not a regular file \(directory\)/],
     ['a symlink', (f) => fs.symlinkSync(path.join(path.dirname(f), 'README'), f), /is not a regular file \(symbolic link\)/],
   ];
@@ -407,7 +408,7 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
 });
 
 describe('verifyExports trusts nothing on disk', () => {
-  /** A mirror with two published batches, several partitions, and its intact exports. */
+  /** A mirror with several published batches, several partitions, and its intact exports. */
   async function published(): Promise<Harness> {
     const ws = FakeWorkspace.fromCounts([30, 120, 4]);
     const h = await start({ workspace: ws });
@@ -416,29 +417,26 @@ describe('verifyExports trusts nothing on disk', () => {
     ws.appendMessages(c.id, 3);
     ws.editMessage(c.id, c.messages[110]!.id, 'edited');
     await h.sync();
-    expect(h.mirror.publishedFiles()).toHaveLength(4);
+    expect(h.mirror.publishedFiles().filter((f) => f.stream !== 'runs')).toHaveLength(4);
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
     return h;
   }
   const manifestFile = (h: Harness) => path.join(h.exportDir, MANIFEST);
   const readManifest = (h: Harness) => JSON.parse(fs.readFileSync(manifestFile(h), 'utf8')) as Manifest;
   const writeManifest = (h: Harness, m: unknown) => fs.writeFileSync(manifestFile(h), JSON.stringify(m, null, 2) + '\n');
-  const firstMessagesFile = (h: Harness) => readManifest(h).files.find((f) => f.stream === 'messages')!.path;
+  const firstMessagesFile = (h: Harness) => ledgerFiles(h.exportDir).find((f) => f.stream === 'messages')!.path;
 
-  it('nothing published and no export directory: no problem; an export directory without a manifest: manifest missing', async () => {
+  it('nothing published and no export directory, or an empty one: no problem', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([3]) });
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
     fs.mkdirSync(h.exportDir);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing' }]);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
-  it('published, then the whole export directory gone: the manifest and every file missing', async () => {
+  it('published, then the whole export directory gone: one problem saying so', async () => {
     const h = await published();
     fs.rmSync(h.exportDir, { recursive: true });
-    const found = verifyExports(h.mirror, h.exportDir);
-    expect(found).toHaveLength(5);
-    expect(found.every((p) => p.problem === 'missing' && p.detail === `${h.exportDir} does not exist`)).toBe(true);
-    expect(found[0]!.path).toBe(MANIFEST);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing', detail: `${h.exportDir} does not exist` }]);
   });
 
   it('a deleted manifest', async () => {
@@ -450,49 +448,33 @@ describe('verifyExports trusts nothing on disk', () => {
   it('a garbage manifest', async () => {
     const h = await published();
     fs.writeFileSync(manifestFile(h), 'my shopping list\n');
-    const found = verifyExports(h.mirror, h.exportDir);
-    expect(found).toEqual([{ path: MANIFEST, problem: 'unparsable', detail: expect.stringMatching(/JSON/) }]);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'not JSON' }]);
   });
 
-  it('a manifest with one edited sha256, the data file untouched', async () => {
-    const h = await published();
-    const m = readManifest(h);
-    const i = 2;
-    const f = m.files[i]!;
-    const forged = f.sha256.replace(/^./, (c) => (c === '0' ? '1' : '0'));
-    m.files[i] = { ...f, sha256: forged };
-    writeManifest(h, m);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
-      { path: MANIFEST, problem: 'altered', detail: `files[${i}].sha256 differs for ${f.path}: "${forged}", the mirror says "${f.sha256}"` },
-    ]);
-  });
-
-  it('a manifest with another watermark, mirror id, a file dropped, an extra field, or only reformatted', async () => {
+  it('a manifest pointing at an older head, another watermark, an old version, or only reformatted', async () => {
     const h = await published();
     const good = readManifest(h);
+    const head = `${good.head!.batch_id}:${good.head!.hash}`;
+    const older = h.mirror.ledgerEntries()[0]!;
     const cases: [unknown, string][] = [
-      [{ ...good, watermark: good.watermark - 10 }, `watermark ${good.watermark - 10}, the mirror says ${good.watermark}`],
-      [{ ...good, mirror_id: 'f'.repeat(32) }, `mirror_id "${'f'.repeat(32)}", the mirror says "${good.mirror_id}"`],
-      [{ ...good, files: good.files.slice(1) }, `files[0].path ${JSON.stringify(good.files[1]!.path)}, the mirror says ${JSON.stringify(good.files[0]!.path)}`],
-      [{ ...good, files: good.files.slice(0, 3) }, `files[3] missing: the mirror lists ${good.files[3]!.path} (4 files, the manifest 3)`],
-      [{ ...good, files: [...good.files, { ...good.files[0]!, path: 'messages/x.jsonl' }] }, `files[4] not recorded by the mirror: "messages/x.jsonl"`],
-      [{ ...good, note: 'hi' }, `unexpected field "note"`],
-      [{ ...good, files: good.files.map((f, i) => (i === 1 ? { ...f, lines: f.lines + 1 } : f)) }, `files[1].lines differs for ${good.files[1]!.path}: ${good.files[1]!.lines + 1}, the mirror says ${good.files[1]!.lines}`],
+      [{ ...good, head: { batch_id: older.batch_id, hash: older.hash, record: older.path } }, `points at head ${JSON.stringify({ batch_id: older.batch_id, hash: older.hash, record: older.path })} with watermark ${good.watermark}; expected head ${head}, watermark ${good.watermark}`],
+      [{ ...good, watermark: good.watermark - 10 }, `points at head ${JSON.stringify(good.head)} with watermark ${good.watermark - 10}; expected head ${head}, watermark ${good.watermark}`],
+      [{ ...good, version: 1 }, 'version 1, expected 2 (the next sync rewrites it)'],
     ];
     for (const [m, detail] of cases) {
       writeManifest(h, m);
-      expect(verifyExports(h.mirror, h.exportDir), detail).toEqual([{ path: MANIFEST, problem: 'altered', detail }]);
+      expect(verifyExports(h.mirror, h.exportDir), detail).toEqual([{ path: MANIFEST, problem: 'manifest', detail }]);
     }
     fs.writeFileSync(manifestFile(h), JSON.stringify(good) + '\n');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'altered', detail: 'same content, different bytes from byte 1 (formatting)' }]);
+    expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['manifest']);
     // and the exact bytes again: intact
-    fs.writeFileSync(manifestFile(h), renderManifest(recordedManifest(h.mirror)));
+    fs.writeFileSync(manifestFile(h), renderManifest(manifestOf(h.mirror.mirrorId(), h.mirror.ledgerHead(), h.mirror.exportWatermark())));
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
   it('a removed data file, and a byte appended to another', async () => {
     const h = await published();
-    const [a, b] = readManifest(h).files;
+    const [a, b] = ledgerFiles(h.exportDir);
     fs.rmSync(path.join(h.exportDir, a!.path));
     fs.appendFileSync(path.join(h.exportDir, b!.path), 'x');
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([
@@ -552,14 +534,14 @@ describe('verifyExports trusts nothing on disk', () => {
     fs.rmSync(path.join(h.exportDir, account), { recursive: true });
     fs.symlinkSync(path.join(outside, 'copy'), path.join(h.exportDir, account));
     const found = verifyExports(h.mirror, h.exportDir);
-    const messages = readManifest(h).files.filter((f) => f.stream === 'messages');
+    const messages = ledgerFiles(h.exportDir).filter((f) => f.stream === 'messages');
     expect(found).toEqual([
       ...messages.map((f) => ({ path: f.path, problem: 'not-regular', detail: `reached through the symbolic link ${account}, not followed` })),
       { path: account, problem: 'unlisted', detail: 'symbolic link, not followed' },
     ]);
   });
 
-  it('a publication interrupted after its files and manifest, before its record: verify says so; the next sync completes it', async () => {
+  it('a publication interrupted after its files, record and manifest, before SQLite: verify says so; the next sync completes it', async () => {
     const ws = FakeWorkspace.fromCounts([10]);
     const h = await start({ workspace: ws });
     await h.sync();
@@ -574,9 +556,11 @@ describe('verifyExports trusts nothing on disk', () => {
         },
       }),
     ).toThrow(Crash);
-    const found = verifyExports(h.mirror, h.exportDir);
-    expect(found[0]).toEqual({ path: MANIFEST, problem: 'altered', detail: expect.stringMatching(/^watermark \d+, the mirror says \d+$/) });
-    expect(found.slice(1).map((p) => p.problem)).toEqual(['unlisted', 'unlisted']);
+    const pending = h.mirror.pendingExportBatch()!;
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: MANIFEST, problem: 'manifest', detail: expect.stringMatching(/^points at head .* expected head /) },
+      { path: `_ledger/${String(pending).padStart(12, '0')}.json`, problem: 'mirror', detail: 'left by an interrupted publication; the next sync records it' },
+    ]);
     await h.sync();
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });

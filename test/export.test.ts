@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { MANIFEST, TEMP_DIR, publishChanges, verifyExports, type Manifest } from '../src/export/exporter.js';
+import { ledgerFiles } from './helpers.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { testClock } from './clock.js';
 import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
@@ -27,7 +28,7 @@ afterEach(() => pool.closeAll());
 const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 
 const FILE_RE = new RegExp(
-  `^(messages|conversations)/account=${ACCOUNT_ID}/date=(\\d{4}-\\d{2}-\\d{2})/(\\d{12})-(\\d{12})\\.jsonl$`,
+  `^(messages|conversations|runs)/account=${ACCOUNT_ID}/date=(\\d{4}-\\d{2}-\\d{2})/(\\d{12})-(\\d{12})\\.jsonl$`,
 );
 
 const jsonlFiles = (dir: string) => new Map([...snapshotFiles(dir)].filter(([p]) => p.endsWith('.jsonl')));
@@ -96,6 +97,7 @@ describe('exports after a history of changes', () => {
       'messages:delete',
       'messages:insert',
       'messages:update',
+      'runs:insert',
     ]);
 
     const msgs = replay(readExportLines(h.exportDir, 'messages'), 'messages');
@@ -142,7 +144,7 @@ describe('exports after a history of changes', () => {
     const bySeq = new Map(all.map((l) => [l.seq, l]));
     for (const r of rows) {
       const l = bySeq.get(r.seq)!;
-      expect([l.op, l.id, 'conversation_id' in l ? 'messages' : 'conversations']).toEqual([r.op, r.record_id, r.stream]);
+      expect([l.op, l.id, 'conversation_id' in l ? 'messages' : 'scope' in l ? 'runs' : 'conversations']).toEqual([r.op, r.record_id, r.stream]);
     }
     expect(h.mirror.counts().export_watermark).toBe(max);
     expect(h.mirror.counts().unexported_changes).toBe(0);
@@ -151,7 +153,9 @@ describe('exports after a history of changes', () => {
   it('files follow <stream>/account=<id>/date=YYYY-MM-DD/<first>-<last>.jsonl and lines have exactly the documented keys', async () => {
     const h = await busyHistory();
     const all = snapshotFiles(h.exportDir);
-    expect([...all.keys()].filter((p) => !p.endsWith('.jsonl'))).toEqual([MANIFEST]);
+    const others = [...all.keys()].filter((p) => !p.endsWith('.jsonl'));
+    expect(others.filter((p) => !/^_ledger\/\d{12}\.json$/.test(p))).toEqual([MANIFEST]);
+    expect(others.length).toBe(1 + h.mirror.ledgerEntries().length);
     let withAttachments = 0;
     let withoutAttachments = 0;
     const served = new Map<string, Record<string, unknown>>();
@@ -184,6 +188,10 @@ describe('exports after a history of changes', () => {
             withAttachments++;
             expect(l['attachments']).toEqual(raw['attachments']);
           } else withoutAttachments++;
+        } else if (stream === 'runs') {
+          expect(Object.keys(l).slice(0, 8)).toEqual(['seq', 'op', 'synced_at', 'account_id', 'id', 'scope', 'refresh', 'trigger']);
+          expect(l['ended_at']).toBe(l['synced_at']);
+          expect(Object.keys(l).at(-1)).toBe('ledger_head');
         } else {
           expect(Object.keys(l)).toEqual(['seq', 'op', 'synced_at', 'account_id', 'id', 'data']);
           expect((l['data'] as { id: string }).id).toBe(l.id);
@@ -194,16 +202,18 @@ describe('exports after a history of changes', () => {
     expect(withoutAttachments).toBeGreaterThan(0);
   });
 
-  it('manifest.json lists every file with its line count, size and sha256', async () => {
+  it('the batch records list every file with its line count, size and sha256; manifest.json points at the head', async () => {
     const h = await busyHistory();
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
     expect(manifest.format).toBe('convo-mirror-exports');
-    expect(manifest.version).toBe(1);
+    expect(manifest.version).toBe(2);
     expect(manifest.watermark).toBe(maxSeq(h));
+    expect(manifest.head).toEqual({ ...h.mirror.ledgerHead(), record: `_ledger/${String(h.mirror.ledgerHead()!.batch_id).padStart(12, '0')}.json` });
     const files = jsonlFiles(h.exportDir);
-    expect(new Set(manifest.files.map((f) => f.path))).toEqual(new Set(files.keys()));
-    expect(manifest.files.length).toBe(files.size);
-    for (const f of manifest.files) {
+    const listed = ledgerFiles(h.exportDir);
+    expect(new Set(listed.map((f) => f.path))).toEqual(new Set(files.keys()));
+    expect(listed.length).toBe(files.size);
+    for (const f of listed) {
       const buf = files.get(f.path)!;
       expect(f.bytes).toBe(buf.length);
       expect(f.sha256).toBe(crypto.createHash('sha256').update(buf).digest('hex'));
@@ -211,11 +221,11 @@ describe('exports after a history of changes', () => {
       expect(f.stream).toBe(f.path.split('/')[0]);
       expect(f.account_id).toBe(ACCOUNT_ID);
     }
-    const firsts = manifest.files.map((f) => f.first_seq);
+    const firsts = listed.map((f) => f.first_seq);
     expect(firsts).toEqual([...firsts].sort((a, b) => a - b));
     const recorded = sqlAll(h.mirror, `SELECT path, lines, bytes, sha256 FROM export_files ORDER BY path`);
     expect(recorded).toEqual(
-      manifest.files.map((f) => ({ path: f.path, lines: f.lines, bytes: f.bytes, sha256: f.sha256 })).sort((a, b) => (a.path < b.path ? -1 : 1)),
+      listed.map((f) => ({ path: f.path, lines: f.lines, bytes: f.bytes, sha256: f.sha256 })).sort((a, b) => (a.path < b.path ? -1 : 1)),
     );
   });
 });
@@ -258,18 +268,36 @@ describe('verifyExports', () => {
 });
 
 describe('publishChanges', () => {
-  /** Turns the last published batch back into "planned, not published" as a crash would leave it. */
-  function unpublishLastBatch(h: Harness): { batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; manifest: Buffer } {
-    const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(h.mirror, `SELECT id, first_seq, last_seq FROM export_batches ORDER BY id DESC LIMIT 1`)!;
+  /** Removes a published batch's rows in SQLite (files, ledger entry) and its files and record on disk. */
+  function forgetBatch(h: Harness, id: number, o: { keepPlan: boolean }): string[] {
+    const paths = sqlAll<{ path: string }>(h.mirror, `SELECT path FROM export_files WHERE batch_id = ?`, id).map((r) => r.path);
+    const record = `_ledger/${String(id).padStart(12, '0')}.json`;
+    sqlRun(h.mirror, `DELETE FROM export_files WHERE batch_id = ?`, id);
+    sqlRun(h.mirror, `DELETE FROM ledger WHERE batch_id = ?`, id);
+    if (o.keepPlan) sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, id);
+    else sqlRun(h.mirror, `DELETE FROM export_batches WHERE id = ?`, id);
+    for (const p of [...paths, record]) fs.rmSync(path.join(h.exportDir, p));
+    return paths;
+  }
+
+  /**
+   * Turns the last batch holding data (not only runs lines) back into "planned, not published", as a
+   * crash in its publication would leave it: later batches (the run's own line) are forgotten as if
+   * never planned, its files and record removed.
+   */
+  function unpublishLastBatch(h: Harness): { batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; record: Buffer } {
+    const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(
+      h.mirror,
+      `SELECT id, first_seq, last_seq FROM export_batches WHERE id IN (SELECT batch_id FROM export_files WHERE stream <> 'runs') ORDER BY id DESC LIMIT 1`,
+    )!;
+    for (const later of sqlAll<{ id: number }>(h.mirror, `SELECT id FROM export_batches WHERE id > ? ORDER BY id DESC`, batch.id)) forgetBatch(h, later.id, { keepPlan: false });
     const paths = sqlAll<{ path: string }>(h.mirror, `SELECT path FROM export_files WHERE batch_id = ?`, batch.id).map((r) => r.path);
     expect(paths.length).toBeGreaterThan(0);
     const files = new Map(paths.map((p) => [p, fs.readFileSync(path.join(h.exportDir, p))]));
-    const manifest = fs.readFileSync(path.join(h.exportDir, MANIFEST));
-    sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, batch.id);
+    const record = fs.readFileSync(path.join(h.exportDir, `_ledger/${String(batch.id).padStart(12, '0')}.json`));
+    forgetBatch(h, batch.id, { keepPlan: true });
     sqlRun(h.mirror, `UPDATE export_state SET watermark = ? WHERE id = 1`, batch.first_seq - 1);
-    sqlRun(h.mirror, `DELETE FROM export_files WHERE batch_id = ?`, batch.id);
-    for (const p of paths) fs.rmSync(path.join(h.exportDir, p));
-    return { batch, files, manifest };
+    return { batch, files, record };
   }
 
   it('re-publishing a planned but unpublished batch gives the same file names and bytes, and no duplicate line', async () => {
@@ -281,21 +309,23 @@ describe('publishChanges', () => {
     ws.deleteMessage(c.id, c.messages[9]!.id);
     ws.appendMessages(c.id, 3);
     await h.sync();
-    const { batch, files, manifest } = unpublishLastBatch(h);
+    const { batch, files, record } = unpublishLastBatch(h);
     const firstBatchFiles = jsonlFiles(h.exportDir);
 
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.resumed).toBe(true);
-    expect(res.watermark).toBe(batch.last_seq);
-    expect(res.files.map((f) => f.path).sort()).toEqual([...files.keys()].sort());
-    expect(res.lines).toBe([...files.values()].reduce((n, b) => n + parseLines(b).length, 0));
+    // the interrupted batch, then the rest (the run's own line, never published)
+    expect(res.watermark).toBe(maxSeq(h));
+    const again1 = res.files.filter((f) => f.batch_id === batch.id);
+    expect(again1.map((f) => f.path).sort()).toEqual([...files.keys()].sort());
+    expect(again1.reduce((n, f) => n + f.lines, 0)).toBe([...files.values()].reduce((n, b) => n + parseLines(b).length, 0));
     for (const [p, bytes] of files) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
-    // the earlier batch's files are untouched, the manifest is byte-identical
+    // the earlier batch's files are untouched, the batch record is byte-identical
     for (const [p, bytes] of firstBatchFiles) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes)).toBe(true);
-    expect(fs.readFileSync(path.join(h.exportDir, MANIFEST)).equals(manifest)).toBe(true);
-    expect(jsonlFiles(h.exportDir).size).toBe(firstBatchFiles.size + files.size);
+    expect(fs.readFileSync(path.join(h.exportDir, `_ledger/${String(batch.id).padStart(12, '0')}.json`)).equals(record)).toBe(true);
+    expect(jsonlFiles(h.exportDir).size).toBe(firstBatchFiles.size + res.files.length);
 
-    const seqs = [...readExportLines(h.exportDir, 'messages'), ...readExportLines(h.exportDir, 'conversations')].map((l) => l.seq);
+    const seqs = [...readExportLines(h.exportDir, 'messages'), ...readExportLines(h.exportDir, 'conversations'), ...readExportLines(h.exportDir, 'runs')].map((l) => l.seq);
     expect(new Set(seqs).size).toBe(seqs.length);
     expect(seqs.length).toBe(maxSeq(h));
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
@@ -303,7 +333,7 @@ describe('publishChanges', () => {
 
     // and a further call has nothing to do
     const again = publishChanges(h.mirror, { exportDir: h.exportDir });
-    expect(again).toMatchObject({ files: [], lines: 0, watermark: batch.last_seq, resumed: false });
+    expect(again).toMatchObject({ files: [], lines: 0, watermark: maxSeq(h), resumed: false });
   });
 
   it('the run after an interrupted publication exports both the interrupted batch and its own changes', async () => {
@@ -316,8 +346,8 @@ describe('publishChanges', () => {
     const s = await h.sync();
     expect(s.export.resumed).toBe(true);
     for (const [p, bytes] of files) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
-    // nothing the run committed is left unexported
-    expect(s.export.watermark).toBe(maxSeq(h));
+    // nothing the run committed is left unexported (its own line came after its changes)
+    expect(s.export.watermark).toBe(maxSeq(h) - 1);
     expect(h.mirror.counts().unexported_changes).toBe(0);
     const live = replay(readExportLines(h.exportDir, 'messages'), 'messages');
     expect(live.get(`${ACCOUNT_ID}/${c.id}/${c.messages[1]!.id}`)!['content']).toBe('changed after the crash');
@@ -360,8 +390,8 @@ describe('publishChanges', () => {
     const snapshot = snapshotFiles(h.exportDir);
     const batches = sqlAll(h.mirror, `SELECT * FROM export_batches`);
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
-    expect(res).toEqual({ files: [], lines: 0, watermark: s.export.watermark, resumed: false });
-    expect(res.watermark).toBe(maxSeq(h));
+    expect(res).toEqual({ files: [], lines: 0, watermark: maxSeq(h), resumed: false, head: s.export.head });
+    expect(s.export.watermark).toBe(maxSeq(h) - 1); // the run's own line was published after its changes
     expect(snapshotFiles(h.exportDir)).toEqual(snapshot);
     expect(sqlAll(h.mirror, `SELECT * FROM export_batches`)).toEqual(batches);
   });
@@ -369,10 +399,10 @@ describe('publishChanges', () => {
   it('with nothing ever synced publishes zero files', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([]) });
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
-    expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false });
+    expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false, head: undefined });
     expect(jsonlFiles(h.exportDir).size).toBe(0);
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
-    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 1, mirror_id: h.mirror.mirrorId(), watermark: 0, files: [] });
+    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 2, mirror_id: h.mirror.mirrorId(), watermark: 0, ledger: '_ledger', head: null });
     expect(h.mirror.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
   });
 
@@ -430,7 +460,12 @@ describe('one export directory per mirror', () => {
     // Simulate the batch being planned again while a different file already sits at its name.
     fs.rmSync(path.join(h.exportDir, MANIFEST));
     fs.writeFileSync(path.join(h.exportDir, rel), 'not what the mirror would write\n');
-    const batch = sqlGet<{ id: number; first_seq: number }>(h.mirror, `SELECT id, first_seq FROM export_batches ORDER BY id DESC LIMIT 1`)!;
+    const batch = sqlGet<{ id: number; first_seq: number }>(h.mirror, `SELECT id, first_seq FROM export_batches WHERE id = (SELECT batch_id FROM export_files WHERE path = ?)`, rel)!;
+    for (const later of sqlAll<{ id: number }>(h.mirror, `SELECT id FROM export_batches WHERE id >= ? ORDER BY id DESC`, batch.id)) {
+      sqlRun(h.mirror, `DELETE FROM export_files WHERE batch_id = ?`, later.id);
+      sqlRun(h.mirror, `DELETE FROM ledger WHERE batch_id = ?`, later.id);
+      if (later.id > batch.id) sqlRun(h.mirror, `DELETE FROM export_batches WHERE id = ?`, later.id);
+    }
     sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, batch.id);
     sqlRun(h.mirror, `UPDATE export_state SET watermark = ?`, batch.first_seq - 1);
     expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(/refusing to replace the published export file/);

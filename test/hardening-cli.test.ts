@@ -337,7 +337,7 @@ describe('a damaged mirror stops the run', () => {
 });
 
 describe('files are private whatever the umask', () => {
-  it.each(['000', '022', '077'])('under umask %s: database, WAL, lock, exports and their directories are 0600/0700', async (mask) => {
+  it.each(['000', '022', '077'])('under umask %s: database, WAL, lock and directories are 0600/0700, published exports read-only 0400', async (mask) => {
     const ws = FakeWorkspace.fromCounts([3, 120]);
     const fake = await fakeApi(ws);
     const dir = tempDir();
@@ -367,17 +367,21 @@ describe('files are private whatever the umask', () => {
       expect(names, suffix).toContain(`data/${suffix}`);
     }
     expect(names.some((n) => n.endsWith('.jsonl'))).toBe(true);
-    for (const [rel, m] of Object.entries(modes)) expect(`${rel} ${m.mode}`).toBe(`${rel} ${m.dir ? '700' : '600'}`);
+    // Published files (data files, batch records, the manifest) lose their write bits: another tool's overwrite fails loudly.
+    const published = (rel: string) => rel.startsWith('data/exports/') && !rel.startsWith('data/exports/.convo-mirror-tmp/');
+    for (const [rel, m] of Object.entries(modes)) expect(`${rel} ${m.mode}`).toBe(`${rel} ${m.dir ? '700' : published(rel) ? '400' : '600'}`);
   });
 
-  it('--group-readable: files 0640, directories 0750', async () => {
+  it('--group-readable: files 0640, directories 0750, published exports 0440', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
     const dir = tempDir();
     const r = await runWithUmask('077', ['sync', '--group-readable'], cliEnv(fake, path.join(dir, 'data')));
     expect(r.code, r.stderr).toBe(0);
     expect((fs.statSync(path.join(dir, 'data')).mode & 0o777).toString(8)).toBe('750');
     expect((fs.statSync(path.join(dir, 'data', 'mirror.sqlite')).mode & 0o777).toString(8)).toBe('640');
-    expect((fs.statSync(path.join(dir, 'data', 'exports', 'manifest.json')).mode & 0o777).toString(8)).toBe('640');
+    expect((fs.statSync(path.join(dir, 'data', 'exports', 'manifest.json')).mode & 0o777).toString(8)).toBe('440');
+    expect((fs.statSync(path.join(dir, 'data', 'exports', '_ledger', '000000000001.json')).mode & 0o777).toString(8)).toBe('440');
+    expect((fs.statSync(path.join(dir, 'data', 'exports', '_ledger')).mode & 0o777).toString(8)).toBe('750');
   });
 });
 

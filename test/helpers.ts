@@ -2,6 +2,7 @@
  * Shared test utilities: real temp dirs, the real fake API over HTTP, real SQLite. Nothing of ours
  * is mocked (design habit 9).
  */
+import { LEDGER_DIR, type LedgerRecord, type RecordFile } from '../src/export/ledger.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -142,7 +143,7 @@ export interface ExportLine {
 }
 
 /** Reads every `.jsonl` under the export dir's stream folder, sorted by seq. */
-export function readExportLines(exportDir: string, stream: 'messages' | 'conversations'): ExportLine[] {
+export function readExportLines(exportDir: string, stream: 'messages' | 'conversations' | 'runs'): ExportLine[] {
   const out: ExportLine[] = [];
   const walk = (d: string) => {
     if (!fs.existsSync(d)) return;
@@ -170,6 +171,17 @@ export function replay(lines: ExportLine[], stream: 'messages' | 'conversations'
     else live.set(key, l);
   }
   return live;
+}
+
+/** Every file the ledger's batch records in `<exportDir>/_ledger/` list, genesis first (records parsed, not verified). */
+export function ledgerFiles(exportDir: string): RecordFile[] {
+  const dir = path.join(exportDir, LEDGER_DIR);
+  if (!fs.existsSync(dir)) return [];
+  return fs
+    .readdirSync(dir)
+    .filter((n) => n.endsWith('.json'))
+    .sort()
+    .flatMap((n) => (JSON.parse(fs.readFileSync(path.join(dir, n), 'utf8')) as LedgerRecord).files);
 }
 
 /** Every file under `dir`, relative `/`-separated path → bytes (empty when `dir` is missing). */

@@ -458,7 +458,7 @@ describe('a writer changes the file under an immutable reader', () => {
     // was, it is not used.
     const file = closedMirror();
     const exportDir = path.join(path.dirname(file), 'exports');
-    const computed: { access: string; dbProblems: string[] }[] = [];
+    const computed: { access: string; dbProblems: unknown[] }[] = [];
     const checked: { attempt: number; changed: boolean }[] = [];
     let calls = 0;
     const result = readMirrorResult(
@@ -470,8 +470,8 @@ describe('a writer changes the file under an immutable reader', () => {
           fill(w, 'b', 20, 250);
           w.close();
         }
-        const r = { verify: verifyOf(m, exportDir), status: statusOf(m) };
-        computed.push({ access: m.access, dbProblems: r.verify.dbProblems });
+        const r = { verify: verifyOf(m, { exportDir }), status: statusOf(m) };
+        computed.push({ access: m.access, dbProblems: r.verify.problems.filter((p) => p.path === file) });
         return r;
       },
       { onSnapshot: (attempt, m) => checked.push({ attempt, changed: m.snapshotChanged() }) },
@@ -483,7 +483,8 @@ describe('a writer changes the file under an immutable reader', () => {
       { attempt: 1, changed: true },
       { attempt: 2, changed: false },
     ]);
-    expect(result.verify.dbProblems).toEqual([]);
+    expect(result.verify.problems.filter((p) => p.path === file)).toEqual([]);
+    expect(result.verify.checks.find((c) => c.name === 'database')?.status).toBe('ok');
     expect(result.verify.file).toBe(file);
     expect(result.status.counts).toMatchObject({ conversations: 23, messages: 360 + 20 * 250 });
   });
@@ -576,7 +577,8 @@ describe('status and verify (the CLI) on a read-only copy with a -wal', () => {
       expect(status.counts).toMatchObject({ conversations: 3, messages: 13, runs });
       const v = await runAsReader([CLI, 'verify'], env);
       expect(v.code, v.stderr + v.stdout).toBe(0);
-      expect(v.stdout).toMatch(/^exports intact: \d+ files, \d+ lines; database: quick_check ok\n$/);
+      expect(v.stdout).toMatch(/^ok   database: quick_check ok/);
+      expect(v.stdout).toMatch(/\narchive intact: \d+ records, \d+ files, \d+ lines; head \d+:[0-9a-f]{64}\n$/);
       expect(v.stderr).toBe('');
       expect(fs.readdirSync(tmp)).toEqual([]);
       expectUnchanged(copy, before);

@@ -207,7 +207,7 @@ describe('read-only open', () => {
     expect(m.file).toBe(file);
     expect(m.access).toBe('immutable');
     expect(m.snapshotChanged()).toBe(false);
-    expect(m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 453 });
+    expect(m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 454 });
     expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 450 });
     expect(m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
     expect(m.lastRunFailures()).toEqual([]);

@@ -2,6 +2,8 @@
  * Sync end to end: the real fake API over HTTP, the real ApiClient, a real SQLite mirror in a temp
  * dir, real export files. Nothing of ours is mocked.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace, type FakeConversation } from '../src/fake-api/index.js';
 import { AuthError, ConfigError, RunError } from '../src/errors.js';
@@ -37,8 +39,9 @@ function messageRows(h: Harness, conversationId: string): MsgRow[] {
   return sqlAll(h.mirror, `SELECT id, position, raw, attachments, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? ORDER BY position, id`, ACCOUNT_ID, conversationId) as MsgRow[];
 }
 
+/** Change-log rows of the mirrored records (each run also adds its own `runs` line). */
 function changeCount(h: Harness): number {
-  return sqlValue(h.mirror, `SELECT count(*) FROM change_log`);
+  return sqlValue(h.mirror, `SELECT count(*) FROM change_log WHERE stream <> 'runs'`);
 }
 
 // These tests pin full-refresh behaviour (two listing passes, every page read); incremental sync,
@@ -293,7 +296,7 @@ describe('changes between syncs', () => {
     expect(messageRequests(h, gone.id, before3).length).toBe(0);
   });
 
-  it('a second sync of an unchanged workspace writes no change and no file', async () => {
+  it('a second sync of an unchanged workspace writes no change and no data file: only its own runs line', async () => {
     const ws = FakeWorkspace.fromCounts([0, 3, 130, 260]);
     const h = await start({ workspace: ws });
     const s1 = await h.sync();
@@ -307,7 +310,10 @@ describe('changes between syncs', () => {
     expect(s2.messages.inserted + s2.messages.updated + s2.messages.deleted).toBe(0);
     expect(s2.conversations.inserted + s2.conversations.updated).toBe(0);
     expect(changeCount(h)).toBe(changes);
-    expect(snapshotFiles(h.exportDir)).toEqual(files);
+    const added = [...snapshotFiles(h.exportDir).keys()].filter((p) => !files.has(p));
+    expect(added.filter((p) => !p.startsWith('runs/') && !p.startsWith('_ledger/'))).toEqual([]);
+    expect(added.filter((p) => p.startsWith('runs/'))).toHaveLength(1);
+    for (const [p, bytes] of files) if (p !== 'manifest.json') expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
     expectExact(h);
   });
 });

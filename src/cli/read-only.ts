@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import { loadConfig, type Config, type ConfigFlags } from '../../config/index.js';
 import { Mirror } from '../store/mirror.js';
 import { MirrorUnusableError, describeError } from '../errors.js';
-import { verifyExports } from '../export/exporter.js';
+import { verifyArchive, type ArchiveReport, type VerifyOptions } from '../export/verify.js';
 import { EXIT, exitFor, fail, type SetExit } from './exit.js';
 
 /** Failpoints of the read-only commands' computations, for tests. */
@@ -21,42 +21,39 @@ export interface SnapshotHooks {
 /** What `status` reports from the mirror (the queue is read apart). */
 export interface StatusResult {
   counts: Record<string, number>;
+  /** The ledger's chain head, if anything was published. */
+  head: { batch_id: number; hash: string } | undefined;
   runs: Record<string, unknown>[];
   failures: Record<string, unknown>[];
 }
 
-/** What `verify` found. */
-export interface VerifyResult {
-  /** Absolute path of the mirror. */
-  file: string;
-  /** quick_check problems, and the database error that stopped the export check, if any. */
-  dbProblems: string[];
-  /** Export files that do not match their records. */
-  problems: { path: string; problem: string; detail?: string | undefined }[];
-  /** Published files and lines recorded. */
-  files: { n: number; l: number };
+/** What `verify` found: the archive's report, and the mirror file it was checked against (if any). */
+export interface VerifyResult extends ArchiveReport {
+  /** Absolute path of the mirror; undefined when verified without the database. */
+  file: string | undefined;
 }
 
 /** Computes {@link StatusResult} from a read-only mirror. */
 export function statusOf(mirror: Mirror): StatusResult {
-  return { counts: mirror.counts(), runs: mirror.lastRuns(5), failures: mirror.lastRunFailures() };
+  return { counts: mirror.counts(), head: mirror.ledgerHead(), runs: mirror.lastRuns(5), failures: mirror.lastRunFailures() };
 }
 
-/** Computes {@link VerifyResult}: the database first (the export records are only as good as it is), then the exports. */
-export function verifyOf(mirror: Mirror, exportDir: string): VerifyResult {
-  const dbProblems = mirror.quickCheck();
-  let problems: VerifyResult['problems'] = [];
-  let files = { n: 0, l: 0 };
+/**
+ * Computes {@link VerifyResult} ({@link verifyArchive}); a mirror whose own reads fail (a damaged
+ * page) is reported as a `database` problem, not a crash.
+ *
+ * @param mirror - the mirror, read-only; undefined: the ledger and the files alone
+ */
+export function verifyOf(mirror: Mirror | undefined, o: Omit<VerifyOptions, 'mirror'>): VerifyResult {
   try {
-    problems = verifyExports(mirror, exportDir);
-    const totals = mirror.exportTotals();
-    files = { n: totals.files, l: totals.lines };
+    return { file: mirror?.file, ...verifyArchive({ ...o, mirror }) };
   } catch (err) {
-    // The mirror's own reads turn a damaged page into MirrorUnusableError: a finding, not a crash.
-    if (!(err instanceof MirrorUnusableError)) throw err;
-    dbProblems.push(describeError(err.cause));
+    if (!(err instanceof MirrorUnusableError) || !mirror) throw err;
+    const report = verifyArchive({ ...o, mirror: undefined, deep: false });
+    const problem = { path: mirror.file, problem: 'mirror' as const, detail: describeError(err.cause) };
+    const checks = report.checks.map((c) => (c.name === 'database' ? { name: c.name, status: 'failed' as const, detail: '1 problem' } : c));
+    return { file: mirror.file, ...report, checks, problems: [problem, ...report.problems] };
   }
-  return { file: mirror.file, dbProblems, problems, files };
 }
 
 /**
@@ -95,18 +92,21 @@ async function readUninterrupted<R>(file: string, compute: (mirror: Mirror) => R
  * Runs a read-only command (`status`, `verify`) on an existing mirror, without the writer lock:
  * `compute` builds the whole result on a consistent read-only snapshot ({@link readMirrorResult}),
  * then `print` (after the mirror is closed) writes it and returns the exit code. A missing mirror is
- * a configuration error (exit 2) and is not created; a signal during the read exits 130.
+ * a configuration error (exit 2) and is not created, unless `o.withoutMirror` computes the result
+ * without it; a signal during the read exits 130.
  */
 export async function withExistingMirror<R>(
   flags: ConfigFlags,
   setExit: SetExit,
   compute: (mirror: Mirror, config: Config) => R,
   print: (result: R, config: Config) => number | Promise<number>,
+  o: { withoutMirror?: (config: Config) => R } = {},
 ): Promise<void> {
   try {
     const config = loadConfig(process.env, flags, { needsApi: false });
     if (!fs.existsSync(config.db)) {
-      setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
+      if (o.withoutMirror) setExit(await print(o.withoutMirror(config), config));
+      else setExit(fail(EXIT.CONFIG, `no mirror at ${config.db} (CONVO_MIRROR_DB); run convo-mirror sync first`));
       return;
     }
     // Read-only: no lock, no WAL switch, no migration, no file created beside it (an auditor's copy, a backup).

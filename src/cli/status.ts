@@ -19,7 +19,7 @@ export function addStatusCommand(program: Command, setExit: SetExit): void {
     withExistingMirror(configFlagsOf(o, 'status'), setExit, statusOf, async (status, config) => {
       const queue = await queueStatus(queueSettings(config));
       if (o.json) {
-        process.stdout.write(JSON.stringify({ db: config.db, counts: status.counts, runs: status.runs, failures: status.failures, queue }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ db: config.db, counts: status.counts, ledger_head: status.head ?? null, runs: status.runs, failures: status.failures, queue }, null, 2) + '\n');
       } else {
         process.stdout.write([...formatStatus(config.db, status), ...formatQueueStatus(queue)].join('\n') + '\n');
       }

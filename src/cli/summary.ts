@@ -26,6 +26,10 @@ export function summaryLines(s: RunSummary): string[] {
 }
 
 function exportLine(e: RunSummary['export']): string {
+  return exportFigures(e) + (e.head ? `\n  ledger head: ${e.head.batch_id}:${e.head.hash} (note it; verify --head proves the archive still holds everything up to it)` : '');
+}
+
+function exportFigures(e: RunSummary['export']): string {
   if (e.error !== undefined) {
     return (
       `  exports: publication FAILED (${e.error}); ` +
@@ -60,16 +64,18 @@ export function reportFailures(s: RunSummary, label?: string): void {
 }
 
 /** `status`'s mirror part: counts per table, the last runs, the failures of the last run. */
-export function formatStatus(db: string, { counts, runs, failures }: StatusResult): string[] {
+export function formatStatus(db: string, { counts, runs, failures, head }: StatusResult): string[] {
   const out: string[] = [`mirror ${db}`];
   for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
+  out.push(`  ${'ledger head'.padEnd(26)} ${head ? `${head.batch_id}:${head.hash}` : 'none (nothing published yet)'}`);
   out.push('last runs:');
   for (const r of runs) {
     out.push(
       `  #${r.id} ${r.scope ?? r.mode}${r.refresh ? ` ${r.refresh}` : ''}${r.trigger ? ` (${r.trigger})` : ''} ${r.status} started ${r.started_at}${r.ended_at ? ` ended ${r.ended_at}` : ''}: ` +
         `${r.conversations_synced} conversations, +${r.messages_inserted} ~${r.messages_updated} -${r.messages_deleted} messages, ` +
         `${r.requests} requests, ${r.retries} retries, ${r.conversations_failed} failed, ${r.export_lines} export lines` +
-        (r.error ? `; error: ${r.error}` : ''),
+        (r.error ? `; error: ${r.error}` : '') +
+        (r.ledger_hash ? `; head ${r.ledger_batch_id}:${String(r.ledger_hash).slice(0, 12)}…` : ''),
     );
   }
   if (failures.length) {

@@ -16,6 +16,7 @@ import { createLogger } from '../logger.js';
 import { startProgress } from '../progress.js';
 import { systemClock } from '../clock.js';
 import { assertSafeExportDir } from '../export/exporter.js';
+import { publishSettingsFromConfig, type PublishSettings } from '../export/publisher.js';
 import { fileModes } from '../private-fs.js';
 import { EXIT, fail, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, conversationIdsFrom } from './flags.js';
@@ -61,6 +62,8 @@ interface SyncSession {
   mirror: Mirror;
   /** One rate limiter per base URL + key, shared by the workspaces' clients. */
   limiters: RateLimiterPool;
+  /** Where and how runs publish (the signing key loaded once). */
+  target: PublishSettings;
 }
 
 /**
@@ -76,10 +79,11 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   const logger = opts.logger ?? createLogger({ level, pretty: tty });
   // Before any request or file: an export directory that would hold the mirror (or is /, or a file).
   assertSafeExportDir(config.exportDir, config.db);
+  const target = publishSettingsFromConfig(config, logger);
   const signals = abortOnSignals(logger);
   try {
     const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
-    return { config, logger, tty, signals, mirror, limiters: new RateLimiterPool(config.maxRps, systemClock) };
+    return { config, logger, tty, signals, mirror, target, limiters: new RateLimiterPool(config.maxRps, systemClock) };
   } catch (err) {
     signals.off();
     throw err;
@@ -106,8 +110,7 @@ async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCom
         conversationIds: opts.conversationIds,
         full: opts.full ?? false,
         changeFieldSetting: config.changeField,
-        exportDir: config.exportDir,
-        modes: fileModes(config.groupReadable),
+        ...session.target,
         progress,
         signal: signals.signal,
       },

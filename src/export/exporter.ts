@@ -1,19 +1,26 @@
 /**
- * Exporter: change log → JSONL change files (design: src/export/).
+ * Exporter: change log → JSONL change files and the ledger's batch records (design: src/export/).
  *
  * Exactly-once by construction:
- * 1. A batch is *planned* in SQLite first: its seq range `(watermark, max(seq)]` is fixed before any
- *    file is written, so a re-run after a crash re-publishes the very same lines.
- * 2. Each file is written to a temp file in `<dir>/.convo-mirror-tmp/`, fsynced, renamed into place
- *    (same filesystem), and its directory fsynced. File names derive from the seq range they hold,
- *    so re-publishing yields the same names and bytes.
- * 3. The manifest (every file, its line count, bytes and SHA-256) is published the same way.
- * 4. Only then, in one transaction, the files are recorded, the batch marked published and the
- *    exported watermark advanced.
+ * 1. A batch is *planned* in SQLite first: its seq range `(watermark, max(seq)]`, its time and
+ *    whether it is gzipped are fixed before any file is written, so a re-run after a crash
+ *    re-publishes the very same lines under the same names.
+ * 2. Each data file is written to a temp file in `<dir>/.convo-mirror-tmp/`, fsynced, renamed into
+ *    place (same filesystem), and its directory fsynced. File names derive from the seq range they
+ *    hold, so re-publishing yields the same names and bytes.
+ * 3. The batch record (`_ledger/<batch>.json`: its files with size, line count and SHA-256, its seq
+ *    range, mirror, run, time, and the hash of the previous record; signed when a key is given) is
+ *    published the same way; it is deterministic too, so a re-publication writes it once.
+ * 4. `manifest.json`, the small pointer to the chain head, is rewritten the same way.
+ * 5. Only then, in one transaction, the files and the ledger entry are recorded, the batch marked
+ *    published and the exported watermark advanced.
+ * Publication costs what the batch holds: nothing written before is read or rewritten (except the
+ * small manifest).
  *
- * Layout: `<dir>/<stream>/account=<account_id>/date=<YYYY-MM-DD>/<first_seq>-<last_seq>.jsonl`,
- * stream `messages` or `conversations`, date from the line's `synced_at` (UTC). Each line is
- * {@link exportLine} of its change-log row (src/export/lines.ts) followed by `\n`.
+ * Layout: `<dir>/<stream>/account=<account_id>/date=<YYYY-MM-DD>/<first_seq>-<last_seq>.jsonl[.gz]`,
+ * stream `messages`, `conversations` or `runs`, date from the line's `synced_at` (UTC). Each line is
+ * {@link exportLine} of its change-log row (src/export/lines.ts) followed by `\n`. Published files
+ * are read-only (0400, or 0440 group-readable).
  *
  * Nothing lost, nothing leaked: publication deletes nothing but its own leftovers in
  * `.convo-mirror-tmp/`, never replaces a published file with other bytes, and never writes over a
@@ -21,20 +28,26 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import crypto from 'node:crypto';
 import type { Logger } from 'pino';
-import type { ExportChange, Mirror } from '../store/mirror.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, Mirror, PublishedFile } from '../store/mirror.js';
 import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
-import { PRIVATE_MODES, createPrivateFile, fsyncDir, mkdirPrivate, type FileModes } from '../private-fs.js';
-import { MANIFEST, TEMP_DIR, assertSafeExportDir, isTempName, kindOf, manifestTempName, partitionTempName } from './paths.js';
-import { manifestOf, renderManifest, type ExportFile, type Manifest } from './manifest.js';
-import { exportLine } from './lines.js';
+import { PRIVATE_MODES, mkdirPrivate, type FileModes } from '../private-fs.js';
+import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName } from './paths.js';
+import { manifestOf, renderManifest, type Manifest } from './manifest.js';
+import { LEDGER_DIR, parseRecord, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
+import { PartitionWriter } from './partition-writer.js';
+import { makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
+import { sign, type SigningKey } from './signing.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
-export { recordedManifest, renderManifest, type ExportFile, type Manifest } from './manifest.js';
-export { verifyExports, type VerifyProblem, type VerifyProblemKind } from './verify.js';
+export { manifestOf, renderManifest, type Manifest } from './manifest.js';
 export { exportLine } from './lines.js';
+export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
+export type { ExportFailpoint } from './publish-fs.js';
+
+/** One published file, as recorded in `export_files` and listed by its batch record. */
+export type ExportFile = PublishedFile;
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
@@ -47,16 +60,23 @@ export interface ExportOptions {
   maxLinesPerFile?: number;
   /** Run to record on the batch. */
   runId?: number | null;
+  /**
+   * Write new batches as `.jsonl.gz` (deterministic bytes: see src/export/gzip.ts). A batch planned
+   * before keeps the choice it was planned with. @defaultValue false
+   */
+  gzip?: boolean;
+  /** Sign each batch record with this Ed25519 key (see src/export/signing.ts). @defaultValue unsigned */
+  signingKey?: SigningKey | undefined;
   clock?: Clock;
   logger?: Logger | undefined;
   /**
-   * Modes of every file (data files, manifest) and directory (the export root and its missing
-   * parents, partition directories, `.convo-mirror-tmp/`) that publication creates, set exactly
-   * whatever the umask. Existing directories are left as they are. The CLI passes
-   * `fileModes(config.groupReadable)`.
-   * @defaultValue {@link PRIVATE_MODES} (files 0600, directories 0700)
+   * Modes of every directory (the export root and its missing parents, partition directories,
+   * `_ledger/`, `.convo-mirror-tmp/`) publication creates, set exactly whatever the umask; files
+   * (data files, records, the manifest) get the same mode without write bits (0400 or 0440).
+   * Existing directories are left as they are. The CLI passes `fileModes(config.groupReadable)`.
+   * @defaultValue {@link PRIVATE_MODES} (files 0600 → published 0400, directories 0700)
    */
-  modes?: FileModes;
+  modes?: FileModes | undefined;
   /**
    * Test hook (a failpoint): called at `point` with the absolute path of the file being published.
    * Whatever it throws propagates unchanged and nothing is cleaned up, so the files on disk stay as
@@ -64,15 +84,6 @@ export interface ExportOptions {
    */
   failpoint?: (point: ExportFailpoint, file: string) => void;
 }
-
-/**
- * Where {@link ExportOptions.failpoint} is called:
- * - `before-rename`: a data file or the manifest is written and fsynced in `.convo-mirror-tmp/`,
- *   not yet renamed into place (`file` is its final path);
- * - `before-record`: every file and the manifest are in place, nothing is recorded in SQLite yet
- *   (`file` is the manifest's path).
- */
-export type ExportFailpoint = 'before-rename' | 'before-record';
 
 /** What one {@link publishChanges} call published. */
 export interface ExportResult {
@@ -84,27 +95,33 @@ export interface ExportResult {
   watermark: number;
   /** True when a batch planned by an earlier, interrupted call was re-published. */
   resumed: boolean;
+  /** The chain head after the call; undefined when nothing was ever published. */
+  head: LedgerHead | undefined;
 }
 
 /**
- * Publishes every change-log row above the exported watermark. Idempotent: with nothing pending it
- * writes no data file (it only repairs a missing or stale manifest). First it checks the export
- * directory ({@link assertSafeExportDir}), creates it if missing, checks its manifest is this
- * mirror's, and removes the leftovers of an interrupted publication from `.convo-mirror-tmp/`
- * (regular files with names convo-mirror generates; nothing else anywhere).
+ * Publishes every change-log row above the exported watermark as one batch: its data files, its
+ * batch record, the manifest, then its records in SQLite (see the module comment). Idempotent:
+ * with nothing pending it writes no data file (it only repairs a missing or stale manifest).
+ *
+ * First it checks the export directory ({@link assertSafeExportDir}), creates it if missing, checks
+ * its manifest is this mirror's, and removes the leftovers of an interrupted publication from
+ * `.convo-mirror-tmp/` (regular files with names convo-mirror generates; nothing else anywhere).
+ * An export directory published before the ledger existed is migrated first: a genesis record
+ * (`kind: migration`) lists every file recorded so far, and those files are made read-only.
  *
  * @throws {@link ConfigError} (`CONVO_MIRROR_EXPORT_DIR`) when the export directory is unsafe for
  *   the mirror's database file (`mirror.file`), see {@link assertSafeExportDir}; nothing is written
  * @throws {@link ExportError} naming the file or directory, before anything is written, when
  *   `manifest.json` is not one this mirror wrote (another program's file, unparsable, another
  *   format, or another mirror's) or `.convo-mirror-tmp` is not a directory
- * @throws {@link ExportError} naming the file when a write, fsync or rename fails; the watermark is
- *   then unchanged and the next call re-publishes the same batch
+ * @throws {@link ExportError} naming the file when a write, fsync or rename fails, or a published
+ *   name already holds other content; the watermark is then unchanged and the next call
+ *   re-publishes the same batch
  */
 export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResult {
   assertSafeExportDir(opts.exportDir, mirror.file);
   const clock = opts.clock ?? systemClock;
-  const maxLines = opts.maxLinesPerFile ?? 100_000;
   const dir = path.resolve(opts.exportDir);
   const modes = opts.modes ?? PRIVATE_MODES;
   try {
@@ -115,230 +132,154 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   const mirrorId = mirror.mirrorId();
   assertOwnedBy(dir, mirrorId);
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
+  migrateToLedger(mirror, target, mirrorId, opts);
 
   // 1. Plan (or find the planned, unpublished) batch.
-  const plan = mirror.planExportBatch(opts.runId ?? null, isoNow(clock));
+  const plan = mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
   if (!plan) {
+    const head = mirror.ledgerHead();
     const watermark = mirror.exportWatermark();
-    writeManifestIfChanged(target, manifestOf(mirror, mirrorId, [], watermark));
-    return { files: [], lines: 0, watermark, resumed: false };
+    writeManifestIfChanged(target, manifestOf(mirrorId, head, watermark));
+    return { files: [], lines: 0, watermark, resumed: false, head };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
-  // 2. Write the batch's files, one partition (stream, account, day) at a time, in seq order.
-  const rows = mirror.changesOf(plan);
+  // 2. The data files, 3. the batch record, 4. the manifest, 5. the records in SQLite.
+  const files = writeBatchFiles(mirror, target, plan, opts.maxLinesPerFile ?? 100_000);
+  opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
+  const entry = publishRecord(target, batchBody(mirrorId, plan, files, mirror.ledgerHead()), opts.signingKey);
+  const head = { batch_id: entry.batch_id, hash: entry.hash };
+  writeManifestIfChanged(target, manifestOf(mirrorId, head, plan.last_seq));
+  opts.failpoint?.('before-record', path.join(dir, MANIFEST));
+  mirror.recordPublication(plan, files, entry, isoNow(clock));
+  const lines = files.reduce((n, f) => n + f.lines, 0);
+  opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq, head: `${head.batch_id}:${head.hash}` }, 'exports published');
+  if (plan.resumed) {
+    // The interrupted batch is out; now publish what was committed since it was planned.
+    const rest = publishChanges(mirror, opts);
+    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head };
+  }
+  return { files, lines, watermark: plan.last_seq, resumed: false, head };
+}
+
+/** Writes a batch's data files, one partition (stream, account, day) at a time, in seq order. */
+function writeBatchFiles(mirror: Mirror, target: Target, plan: ExportBatch, maxLines: number): ExportFile[] {
   const files: ExportFile[] = [];
   let open: PartitionWriter | undefined;
-  for (const row of rows) {
+  for (const row of mirror.changesOf(plan) as Iterable<ExportChange>) {
     if (open && !open.accepts(row, maxLines)) {
       files.push(open.publish());
       open = undefined;
     }
-    open ??= new PartitionWriter(target, row, plan.id);
+    open ??= new PartitionWriter(target, row, plan.id, plan.gzip);
     open.write(row);
   }
   if (open) files.push(open.publish());
-
-  // 3. Publish the manifest, 4. then record and advance the watermark.
-  writeManifestIfChanged(target, manifestOf(mirror, mirrorId, files, plan.last_seq));
-  opts.failpoint?.('before-record', path.join(dir, MANIFEST));
-  mirror.recordPublication(plan, files, isoNow(clock));
-  const lines = files.reduce((n, f) => n + f.lines, 0);
-  opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq }, 'exports published');
-  if (plan.resumed) {
-    // The interrupted batch is out; now publish what was committed since it was planned.
-    const rest = publishChanges(mirror, opts);
-    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true };
-  }
-  return { files, lines, watermark: plan.last_seq, resumed: false };
+  return files;
 }
 
-function partitionDir(stream: string, accountId: string, day: string): string {
-  return `${stream}/account=${encodeURIComponent(accountId)}/date=${day}`;
-}
-
-function seqName(first: number, last: number): string {
-  return `${String(first).padStart(12, '0')}-${String(last).padStart(12, '0')}.jsonl`;
-}
-
-/** Where a publication writes: the export root, its temp directory, and the test hook. */
-interface Target {
-  /** Absolute export directory. */
-  root: string;
-  /** Absolute `<root>/.convo-mirror-tmp`. */
-  temp: string;
-  /** Modes of the files and directories created. */
-  modes: FileModes;
-  failpoint: ExportOptions['failpoint'];
+/** The body of a batch's record. */
+function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], prev: LedgerHead | undefined): RecordBody {
+  return {
+    format: 'convo-mirror-ledger',
+    version: 1,
+    kind: 'batch',
+    mirror_id: mirrorId,
+    batch_id: plan.id,
+    run_id: plan.run_id,
+    planned_at: plan.planned_at,
+    first_seq: plan.first_seq,
+    last_seq: plan.last_seq,
+    files,
+    prev: prev ?? null,
+  };
 }
 
 /**
- * Streams one file of one partition: each row's {@link exportLine} and a newline go to a temp file
- * in `.convo-mirror-tmp/` as they come (bounded memory), hashed on the way; `publish()` fsyncs it, renames it to its seq-range name in
- * the partition directory, then fsyncs that directory.
- */
-class PartitionWriter {
-  private readonly fd: number;
-  private readonly tmp: string;
-  private readonly dirAbs: string;
-  private readonly hash = crypto.createHash('sha256');
-  /** Where this file's partition is and its first seq. */
-  private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
-  private buffered: string[] = [];
-  private bufferedBytes = 0;
-  private lastSeq = 0;
-  private lines = 0;
-  private bytes = 0;
-
-  constructor(
-    private readonly target: Target,
-    first: ExportChange,
-    private readonly batchId: number,
-  ) {
-    this.head = { stream: first.stream, account_id: first.account_id, day: first.day, seq: first.seq };
-    const rel = partitionDir(first.stream, first.account_id, first.day);
-    this.dirAbs = path.join(target.root, rel);
-    this.tmp = path.join(target.temp, partitionTempName(first.stream, batchId, first.seq));
-    try {
-      mkdirPrivate(this.dirAbs, target.modes, { durable: true });
-    } catch (err) {
-      throw new ExportError(`cannot create the export directory ${this.dirAbs}: ${(err as Error).message}`, { dir: this.dirAbs }, err);
-    }
-    try {
-      this.fd = createPrivateFile(this.tmp, target.modes);
-    } catch (err) {
-      throw new ExportError(`cannot create the temp file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
-    }
-  }
-
-  accepts(row: ExportChange, maxLines: number): boolean {
-    const h = this.head;
-    return h.stream === row.stream && h.account_id === row.account_id && h.day === row.day && this.lines < maxLines;
-  }
-
-  /**
-   * Appends the line of `row`.
-   *
-   * @throws {@link ExportError} from {@link exportLine} (a row with neither record nor line), or
-   *   naming the temp file when it cannot be written; the temp file is then closed and removed
-   */
-  write(row: ExportChange): void {
-    let text: string;
-    try {
-      text = `${exportLine(row)}\n`;
-    } catch (err) {
-      fs.closeSync(this.fd);
-      fs.rmSync(this.tmp, { force: true });
-      throw err;
-    }
-    this.buffered.push(text);
-    this.bufferedBytes += text.length;
-    this.lastSeq = row.seq;
-    this.lines++;
-    if (this.bufferedBytes >= 1 << 20) this.drain();
-  }
-
-  private drain(): void {
-    if (this.buffered.length === 0) return;
-    const buf = Buffer.from(this.buffered.join(''), 'utf8');
-    this.buffered = [];
-    this.bufferedBytes = 0;
-    this.hash.update(buf);
-    this.bytes += buf.length;
-    try {
-      writeAll(this.fd, buf);
-    } catch (err) {
-      fs.closeSync(this.fd);
-      fs.rmSync(this.tmp, { force: true });
-      throw new ExportError(`cannot write the temp file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
-    }
-  }
-
-  publish(): ExportFile {
-    this.drain();
-    const rel = `${partitionDir(this.head.stream, this.head.account_id, this.head.day)}/${seqName(this.head.seq, this.lastSeq)}`;
-    const final = path.join(this.target.root, rel);
-    const sha256 = this.hash.digest('hex');
-    let identical: boolean;
-    try {
-      identical = publishedIdentically(final, sha256);
-    } catch (err) {
-      fs.closeSync(this.fd);
-      fs.rmSync(this.tmp, { force: true });
-      throw err;
-    }
-    if (identical) {
-      fs.closeSync(this.fd);
-      fs.rmSync(this.tmp, { force: true });
-    } else renameIntoPlace(this.target, this.fd, this.tmp, final);
-    return {
-      path: rel,
-      stream: this.head.stream,
-      account_id: this.head.account_id,
-      date: this.head.day,
-      first_seq: this.head.seq,
-      last_seq: this.lastSeq,
-      lines: this.lines,
-      bytes: this.bytes,
-      sha256,
-      batch_id: this.batchId,
-    };
-  }
-}
-
-function writeAll(fd: number, buf: Buffer): void {
-  let off = 0;
-  while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
-}
-
-/**
- * Makes the temp file open on `fd` the file `final`: fsync, close, rename (both in the export
- * directory, so on one filesystem), fsync of `final`'s directory. On failure the temp file is
- * removed; a throw from the `before-rename` failpoint leaves it, as a crash would.
+ * Publishes a batch record (sealed: hashed, signed with `key` when given) as `_ledger/<batch>.json`,
+ * unless that name already holds a record with the same hash (a batch re-published after a crash;
+ * it is kept as it is, whatever its signature).
  *
- * @throws {@link ExportError} naming `final`
+ * @returns its ledger entry
+ * @throws {@link ExportError} naming the file when it cannot be published, or holds anything else
  */
-function renameIntoPlace(target: Target, fd: number, tmp: string, final: string): void {
+function publishRecord(target: Target, body: RecordBody, key: SigningKey | undefined): LedgerEntry {
+  let record = sealRecord(body, key ? (bytes) => sign(bytes, key) : undefined);
+  const rel = recordPath(body.batch_id);
+  const final = path.join(target.root, rel);
+  makeDir(target, path.join(target.root, LEDGER_DIR));
+  let existing: Buffer | undefined;
   try {
-    fs.fsyncSync(fd);
+    existing = readIfPresent(final);
   } catch (err) {
-    fs.closeSync(fd);
-    fs.rmSync(tmp, { force: true });
-    throw new ExportError(`cannot publish export file ${final}: fsync of ${tmp} failed: ${(err as Error).message}`, { file: final }, err);
+    throw new ExportError(`cannot publish the batch record ${final}: ${(err as Error).message}`, { file: final }, err);
   }
-  fs.closeSync(fd);
-  target.failpoint?.('before-rename', final);
-  try {
-    fs.renameSync(tmp, final);
-    fsyncDir(path.dirname(final));
-  } catch (err) {
-    fs.rmSync(tmp, { force: true });
-    throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
+  if (existing === undefined) {
+    publishBytes(target, recordTempName(body.batch_id), final, renderRecord(record));
+  } else {
+    const parsed = parseRecord(existing);
+    if (!parsed.ok || parsed.record.hash !== record.hash) {
+      throw new ExportError(
+        `refusing to replace the batch record ${final}: it records ${parsed.ok ? `another batch (hash ${parsed.record.hash})` : `something else (${parsed.why})`}`,
+        { file: final },
+      );
+    }
+    record = parsed.record;
   }
+  return {
+    batch_id: record.batch_id,
+    hash: record.hash,
+    prev_hash: record.prev?.hash ?? null,
+    path: rel,
+    files: record.files.length,
+    lines: record.files.reduce((n, f) => n + f.lines, 0),
+    key_id: record.signature?.key_id ?? null,
+  };
 }
 
 /**
- * True when `file` already holds exactly these bytes (a batch re-published after a crash); false
- * when it does not exist.
- *
- * @throws {@link ExportError} when it exists with other content, or is not a regular file: a
- *   published file never changes
+ * Migrates an export directory published before the ledger existed: one genesis record
+ * (`kind: migration`, no `prev`) lists every file recorded so far, by the mirror's records (its
+ * time is the last publication's, so a retry writes the same record); those files are made
+ * read-only. Nothing to do once the ledger has a record.
  */
-function publishedIdentically(file: string, sha256: string): boolean {
-  let st: fs.Stats;
+function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts: ExportOptions): void {
+  const genesis = mirror.ledgerGenesis();
+  if (!genesis) return;
+  const files = mirror.publishedFiles();
+  const body: RecordBody = {
+    format: 'convo-mirror-ledger',
+    version: 1,
+    kind: 'migration',
+    mirror_id: mirrorId,
+    batch_id: genesis.batch_id,
+    run_id: null,
+    planned_at: genesis.published_at,
+    first_seq: files[0]?.first_seq ?? 1,
+    last_seq: genesis.last_seq,
+    files,
+    prev: null,
+  };
+  const entry = publishRecord(target, body, opts.signingKey);
+  for (const f of files) {
+    const failed = makeReadOnly(path.join(target.root, f.path));
+    if (failed) opts.logger?.warn({ file: f.path, err: failed }, 'could not make a file published earlier read-only');
+  }
+  writeManifestIfChanged(target, manifestOf(mirrorId, entry, mirror.exportWatermark()));
+  mirror.recordLedgerGenesis(entry, isoNow(opts.clock ?? systemClock));
+  opts.logger?.info({ files: files.length, head: `${entry.batch_id}:${entry.hash}` }, 'export directory migrated to the ledger: genesis record published');
+}
+
+/** Publishes `manifest` as `manifest.json` unless it already holds exactly its bytes. */
+function writeManifestIfChanged(target: Target, manifest: Manifest): void {
+  const data = renderManifest(manifest);
+  const final = path.join(target.root, MANIFEST);
   try {
-    st = fs.lstatSync(file);
+    if (readIfPresent(final)?.equals(data)) return;
   } catch {
-    return false;
+    /* unreadable: assertOwnedBy said it is ours; replace it */
   }
-  if (st.isFile()) {
-    const existing = fs.readFileSync(file);
-    if (crypto.createHash('sha256').update(existing).digest('hex') === sha256) return true;
-  }
-  throw new ExportError(
-    `refusing to replace the published export file ${file} with different content (was the mirror recreated? use a fresh CONVO_MIRROR_EXPORT_DIR)`,
-    { file },
-  );
+  publishBytes(target, manifestTempName(), final, data);
 }
 
 /**
@@ -372,11 +313,11 @@ function assertOwnedBy(dir: string, mirrorId: string): void {
   } catch {
     throw refuse('is not a convo-mirror manifest (not JSON)');
   }
-  const m = (typeof manifest === 'object' && manifest !== null && !Array.isArray(manifest) ? manifest : {}) as Partial<Manifest>;
+  const m = (typeof manifest === 'object' && manifest !== null && !Array.isArray(manifest) ? manifest : {}) as { format?: unknown; version?: unknown; mirror_id?: string };
   if (m.format !== 'convo-mirror-exports') {
     throw refuse(`is not a convo-mirror manifest (format ${m.format === undefined ? 'absent' : JSON.stringify(m.format)}, expected "convo-mirror-exports")`);
   }
-  if (m.version !== 1) throw refuse(`has manifest version ${JSON.stringify(m.version)}, which this convo-mirror does not know (it writes 1)`);
+  if (m.version !== 1 && m.version !== 2) throw refuse(`has manifest version ${JSON.stringify(m.version)}, which this convo-mirror does not know (it writes 2)`);
   if (m.mirror_id !== mirrorId) {
     throw new ExportError(
       `the export directory ${dir} holds the exports of another mirror (mirror id ${m.mirror_id ?? 'unknown'} in ${file}, this mirror is ${mirrorId}): ` +
@@ -386,75 +327,3 @@ function assertOwnedBy(dir: string, mirrorId: string): void {
   }
 }
 
-/**
- * Makes sure `<root>/.convo-mirror-tmp/` is a directory, then removes the leftovers of an
- * interrupted publication in it: regular files with a name convo-mirror generates. Nothing else,
- * there or anywhere, is removed.
- *
- * @returns the temp directory's absolute path
- * @throws {@link ExportError} naming it when it is not a directory (a symlink, a file) or cannot be
- *   created or cleaned
- */
-function prepareTempDir(root: string, modes: FileModes): string {
-  const temp = path.join(root, TEMP_DIR);
-  let st: fs.Stats | undefined;
-  try {
-    st = fs.lstatSync(temp);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-      throw new ExportError(`cannot use the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
-    }
-  }
-  if (st && !st.isDirectory()) {
-    throw new ExportError(
-      `${temp} is not a directory (${kindOf(st)}): that name is reserved for convo-mirror's temp files; move it away`,
-      { dir: temp },
-    );
-  }
-  try {
-    if (!st) mkdirPrivate(temp, modes, { durable: true });
-    for (const e of fs.readdirSync(temp, { withFileTypes: true })) {
-      if (e.isFile() && isTempName(e.name)) fs.unlinkSync(path.join(temp, e.name));
-    }
-  } catch (err) {
-    throw new ExportError(`cannot prepare the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
-  }
-  return temp;
-}
-
-/**
- * Writes `data` as `<root>/manifest.json` atomically: temp file in `.convo-mirror-tmp/`, fsync,
- * rename over the final name, fsync of the export directory.
- *
- * @throws {@link ExportError} naming the file
- */
-function publishManifest(target: Target, data: Buffer): void {
-  const final = path.join(target.root, MANIFEST);
-  const tmp = path.join(target.temp, manifestTempName());
-  let fd: number;
-  try {
-    fd = createPrivateFile(tmp, target.modes);
-  } catch (err) {
-    throw new ExportError(`cannot create the temp file ${tmp}: ${(err as Error).message}`, { file: tmp }, err);
-  }
-  try {
-    writeAll(fd, data);
-  } catch (err) {
-    fs.closeSync(fd);
-    fs.rmSync(tmp, { force: true });
-    throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
-  }
-  renameIntoPlace(target, fd, tmp, final);
-}
-
-/** Publishes `manifest` unless `manifest.json` already holds exactly its bytes. */
-function writeManifestIfChanged(target: Target, manifest: Manifest): void {
-  const data = renderManifest(manifest);
-  try {
-    const current = fs.readFileSync(path.join(target.root, MANIFEST));
-    if (current.equals(data)) return;
-  } catch {
-    /* missing: write it */
-  }
-  publishManifest(target, data);
-}

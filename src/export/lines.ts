@@ -7,7 +7,10 @@
  * "visibility","sender":{"id","name","type"},"attachments" (only when the API served the field),
  * "created_at"}`. A conversation line: `{"seq","op","synced_at","account_id","id","data"}`, `data`
  * being the conversation object as served (`{"id": ...}` for one only known by id). A `delete`
- * carries the record's last known version.
+ * carries the record's last known version. A run line: `{"seq","op","synced_at"}` (`synced_at`:
+ * when the run ended; `op` `insert` the first time a run ends, `update` if it ends again) followed
+ * by the run's record (`account_id`, `id`, `scope`, `refresh`, `trigger`, `started_at`, `ended_at`,
+ * `status`, figures, `failures`, `ledger_head`: see `Runs.lineRecord` in src/store/runs.ts).
  */
 import type { ExportChange } from '../store/mirror.js';
 import { ExportError } from '../errors.js';
@@ -38,6 +41,32 @@ function conversationFields(c: LineSource, conversation: unknown): Record<string
   return { op: c.op, synced_at: c.synced_at, account_id: c.account_id, id: c.record_id, data: conversation };
 }
 
+/** The run line's fields after `seq`: `op`, `synced_at`, then the run's record as stored. */
+function runFields(c: LineSource, run: unknown): Record<string, unknown> {
+  return { op: c.op, synced_at: c.synced_at, ...(run as Record<string, unknown>) };
+}
+
+/**
+ * What a line says of its record, for comparing an export line with a mirror row (`verify
+ * --deep`): the line's fields without `seq`, `op` and `synced_at` (and, for a run, without
+ * `ledger_head`, which the mirror's `runs` row replaces by the later head), as compact JSON in
+ * their written order.
+ */
+export function lineBody(stream: LineSource['stream'], line: Record<string, unknown>): string {
+  const { seq: _seq, op: _op, synced_at: _at, ...rest } = line;
+  if (stream === 'runs') delete rest.ledger_head;
+  return JSON.stringify(rest);
+}
+
+/**
+ * {@link lineBody} of the line a record would be exported as: a message or conversation as served
+ * (JSON), or a run's record.
+ */
+export function recordBody(stream: LineSource['stream'], accountId: string, conversationId: string, recordId: string, record: string): string {
+  const line = JSON.parse(exportLine({ seq: 0, stream, op: 'insert', account_id: accountId, conversation_id: conversationId, record_id: recordId, synced_at: '', record, line: null }));
+  return lineBody(stream, line as Record<string, unknown>);
+}
+
 /**
  * The export line of one change-log row, without the trailing newline (the exporter adds `\n`).
  *
@@ -58,6 +87,10 @@ export function exportLine(change: LineSource): string {
     throw new ExportError(`change_log row ${change.seq} holds a record that is not JSON`, { seq: change.seq }, err);
   }
   const fields =
-    change.stream === 'messages' ? messageFields(change, (record ?? {}) as Record<string, unknown>) : conversationFields(change, record);
+    change.stream === 'messages'
+      ? messageFields(change, (record ?? {}) as Record<string, unknown>)
+      : change.stream === 'runs'
+        ? runFields(change, record)
+        : conversationFields(change, record);
   return `{"seq":${change.seq},${JSON.stringify(fields).slice(1)}`;
 }

@@ -2,8 +2,9 @@
  * Names inside an export directory, and the check that an export directory is a safe place to write.
  *
  * Layout of an export directory (everything else in it belongs to someone else and is never touched):
- * - `manifest.json` ({@link MANIFEST});
- * - the partition trees `messages/` and `conversations/` ({@link STREAM_DIRS});
+ * - `manifest.json` ({@link MANIFEST}), the pointer to the chain head;
+ * - `_ledger/`, the batch records (`LEDGER_DIR` in ledger.ts);
+ * - the partition trees `messages/`, `conversations/` and `runs/` ({@link STREAM_DIRS});
  * - `.convo-mirror-tmp/` ({@link TEMP_DIR}): the only place where temp files are written, and the
  *   only place where publication ever deletes anything.
  */
@@ -22,14 +23,22 @@ export const MANIFEST = 'manifest.json';
 export const TEMP_DIR = '.convo-mirror-tmp';
 
 /** The partition trees convo-mirror writes, one per change-log stream. */
-export const STREAM_DIRS = ['messages', 'conversations'] as const;
+export const STREAM_DIRS = ['messages', 'conversations', 'runs'] as const;
 
-/** Temp names convo-mirror generates: `<stream>-<batch>-<first seq>.<pid>.tmp` and `manifest.json.<pid>.tmp`. */
-const TEMP_NAME_RE = /^(?:[a-z]+-\d+-\d+|manifest\.json)\.\d+\.tmp$/;
+/**
+ * Temp names convo-mirror generates: `<stream>-<batch>-<first seq>.<pid>.tmp`,
+ * `ledger-<batch>.<pid>.tmp` and `manifest.json.<pid>.tmp`.
+ */
+const TEMP_NAME_RE = /^(?:[a-z]+-\d+-\d+|ledger-\d+|manifest\.json)\.\d+\.tmp$/;
 
 /** Temp name of the data file of batch `batchId` whose first line has `firstSeq`, in {@link TEMP_DIR}. */
 export function partitionTempName(stream: string, batchId: number, firstSeq: number): string {
   return `${stream}-${batchId}-${firstSeq}.${process.pid}.tmp`;
+}
+
+/** Temp name of batch `batchId`'s ledger record, in {@link TEMP_DIR}. */
+export function recordTempName(batchId: number): string {
+  return `ledger-${batchId}.${process.pid}.tmp`;
 }
 
 /** Temp name of the manifest, in {@link TEMP_DIR}. */

@@ -1,73 +1,107 @@
 /**
- * `verify`: the export directory checked against the mirror's records, trusting nothing on disk.
- * Read-only; symlinks inside the export directory are reported, never followed.
+ * `verify`, the auditor's tool: the archive (an export directory) checked from its own evidence,
+ * the ledger's hash chain and the files it lists, and, when the mirror's database is at hand,
+ * against the mirror's records too. Read-only; follows no symlink inside the export directory;
+ * works on a read-only copy, and without the database (saying which checks it could not run).
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import crypto from 'node:crypto';
-import type { Mirror } from '../store/mirror.js';
-import { MANIFEST, STREAM_DIRS, TEMP_DIR, isTempName, kindOf } from './paths.js';
-import { manifestDifference, recordedManifest, renderManifest } from './manifest.js';
+import type { LedgerHead, Mirror } from '../store/mirror.js';
+import { readChain, type Chain } from './chain.js';
+import { deepCheck } from './deep.js';
+import { LEDGER_DIR, recordBodyBytes, recordPath, type LedgerRecord } from './ledger.js';
+import { manifestOf, renderManifest } from './manifest.js';
+import { MANIFEST, STREAM_DIRS } from './paths.js';
+import { readIfPresent } from './publish-fs.js';
+import { checkSignature, type PublicKey } from './signing.js';
+import { DirCheck, checkListed, checkTemp, walkTree } from './verify-files.js';
+import type { Check, CheckName, VerifyProblem } from './verify-types.js';
 
-/**
- * What is wrong with one path:
- * - `missing`: `manifest.json` or a recorded file is absent (detail: why, when not plain absence,
- *   e.g. `<dir> does not exist`, `messages/account=x is not a directory`);
- * - `not-regular`: `manifest.json` or a recorded file is not a regular file, or is reached through a
- *   symbolic link (detail: `symbolic link, expected a regular file`,
- *   `reached through the symbolic link messages/account=x, not followed`);
- * - `size`, `sha256`, `lines`: a recorded file's bytes differ from its record (detail for `size`:
- *   `N bytes, expected M`; for `lines`: `N lines, expected M`; none for `sha256`);
- * - `unparsable`: `manifest.json` is not JSON (detail: the parser's message);
- * - `altered`: `manifest.json` is not, byte for byte, the manifest the mirror's records imply
- *   (detail: the first difference, e.g. `files[3].sha256 differs for messages/…/x.jsonl: "…", the
- *   mirror says "…"`, `watermark 120, the mirror says 130`; see {@link manifestDifference});
- * - `unlisted`: anything in `messages/` or `conversations/` that is not a recorded file, whatever its
- *   name (detail for what is not a regular file: `symbolic link, not followed`, `FIFO`...);
- * - `temp`: an entry in `.convo-mirror-tmp/`, left by an interrupted publication (detail says
- *   whether the next publication removes it).
- */
-export type VerifyProblemKind = 'missing' | 'not-regular' | 'size' | 'sha256' | 'lines' | 'unparsable' | 'altered' | 'unlisted' | 'temp';
+export type { Check, CheckName, VerifyProblem, VerifyProblemKind } from './verify-types.js';
 
-/** A problem found by {@link verifyExports}. */
-export interface VerifyProblem {
-  /** Relative to the export directory, `/`-separated (`manifest.json` for the manifest). */
-  path: string;
-  problem: VerifyProblemKind;
-  /** One line saying more, when there is more to say. */
-  detail?: string;
+/** A chain head an auditor noted: its hash, and optionally its batch id (`42:<hash>` on the command line). */
+export interface HeadRef {
+  batch_id?: number | undefined;
+  hash: string;
 }
 
-interface Recorded {
-  path: string;
+/** Options of {@link verifyArchive}. */
+export interface VerifyOptions {
+  /** The export directory (absolute or relative to the current directory). */
+  exportDir: string;
+  /** The mirror, opened read-only; absent: the ledger and the files alone. */
+  mirror?: Mirror | undefined;
+  /** Check every record's signature with this key; absent: signatures are counted, not checked. */
+  publicKey?: PublicKey | undefined;
+  /** Also prove the archive still holds, unchanged, everything up to this head. */
+  head?: HeadRef | undefined;
+  /** Also replay every export line and compare with the mirror's rows (needs `mirror`). */
+  deep?: boolean | undefined;
+}
+
+/** What {@link verifyArchive} found. */
+export interface ArchiveReport {
+  /** Absolute export directory. */
+  exportDir: string;
+  /** Every check, run or skipped, in order. */
+  checks: Check[];
+  /** Every problem found, by check. */
+  problems: VerifyProblem[];
+  /** The last record of the unbroken chain from genesis: the head this archive proves. */
+  head: LedgerHead | undefined;
+  /** Batch records, files and lines the chain lists (records that read back sound). */
+  records: number;
+  files: number;
   lines: number;
-  bytes: number;
-  sha256: string;
+  /** Records carrying a signature. */
+  signed: number;
 }
 
+/** Collects problems by check, and the checks' verdicts. */
+class Report {
+  readonly checks: Check[] = [];
+  readonly problems: VerifyProblem[] = [];
+
+  /** Records check `name`: `failed` with `found` when there are any, else `ok` with `detail`. */
+  add(name: CheckName, found: VerifyProblem[], detail: string): void {
+    this.problems.push(...found);
+    this.checks.push({ name, status: found.length ? 'failed' : 'ok', detail: found.length ? `${found.length} problem${found.length === 1 ? '' : 's'}` : detail });
+  }
+
+  skip(name: CheckName, why: string): void {
+    this.checks.push({ name, status: 'skipped', detail: why });
+  }
+}
+
+const short = (h: LedgerHead | undefined): string => (h ? `${h.batch_id}:${h.hash}` : 'none');
+
 /**
- * Checks the export directory against the mirror's records, trusting nothing on disk:
- * 1. `manifest.json` is byte for byte the manifest the records imply (the one publication writes);
- *    it must exist once anything was published or the export directory exists;
- * 2. every recorded file is a regular file (not reached through a symlink) with its recorded size,
- *    SHA-256 and line count;
- * 3. nothing else, whatever its name (dotfiles, `.tmp` files, symlinks included), lies in the
- *    partition trees `messages/` and `conversations/`;
- * 4. `.convo-mirror-tmp/` is empty.
- * Other files at the root of the export directory (a README) are not convo-mirror's and are ignored.
- * Nothing published and no export directory: no problem. Reads only; follows no symlink inside the
- * export directory; files are streamed (bounded memory).
+ * Verifies an archive; see the module comment. In order:
+ * 1. `database`: `PRAGMA quick_check` of the mirror (skipped without it);
+ * 2. `ledger`: every batch record reads back (shape, hash) and the chain holds from genesis to head;
+ * 3. `files`: every file a record lists is a regular file with its size, line count and SHA-256;
+ * 4. `unlisted`: nothing in `messages/`, `conversations/`, `runs/` or `_ledger/` that no record lists;
+ * 5. `manifest`: `manifest.json` points at the head (the mirror's head, with the database);
+ * 6. `signatures`: with a public key, every record is signed by it (else counted, skipped);
+ * 7. `head`: with `head`, that record is in the chain, and nothing up to it is broken or changed;
+ * 8. `mirror`: with the database, the mirror's ledger and the chain on disk are the same records
+ *    (a truncated archive shows here);
+ * 9. `deep`: with `deep`, every export line replayed in seq order against the mirror's rows;
+ * 10. `temp`: `.convo-mirror-tmp/` is empty.
+ * A missing export directory is fine only when the mirror says nothing was ever published.
  *
- * Problems come in that order: manifest, recorded files by seq, unlisted, temp.
- *
- * @param exportDir - the export directory (absolute or relative to the current directory)
- * @returns the problems found (empty when the exports are intact)
- * @throws only on a database error
+ * @throws {@link MirrorUnusableError} when the mirror cannot be read (the CLI reports it as a
+ *   database problem)
  */
-export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[] {
-  const root = path.resolve(exportDir);
-  const recorded: Recorded[] = mirror.publishedFiles();
-  const published = recorded.length > 0 || mirror.exportTotals().everPublished;
+export function verifyArchive(o: VerifyOptions): ArchiveReport {
+  const root = path.resolve(o.exportDir);
+  const report = new Report();
+  const mirror = o.mirror;
+  if (mirror) {
+    const qc = mirror.quickCheck();
+    report.add('database', qc.map((p) => ({ path: mirror.file, problem: 'mirror', detail: `quick_check: ${p}` })), `quick_check ok (${mirror.file})`);
+  } else report.skip('database', 'no database: checked from the ledger and the files alone');
+
   let rootStat: fs.Stats | undefined;
   try {
     rootStat = fs.statSync(root); // the export directory itself may be a symlink: the operator's choice
@@ -75,195 +109,183 @@ export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[
     rootStat = undefined;
   }
   if (!rootStat?.isDirectory()) {
-    if (!rootStat && !published) return [];
+    const published = mirror ? mirror.exportTotals().everPublished || mirror.ledgerHead() !== undefined : true;
     const why = rootStat ? `${root} is not a directory` : `${root} does not exist`;
-    return [{ path: MANIFEST, problem: 'missing', detail: why }, ...recorded.map((f): VerifyProblem => ({ path: f.path, problem: 'missing', detail: why }))];
+    if (published) report.add('ledger', [{ path: MANIFEST, problem: 'missing', detail: why }], '');
+    else report.add('ledger', [], `nothing published yet (${why})`);
+    return { exportDir: root, checks: report.checks, problems: report.problems, head: undefined, records: 0, files: 0, lines: 0, signed: 0 };
   }
 
-  const problems: VerifyProblem[] = [];
-  const manifest = checkManifest(mirror, root);
-  if (manifest) problems.push(manifest);
+  const chain = readChain(root, mirror?.mirrorId());
+  checkLedger(report, chain, mirror);
+  const listed = checkFiles(report, root, chain);
+  checkManifest(report, root, chain, mirror);
+  checkSignatures(report, chain.records, o.publicKey);
+  if (o.head) checkHead(report, chain, o.head, listed);
+  else report.skip('head', 'no --head given');
+  if (mirror) checkMirror(report, chain, mirror);
+  else report.skip('mirror', 'no database');
+  if (o.deep && mirror) report.add('deep', deepCheck(mirror, root, chain.records), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
+  else report.skip('deep', o.deep ? 'needs the database' : 'not asked (--deep)');
+  report.add('temp', checkTemp(root), 'no leftovers of an interrupted publication');
+  const files = chain.records.reduce((n, r) => n + r.files.length, 0);
+  const lines = chain.records.reduce((n, r) => n + r.files.reduce((m, f) => m + f.lines, 0), 0);
+  const signed = chain.records.filter((r) => r.signature !== undefined).length;
+  return { exportDir: root, checks: report.checks, problems: report.problems, head: chain.head, records: chain.records.length, files, lines, signed };
+}
+
+/** The chain's own problems, records not rendered canonically, and an empty ledger where there should be one. */
+function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefined): void {
+  const found = chain.problems.filter((p) => p.problem !== 'unlisted');
+  for (const rel of chain.formatting) found.push({ path: rel, problem: 'record', detail: 'its content is intact but its bytes are not the canonical rendering (edited by hand?)' });
+  if (chain.records.length === 0 && found.length === 0 && mirror && (mirror.ledgerHead() || mirror.exportTotals().everPublished)) {
+    found.push({ path: LEDGER_DIR, problem: 'missing', detail: 'no batch record, yet the mirror published' });
+  }
+  const n = chain.records.length;
+  report.add('ledger', found, n === 0 ? 'no batch record: nothing published yet' : `${n} record${n === 1 ? '' : 's'}, chained from genesis to head ${short(chain.head)}`);
+}
+
+/**
+ * Every file the sound records list against its record, then what lies in the partition trees and
+ * `_ledger/` that no record lists.
+ *
+ * @returns the batch listing each file
+ */
+function checkFiles(report: Report, root: string, chain: Chain): Map<string, number> {
+  const records = chain.records;
+  const listed = new Map<string, number>();
+  const found: VerifyProblem[] = [];
   const dirs = new DirCheck(root);
-  for (const f of recorded) problems.push(...checkRecorded(root, dirs, f));
-  const listed = new Set(recorded.map((f) => f.path));
+  let lines = 0;
+  for (const r of records) {
+    for (const f of r.files) {
+      const other = listed.get(f.path);
+      if (other !== undefined) {
+        found.push({ path: f.path, problem: 'record', detail: `listed by batch ${other} and again by batch ${r.batch_id}` });
+        continue;
+      }
+      listed.set(f.path, r.batch_id);
+      lines += f.lines;
+      found.push(...checkListed(root, dirs, f));
+    }
+  }
+  report.add('files', found, `${listed.size} files, ${lines} lines: sizes, line counts and SHA-256 as recorded`);
+  const unlisted: VerifyProblem[] = chain.problems.filter((p) => p.problem === 'unlisted');
   for (const stream of STREAM_DIRS) {
     for (const e of walkTree(root, stream)) {
-      if (listed.has(e.rel)) continue; // checked above
-      problems.push(e.kind === 'regular file' ? { path: e.rel, problem: 'unlisted' } : { path: e.rel, problem: 'unlisted', detail: e.kind === 'symbolic link' ? 'symbolic link, not followed' : e.kind });
+      if (listed.has(e.rel) || chain.suspectPaths.has(e.rel)) continue;
+      unlisted.push(e.kind === 'regular file' ? { path: e.rel, problem: 'unlisted' } : { path: e.rel, problem: 'unlisted', detail: e.kind === 'symbolic link' ? 'symbolic link, not followed' : e.kind });
     }
   }
-  problems.push(...checkTemp(root));
-  return problems;
+  report.add('unlisted', unlisted, `nothing in ${STREAM_DIRS.join('/, ')}/ or ${LEDGER_DIR}/ that no record lists`);
+  return listed;
 }
 
-/** `manifest.json` against the bytes the mirror's records imply; undefined when identical. */
-function checkManifest(mirror: Mirror, root: string): VerifyProblem | undefined {
-  const file = path.join(root, MANIFEST);
-  let st: fs.Stats;
+/** `manifest.json` against the head: the mirror's (with the database), else the last record on disk. */
+function checkManifest(report: Report, root: string, chain: Chain, mirror: Mirror | undefined): void {
+  const last = chain.records.at(-1);
+  const mirrorId = mirror?.mirrorId() ?? last?.mirror_id;
+  let bytes: Buffer | undefined;
   try {
-    st = fs.lstatSync(file);
-  } catch {
-    return { path: MANIFEST, problem: 'missing' };
-  }
-  if (!st.isFile()) return { path: MANIFEST, problem: 'not-regular', detail: `${kindOf(st)}, expected a regular file` };
-  let bytes: Buffer;
-  try {
-    const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-    try {
-      bytes = fs.readFileSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    bytes = readIfPresent(path.join(root, MANIFEST));
   } catch (err) {
-    return { path: MANIFEST, problem: 'missing', detail: `cannot read it: ${(err as Error).message}` };
-  }
-  const expected = recordedManifest(mirror);
-  if (bytes.equals(renderManifest(expected))) return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(bytes.toString('utf8'));
-  } catch (err) {
-    return { path: MANIFEST, problem: 'unparsable', detail: (err as Error).message };
-  }
-  return { path: MANIFEST, problem: 'altered', detail: manifestDifference(expected, parsed, bytes) };
-}
-
-/**
- * Checks the directories on the way to a recorded file, component by component with lstat, and
- * remembers each answer: a symlinked directory is never followed.
- */
-class DirCheck {
-  private readonly known = new Map<string, VerifyProblem | null>();
-  constructor(private readonly root: string) {}
-
-  /** The problem of the file `rel` caused by one of its directories, or null when they are all plain directories. */
-  problemFor(rel: string): VerifyProblem | null {
-    const parts = rel.split('/');
-    for (let k = 1; k < parts.length; k++) {
-      const dir = parts.slice(0, k).join('/');
-      let p = this.known.get(dir);
-      if (p === undefined) {
-        p = this.check(dir);
-        this.known.set(dir, p);
-      }
-      if (p) return { ...p, path: rel };
-    }
-    return null;
-  }
-
-  private check(dir: string): VerifyProblem | null {
-    let st: fs.Stats;
-    try {
-      st = fs.lstatSync(path.join(this.root, dir));
-    } catch {
-      return { path: '', problem: 'missing', detail: `${dir} does not exist` };
-    }
-    if (st.isSymbolicLink()) return { path: '', problem: 'not-regular', detail: `reached through the symbolic link ${dir}, not followed` };
-    if (!st.isDirectory()) return { path: '', problem: 'missing', detail: `${dir} is not a directory (${kindOf(st)})` };
-    return null;
-  }
-}
-
-/** One recorded file against its record. */
-function checkRecorded(root: string, dirs: DirCheck, f: Recorded): VerifyProblem[] {
-  const viaDir = dirs.problemFor(f.path);
-  if (viaDir) return [viaDir];
-  const abs = path.join(root, f.path);
-  let st: fs.Stats;
-  try {
-    st = fs.lstatSync(abs);
-  } catch {
-    return [{ path: f.path, problem: 'missing' }];
-  }
-  if (!st.isFile()) return [{ path: f.path, problem: 'not-regular', detail: `${kindOf(st)}, expected a regular file` }];
-  let digest: { bytes: number; sha256: string; lines: number };
-  try {
-    digest = digestFile(abs);
-  } catch (err) {
-    return [{ path: f.path, problem: 'missing', detail: `cannot read it: ${(err as Error).message}` }];
-  }
-  const out: VerifyProblem[] = [];
-  if (digest.bytes !== f.bytes) out.push({ path: f.path, problem: 'size', detail: `${digest.bytes} bytes, expected ${f.bytes}` });
-  if (digest.sha256 !== f.sha256) out.push({ path: f.path, problem: 'sha256' });
-  if (digest.lines !== f.lines) out.push({ path: f.path, problem: 'lines', detail: `${digest.lines} lines, expected ${f.lines}` });
-  return out;
-}
-
-/** Size, SHA-256 and LF count of a regular file, read in 1 MiB chunks, never through a symlink. */
-function digestFile(abs: string): { bytes: number; sha256: string; lines: number } {
-  const fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-  try {
-    const hash = crypto.createHash('sha256');
-    const buf = Buffer.allocUnsafe(1 << 20);
-    let bytes = 0;
-    let lines = 0;
-    for (;;) {
-      const n = fs.readSync(fd, buf, 0, buf.length, null);
-      if (n === 0) break;
-      const chunk = buf.subarray(0, n);
-      hash.update(chunk);
-      bytes += n;
-      for (let i = chunk.indexOf(10); i !== -1; i = chunk.indexOf(10, i + 1)) lines++;
-    }
-    return { bytes, sha256: hash.digest('hex'), lines };
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/**
- * Every entry that is not a directory in the tree `<root>/<rel>` (the tree's top included: a
- * `messages` that is a symlink or a file is one entry), with its kind; symlinks are listed, never
- * followed. In name order.
- */
-function* walkTree(root: string, rel: string): Generator<{ rel: string; kind: string }> {
-  let st: fs.Stats;
-  try {
-    st = fs.lstatSync(path.join(root, rel));
-  } catch {
+    report.add('manifest', [{ path: MANIFEST, problem: 'not-regular', detail: (err as Error).message }], '');
     return;
   }
-  if (!st.isDirectory()) {
-    yield { rel, kind: kindOf(st) };
+  if (bytes === undefined || mirrorId === undefined) {
+    report.add('manifest', bytes === undefined && last ? [{ path: MANIFEST, problem: 'missing' }] : [], 'nothing published: no manifest needed');
     return;
   }
-  let entries: fs.Dirent[];
+  const expected = mirror
+    ? manifestOf(mirrorId, mirror.ledgerHead(), mirror.exportWatermark())
+    : manifestOf(mirrorId, last ? { batch_id: last.batch_id, hash: last.hash } : undefined, last?.last_seq ?? 0);
+  if (bytes.equals(renderManifest(expected))) {
+    report.add('manifest', [], `points at head ${short(expected.head ?? undefined)}, watermark ${expected.watermark}`);
+    return;
+  }
+  let detail: string;
   try {
-    entries = fs.readdirSync(path.join(root, rel), { withFileTypes: true });
+    const got = JSON.parse(bytes.toString('utf8')) as { version?: unknown; head?: { batch_id?: unknown; hash?: unknown } | null; watermark?: unknown };
+    detail =
+      got.version !== 2
+        ? `version ${JSON.stringify(got.version)}, expected 2 (the next sync rewrites it)`
+        : `points at head ${JSON.stringify(got.head ?? null)} with watermark ${JSON.stringify(got.watermark)}; expected head ${short(expected.head ?? undefined)}, watermark ${expected.watermark}`;
   } catch {
+    detail = 'not JSON';
+  }
+  report.add('manifest', [{ path: MANIFEST, problem: 'manifest', detail }], '');
+}
+
+/** With a key, every record signed by it; without, the signatures counted. */
+function checkSignatures(report: Report, records: LedgerRecord[], key: PublicKey | undefined): void {
+  const signed = records.filter((r) => r.signature !== undefined).length;
+  if (!key) {
+    report.skip(
+      'signatures',
+      signed === 0 ? `the ${records.length} records are unsigned (no signing key when they were published)` : `${signed} of ${records.length} records signed; pass --public-key FILE to check them`,
+    );
     return;
   }
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const found: VerifyProblem[] = [];
+  for (const r of records) {
+    const rel = recordPath(r.batch_id);
+    if (!r.signature) {
+      found.push({ path: rel, problem: 'unsigned', detail: 'published without a signing key' });
+      continue;
+    }
+    const verdict = checkSignature(recordBodyBytes(r), r.signature, key);
+    if (verdict === 'wrong-key') found.push({ path: rel, problem: 'signature', detail: `signed by key ${r.signature.key_id}, not ${key.keyId}` });
+    else if (verdict !== 'valid') found.push({ path: rel, problem: 'signature', detail: verdict === 'invalid' ? 'the signature does not verify: the record or its signature was forged' : 'malformed signature' });
+  }
+  report.add('signatures', found, `all ${records.length} records signed by ${key.keyId}`);
+}
+
+/** The head an auditor noted is in the chain, and nothing up to it is broken or changed. */
+function checkHead(report: Report, chain: Chain, head: HeadRef, listed: Map<string, number>): void {
+  const shown = `${head.batch_id === undefined ? '' : `${head.batch_id}:`}${head.hash}`;
+  const r = chain.records.find((x) => x.hash === head.hash && (head.batch_id === undefined || x.batch_id === head.batch_id));
+  if (!r) {
+    report.add('head', [{ path: LEDGER_DIR, problem: 'head', detail: `no record of this archive is ${shown} (its chain ends at ${short(chain.head)}): it was truncated, or altered up to that head` }], '');
+    return;
+  }
+  let firstBad = chain.brokenAt;
+  for (const p of report.problems) {
+    const batch = listed.get(p.path);
+    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
+  }
+  if (firstBad !== undefined && firstBad <= r.batch_id) {
+    report.add('head', [{ path: recordPath(r.batch_id), problem: 'head', detail: `head ${shown} is in the chain, but batch ${firstBad} before it is broken or its files changed` }], '');
+    return;
+  }
+  report.add('head', [], `head ${shown} is in the chain, which is unbroken and unchanged from genesis to it (append-only since)`);
+}
+
+/** The mirror's ledger entries and the records on disk are the same, batch for batch. */
+function checkMirror(report: Report, chain: Chain, mirror: Mirror): void {
+  const onDisk = new Map(chain.records.map((r) => [r.batch_id, r]));
+  const found: VerifyProblem[] = [];
+  const entries = mirror.ledgerEntries();
+  const known = new Set<number>();
   for (const e of entries) {
-    const r = `${rel}/${e.name}`;
-    if (e.isDirectory()) yield* walkTree(root, r);
-    else yield { rel: r, kind: kindOf(e) };
+    known.add(e.batch_id);
+    const r = onDisk.get(e.batch_id);
+    if (!r) found.push({ path: e.path, problem: 'mirror', detail: `the mirror recorded batch ${e.batch_id} (hash ${e.hash}); the archive has no sound record of it: removed, truncated or damaged` });
+    else if (r.hash !== e.hash) found.push({ path: e.path, problem: 'mirror', detail: `the mirror recorded hash ${e.hash}, the archive's record hashes to ${r.hash}` });
   }
+  const planned = mirror.pendingExportBatch();
+  for (const r of chain.records) {
+    if (known.has(r.batch_id)) continue;
+    const detail = planned === r.batch_id ? 'left by an interrupted publication; the next sync records it' : 'not in the mirror\'s ledger';
+    found.push({ path: recordPath(r.batch_id), problem: 'mirror', detail });
+  }
+  const head = entries.at(-1);
+  report.add('mirror', found, `the mirror's ledger (${entries.length} records, head ${short(head)}) is the archive's`);
 }
 
-/** Every entry of `.convo-mirror-tmp/` (or the name itself when it is not a directory). */
-function checkTemp(root: string): VerifyProblem[] {
-  const temp = path.join(root, TEMP_DIR);
-  let st: fs.Stats;
-  try {
-    st = fs.lstatSync(temp);
-  } catch {
-    return [];
-  }
-  if (!st.isDirectory()) return [{ path: TEMP_DIR, problem: 'temp', detail: `${kindOf(st)}, not a directory: publication refuses to run until it is moved away` }];
-  let entries: fs.Dirent[];
-  try {
-    entries = fs.readdirSync(temp, { withFileTypes: true });
-  } catch (err) {
-    return [{ path: TEMP_DIR, problem: 'temp', detail: `cannot list it: ${(err as Error).message}` }];
-  }
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  return entries.map((e) => ({
-    path: `${TEMP_DIR}/${e.name}`,
-    problem: 'temp' as const,
-    detail:
-      e.isFile() && isTempName(e.name)
-        ? 'left by an interrupted publication; the next sync removes it'
-        : `${kindOf(e)} convo-mirror did not write; publication leaves it: remove it by hand`,
-  }));
+/**
+ * The archive's problems against a mirror ({@link verifyArchive} with the database, without the
+ * database's own `quick_check` findings): what tests and callers that only need the verdict use.
+ */
+export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[] {
+  return verifyArchive({ exportDir, mirror }).problems.filter((p) => !(p.problem === 'mirror' && p.path === mirror.file));
 }

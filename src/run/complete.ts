@@ -3,31 +3,42 @@
  * build the summary. Shared by `sync` (runSync), on-demand conversation jobs and the `finish` step
  * of workspace jobs.
  */
-import type { Logger } from 'pino';
 import { RunError, describeError } from '../errors.js';
-import { publishChanges, type ExportResult } from '../export/exporter.js';
+import type { ExportResult } from '../export/exporter.js';
+import { Publisher } from '../export/publisher.js';
 import type { SyncDeps } from '../sync/types.js';
 import { runColumns, workFigures } from './figures.js';
-import type { RunHandle, RunOutcome, RunSummary, RunTarget } from './types.js';
+import type { RunHandle, RunOutcome, RunSummary } from './types.js';
 
 /**
  * Finishes a recorded run: publishes the exports, records failures and figures in `runs` and
- * `run_failures`, and returns the summary. Whatever fails here (publication, or recording into a
- * full or damaged mirror), the summary is still built and carried by the error, so the caller can
- * always print it.
+ * `run_failures` (which appends the run's `runs` change-log line), publishes that line too, records
+ * the chain head the run leaves, and returns the summary. Whatever fails here (publication, or
+ * recording into a full or damaged mirror), the summary is still built and carried by the error,
+ * so the caller can always print it.
  *
  * @throws {@link RunError} carrying the summary when `fatal` is set, publication fails, or the run
  *   cannot be recorded (its cause is then the store's error, e.g. {@link MirrorUnusableError})
  */
 export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   const log = deps.logger.child({ run: o.run.runId });
-  const published = publishRun(deps, o.run, o.target, log);
+  const publisher = new Publisher(deps.mirror, o.target, { clock: deps.clock, logger: log, runId: o.run.runId });
+  const published = publishRun(publisher);
   const failuresError = recordFailures(deps, o);
   const summary = buildSummary(deps, o, published);
   let firstError = o.fatal ?? published.error ?? failuresError;
   if (firstError !== undefined) summary.status = 'failed';
   try {
     deps.mirror.finishRun(o.run.runId, runColumns(summary, firstError !== undefined ? describeError(firstError) : null));
+    // The run's own line is part of the archive: publish it, and record the head it leaves.
+    // (Its failure is no failure of the run, recorded as it is: the line waits for the next publication.)
+    const own = published.error === undefined ? publishRun(publisher) : published;
+    if (own.error !== undefined && published.error === undefined) {
+      log.warn({ err: describeError(own.error) }, "could not publish the run's own line; the next publication exports it");
+    }
+    const head = deps.mirror.ledgerHead();
+    deps.mirror.setRunLedgerHead(o.run.runId, head);
+    if (head) summary.export.head = head;
   } catch (err) {
     // A full disk or a damaged mirror: the run cannot be recorded, but the summary is still told.
     log.error({ err: describeError(err) }, 'could not record the run in the mirror');
@@ -59,16 +70,9 @@ interface Published {
 }
 
 /** Publishes every change not yet exported (this run's and any earlier run's). Never throws. */
-function publishRun(deps: SyncDeps, run: RunHandle, target: RunTarget, log: Logger): Published {
+function publishRun(publisher: Publisher): Published {
   try {
-    const exported = publishChanges(deps.mirror, {
-      exportDir: target.exportDir,
-      runId: run.runId,
-      clock: deps.clock,
-      logger: log,
-      ...(target.modes ? { modes: target.modes } : {}),
-    });
-    return { exported };
+    return { exported: publisher.publish() };
   } catch (err) {
     return { error: err }; // a damaged mirror arrives as MirrorUnusableError (the store converts it)
   }

@@ -17,7 +17,7 @@ import type { SyncDeps } from '../sync/types.js';
 import { completeRun } from './complete.js';
 import { startRun } from './start.js';
 import { syncRun } from './sync.js';
-import type { RunOptions, RunSummary } from './types.js';
+import type { RunOptions, RunSummary, RunTarget } from './types.js';
 import { workOfSync } from './work.js';
 
 export type { RunHandle, RunOptions, RunOutcome, RunSpec, RunSummary, RunTarget, RunWork } from './types.js';
@@ -27,6 +27,11 @@ export { workOfCrawls, workOfSync, type CrawlRecord, type ListingFigures } from 
 export { minimumRequests, runColumns, workFigures, type WorkFigures } from './figures.js';
 export { completeRun, interruptRun } from './complete.js';
 export { failureMessage, failureRecord, parseFailureMessage } from './failures.js';
+
+/** The publish settings among run options. */
+function targetOf(opts: RunOptions): RunTarget {
+  return { exportDir: opts.exportDir, modes: opts.modes, gzip: opts.gzip, signingKey: opts.signingKey, publishIntervalMs: opts.publishIntervalMs };
+}
 
 /**
  * Runs one recorded sync and publishes its changes: starts the run (scope `conversations` when
@@ -48,7 +53,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
   const { result, fatal } = await syncRun(deps, run, opts);
   return completeRun(deps, {
     run,
-    target: { exportDir: opts.exportDir, modes: opts.modes },
+    target: targetOf(opts),
     work: result ? workOfSync(result, named?.size) : undefined,
     fatal,
     interrupted: opts.signal?.aborted === true,

@@ -6,6 +6,7 @@
 import { newTally, type RequestTally } from '../api/client.js';
 import { syncConversation, type ConversationResult } from '../sync/conversation.js';
 import type { SyncDeps } from '../sync/types.js';
+import { Publisher } from '../export/publisher.js';
 import { isFatal, syncConversations, syncWorkspace, type ConversationFailure, type WorkspaceResult } from '../sync/workspace.js';
 import type { RunHandle, RunOptions } from './types.js';
 
@@ -20,7 +21,8 @@ export interface SyncOutcome {
  * Syncs what the run covers (`run.scope`): every conversation of the workspace, or
  * `opts.conversationIds`. An incremental run resumes recent checkpoints, uses the change signal
  * (`changeFieldSetting`, default `auto`) and settles for one consistent listing pass; a full one
- * re-reads every page, resumes no checkpoint and confirms the listing with a second pass.
+ * re-reads every page, resumes no checkpoint and confirms the listing with a second pass. With
+ * `opts.publishIntervalMs`, what is committed is published every that many ms during the run.
  *
  * @returns the result and the error that stopped the run early, if any (never throws)
  */
@@ -40,7 +42,9 @@ export async function syncRun(deps: SyncDeps, run: RunHandle, opts: RunOptions):
     // consistent pass (a conversation list drift hid is new, and the next sync finds it).
     confirmListing: opts.confirmListing ?? full,
   };
-  const d = { ...deps, logger };
+  // Publish what is committed every publishIntervalMs, so a long run reaches the exports progressively.
+  const publisher = opts.publishIntervalMs === undefined ? undefined : new Publisher(deps.mirror, opts, { clock: deps.clock, logger, runId: run.runId });
+  const d: SyncDeps = { ...deps, logger, ...(publisher ? { afterCommit: () => void publisher.maybePublish() } : {}) };
   try {
     const result =
       run.scope === 'workspace' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds ?? [], wsOpts);

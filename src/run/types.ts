@@ -4,12 +4,12 @@
  * summary printed by the CLI and stored in `runs` ({@link RunSummary}).
  */
 import type { RequestTally } from '../api/client.js';
-import type { FileModes } from '../private-fs.js';
+import type { PublishSettings } from '../export/publisher.js';
 import type { RunFailureRecord, RunRefresh, RunScope, RunTrigger } from '../store/mirror.js';
 import type { WorkspaceOptions, WorkspaceResult } from '../sync/workspace.js';
 
-/** Options of `runSync`. */
-export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
+/** Options of `runSync`: what to sync, and where and how to publish it ({@link PublishSettings}). */
+export interface RunOptions extends Omit<WorkspaceOptions, 'runId'>, PublishSettings {
   /** Sync only these conversations (every page of each); omitted = the whole workspace. */
   conversationIds?: string[] | undefined;
   /**
@@ -17,10 +17,6 @@ export interface RunOptions extends Omit<WorkspaceOptions, 'runId'> {
    * a crawl interrupted in the last 24 h continues from its checkpoint. @defaultValue false
    */
   full?: boolean;
-  /** Root directory of the JSONL exports. */
-  exportDir: string;
-  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
-  modes?: FileModes | undefined;
   /** Who asked for the run, recorded in `runs.trigger`. @defaultValue `cli` */
   trigger?: RunTrigger;
 }
@@ -41,13 +37,8 @@ export interface RunHandle extends RunSpec {
   startedMs: number;
 }
 
-/** Where a run publishes its changes. */
-export interface RunTarget {
-  /** Root directory of the JSONL exports. */
-  exportDir: string;
-  /** Modes of the export files and directories created. @defaultValue PRIVATE_MODES (0600/0700) */
-  modes?: FileModes | undefined;
-}
+/** Where and how a run publishes its changes. */
+export type RunTarget = PublishSettings;
 
 /**
  * What a run did, as its complete step records it. The figures come from request tallies only
@@ -124,6 +115,17 @@ export interface RunSummary {
    * Export publication. `error` is set when publication failed: nothing of this run was lost (the
    * changes stay in the change log, above the unchanged watermark) and the next run publishes them.
    */
-  export: { files: number; lines: number; watermark: number; resumed: boolean; error?: string };
+  export: {
+    files: number;
+    lines: number;
+    watermark: number;
+    resumed: boolean;
+    /**
+     * The ledger's chain head once the run ended (its changes and its own `runs` line published):
+     * note it to prove later that the archive still holds, unchanged, everything up to it.
+     */
+    head?: { batch_id: number; hash: string };
+    error?: string;
+  };
   failures: { id: string; code: string; message: string }[];
 }

@@ -1,6 +1,7 @@
 /**
  * The change log (transactional outbox): one `change_log` row per insert, update or delete of a
- * message or conversation, appended in the same transaction as the row change. Since schema
+ * message or conversation, appended in the same transaction as the row change, and one per end of a
+ * run (stream `runs`). Since schema
  * version 6 a row carries the record as served (`record`); the export line is the exporter's
  * business (src/export/lines.ts).
  */
@@ -23,11 +24,13 @@ export interface RunChanges {
 /** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {
   private readonly insert: Statement<NewChange>;
-  private readonly ofRun: Statement<[number], { stream: ChangeStream; op: ChangeOp; n: number }>;
+  private readonly ofRun: Statement<[number], { stream: Exclude<ChangeStream, 'runs'>; op: ChangeOp; n: number }>;
+  private readonly runLogged: Statement<[number], { n: number }>;
 
   constructor(db: Db) {
-    this.ofRun = db.prepare<[number], { stream: ChangeStream; op: ChangeOp; n: number }>(
-      `SELECT stream, op, count(*) AS n FROM change_log WHERE run_id = ? GROUP BY stream, op`,
+    this.runLogged = db.prepare(`SELECT count(*) AS n FROM change_log WHERE run_id = ? AND stream = 'runs'`);
+    this.ofRun = db.prepare<[number], { stream: Exclude<ChangeStream, 'runs'>; op: ChangeOp; n: number }>(
+      `SELECT stream, op, count(*) AS n FROM change_log WHERE run_id = ? AND stream IN ('messages', 'conversations') GROUP BY stream, op`,
     );
     this.insert = db.prepare<NewChange>(
       `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record)
@@ -44,6 +47,19 @@ export class ChangeLog {
     const key = { insert: 'inserted', update: 'updated', delete: 'deleted' } as const;
     for (const r of this.ofRun.all(runId)) out[r.stream][key[r.op]] = r.n;
     return out;
+  }
+
+  /**
+   * Appends the `runs` row of a run that just ended: `insert` the first time, `update` when the run
+   * ended before (it was taken up again, or its finish step retried). Call inside the transaction
+   * that records the end.
+   *
+   * @param record - the run's record (JSON), see `Runs.lineRecord`
+   * @param endedAt - when it ended: the row's `synced_at` (and so its export partition's day)
+   */
+  appendRun(runId: number, accountId: string, record: string, endedAt: string): number {
+    const op = (this.runLogged.get(runId)?.n ?? 0) > 0 ? 'update' : 'insert';
+    return this.append({ stream: 'runs', op, account_id: accountId, conversation_id: '', record_id: String(runId), synced_at: endedAt, run_id: runId, record });
   }
 
   /** Appends `change`; returns its seq. */

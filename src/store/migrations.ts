@@ -199,4 +199,51 @@ export const MIGRATIONS: readonly string[] = [
   -- A run's figures are counted from its own change-log rows (Mirror.runChanges).
   CREATE INDEX change_log_by_run ON change_log (run_id);
   `,
+  /* 7: the archive proves itself. A third change-log stream, `runs` (one line per finished run),
+        needs change_log rebuilt with a wider CHECK (every seq and the AUTOINCREMENT counter carried
+        over, as in 6). `ledger` holds the hash chain of published batch records
+        (`_ledger/<batch>.json` in the export directory); a batch remembers whether it is gzipped, so
+        a batch re-published after a crash keeps its file names; a run remembers the chain head it
+        left. */ `
+  CREATE TABLE change_log_v7 (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream          TEXT NOT NULL CHECK (stream IN ('messages', 'conversations', 'runs')),
+    op              TEXT NOT NULL CHECK (op IN ('insert', 'update', 'delete')),
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,    -- '' on a runs row
+    record_id       TEXT NOT NULL,    -- a runs row: the run id
+    synced_at       TEXT NOT NULL,    -- a runs row: when the run ended
+    run_id          INTEGER,
+    line            TEXT,             -- legacy: the export line without seq, on rows written before version 6
+    record          TEXT,             -- the record as served (JSON); a runs row: the run's record (see Runs.lineRecord)
+    CHECK (line IS NOT NULL OR record IS NOT NULL)
+  );
+  INSERT INTO change_log_v7 (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record)
+    SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record FROM change_log ORDER BY seq;
+  UPDATE sqlite_sequence SET seq = max(seq, (SELECT seq FROM sqlite_sequence WHERE name = 'change_log'))
+    WHERE name = 'change_log_v7' AND EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log');
+  INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'change_log_v7', seq FROM sqlite_sequence
+    WHERE name = 'change_log' AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log_v7');
+  DROP TABLE change_log;
+  ALTER TABLE change_log_v7 RENAME TO change_log;
+  CREATE INDEX change_log_by_run ON change_log (run_id);
+
+  ALTER TABLE export_batches ADD COLUMN gzip INTEGER NOT NULL DEFAULT 0;
+
+  -- One row per batch record published: the chain the records in _ledger/ must form.
+  CREATE TABLE ledger (
+    batch_id     INTEGER PRIMARY KEY, -- the batch the record covers (a migrated export directory's genesis record: the last batch published before it)
+    hash         TEXT NOT NULL UNIQUE,-- SHA-256 (hex) of the record's canonical body
+    prev_hash    TEXT,                -- the previous record's hash; NULL for the genesis record
+    path         TEXT NOT NULL,       -- the record's file, relative to the export directory
+    files        INTEGER NOT NULL,
+    lines        INTEGER NOT NULL,
+    key_id       TEXT,                -- the signing key's id when the record is signed
+    published_at TEXT NOT NULL
+  );
+
+  ALTER TABLE runs ADD COLUMN ledger_batch_id INTEGER; -- the chain head when the run ended (after its runs line was published)
+  ALTER TABLE runs ADD COLUMN ledger_hash TEXT;
+  `,
 ];

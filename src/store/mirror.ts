@@ -32,12 +32,15 @@ import { Conversations, type CrawlState } from './conversations.js';
 export type { CrawlState } from './conversations.js';
 import { Messages } from './messages.js';
 import { Runs } from './runs.js';
-import { ExportLedger } from './export-ledger.js';
+import { ExportLedger, type LedgerGenesis } from './export-ledger.js';
 import { MirrorStatus } from './status.js';
+import { AuditReads, type HistoryRow, type RecordRow } from './audit.js';
 import type {
   Checkpoint,
   ExportBatch,
   ExportChange,
+  LedgerEntry,
+  LedgerHead,
   MirrorAccess,
   MirrorOptions,
   PublishedFile,
@@ -54,6 +57,8 @@ export type {
   Checkpoint,
   ExportBatch,
   ExportChange,
+  LedgerEntry,
+  LedgerHead,
   MirrorAccess,
   MirrorOptions,
   PublishedFile,
@@ -67,6 +72,8 @@ export type {
 } from './types.js';
 export { signalOf } from './conversations.js';
 export type { RunChanges } from './change-log.js';
+export type { LedgerGenesis } from './export-ledger.js';
+export type { HistoryRow, RecordRow } from './audit.js';
 
 /**
  * The SQLite mirror. One instance per process and file; better-sqlite3 is synchronous, so every
@@ -99,6 +106,7 @@ export class Mirror {
   private readonly runs: Runs;
   private readonly ledger: ExportLedger;
   private readonly status: MirrorStatus;
+  private readonly audit: AuditReads;
 
   private constructor(c: Connection, clock: Clock) {
     this.db = c.db;
@@ -115,6 +123,7 @@ export class Mirror {
     this.runs = new Runs(c.db);
     this.ledger = new ExportLedger(c.db);
     this.status = new MirrorStatus(c.db);
+    this.audit = new AuditReads(c.db);
   }
 
   /**
@@ -182,14 +191,27 @@ export class Mirror {
   }
 
   /**
-   * Marks runs still `running` as `interrupted`: their process died. Call once at start-up while
-   * holding the writer lock (then no other process can have a live run), never while runs of this
-   * process are in flight.
+   * Marks runs still `running` as `interrupted`: their process died. Each gets its `runs`
+   * change-log row, like any run that ends ({@link finishRun}). Call once at start-up while holding
+   * the writer lock (then no other process can have a live run), never while runs of this process
+   * are in flight.
    *
    * @returns how many runs were marked
    */
   markInterruptedRuns(): number {
-    return this.write(() => this.runs.markInterrupted(this.now()));
+    return this.writeTx(() => {
+      const ids = this.runs.runningIds();
+      for (const id of ids) this.endRun(id, { status: 'interrupted' }, this.now());
+      return ids.length;
+    });
+  }
+
+  /** Records a run's end and appends its `runs` change-log row; call inside a transaction. */
+  private endRun(runId: number, figures: RunFigures, now: string): void {
+    const head = this.ledger.head() ?? null;
+    this.runs.finish(runId, figures, now, head);
+    const line = this.runs.lineRecord(runId, head);
+    if (line) this.changes.appendRun(runId, line.accountId, line.record, line.endedAt);
   }
 
   /**
@@ -225,9 +247,22 @@ export class Mirror {
     });
   }
 
-  /** Records a run's end (`ended_at` now) and the figures given. */
+  /**
+   * Records a run's end in one transaction: `ended_at` now, the figures given, the chain head as
+   * it stands (`ledger_batch_id`, `ledger_hash`), and the run's `runs` change-log row (its record:
+   * see `Runs.lineRecord`; `insert` the first time the run ends, `update` after that), which the
+   * next publication exports. Record the run's failures first: the row lists them.
+   */
   finishRun(runId: number, figures: RunFigures): void {
-    this.write(() => this.runs.finish(runId, figures, this.now()));
+    this.writeTx(() => this.endRun(runId, figures, this.now()));
+  }
+
+  /**
+   * Sets the chain head a run left (`runs.ledger_batch_id`, `runs.ledger_hash`): after its own
+   * `runs` row was published, the head is later than the one {@link finishRun} recorded.
+   */
+  setRunLedgerHead(runId: number, head: LedgerHead | undefined): void {
+    this.write(() => this.runs.setLedgerHead(runId, head ?? null));
   }
 
   /**
@@ -414,9 +449,10 @@ export class Mirror {
    * any file is written. Undefined when nothing waits.
    *
    * @param plannedAt - ISO 8601 UTC time recorded on a new batch
+   * @param gzip - whether a new batch's files are gzipped (a resumed batch keeps its own choice)
    */
-  planExportBatch(runId: number | null, plannedAt: string): ExportBatch | undefined {
-    return this.writeTx(() => this.ledger.plan(runId, plannedAt));
+  planExportBatch(runId: number | null, plannedAt: string, gzip = false): ExportBatch | undefined {
+    return this.writeTx(() => this.ledger.plan(runId, plannedAt, gzip));
   }
 
   /**
@@ -437,13 +473,42 @@ export class Mirror {
   }
 
   /**
-   * Records a published batch in one transaction: its files, the batch marked published, and the
-   * watermark moved to its last seq. Call only once every file and the manifest are in place.
+   * Records a published batch in one transaction: its files, its ledger entry (the new chain
+   * head), the batch marked published, and the watermark moved to its last seq. Call only once
+   * every file, the batch record and the manifest are in place.
    *
-   * @param publishedAt - ISO 8601 UTC time recorded on the files and the batch
+   * @param publishedAt - ISO 8601 UTC time recorded on the files, the entry and the batch
    */
-  recordPublication(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], publishedAt: string): void {
-    this.writeTx(() => this.ledger.record(batch, files, publishedAt));
+  recordPublication(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], entry: LedgerEntry, publishedAt: string): void {
+    this.writeTx(() => this.ledger.record(batch, files, entry, publishedAt));
+  }
+
+  /**
+   * What the genesis record of an export directory published before the ledger existed must
+   * cover (every recorded file); undefined when the ledger has records or nothing was published.
+   */
+  ledgerGenesis(): LedgerGenesis | undefined {
+    return this.guard(() => this.ledger.genesis());
+  }
+
+  /** Records the genesis record of a migrated export directory (the first chain head). */
+  recordLedgerGenesis(entry: LedgerEntry, publishedAt: string): void {
+    this.writeTx(() => this.ledger.recordGenesis(entry, publishedAt));
+  }
+
+  /** The chain head: the last batch record published; undefined before the first. */
+  ledgerHead(): LedgerHead | undefined {
+    return this.guard(() => this.ledger.head());
+  }
+
+  /** Id of the export batch planned and not yet published (left by an interrupted publication), if any. */
+  pendingExportBatch(): number | undefined {
+    return this.guard(() => this.ledger.pendingBatch());
+  }
+
+  /** Every ledger entry as recorded, genesis first. */
+  ledgerEntries(): LedgerEntry[] {
+    return this.guard(() => this.ledger.ledgerEntries());
   }
 
   /** Every published export file as recorded, by first seq then path. */
@@ -454,6 +519,40 @@ export class Mirror {
   /** Published files and lines in all, and whether any batch was ever published. */
   exportTotals(): { files: number; lines: number; everPublished: boolean } {
     return this.guard(() => this.ledger.totals());
+  }
+
+  // ---------------------------------------------------------------- audit (verify --deep)
+
+  /** Streams a statement's rows, each step guarded; a reader that stops early releases it. */
+  private *stream<T>(rows: IterableIterator<T>): Generator<T> {
+    try {
+      for (let r = this.guard(() => rows.next()); !r.done; r = this.guard(() => rows.next())) yield r.value;
+    } finally {
+      rows.return?.();
+    }
+  }
+
+  /** Every message or conversation row (tombstoned ones too), by key, with its record as served. */
+  auditRecords(table: 'messages' | 'conversations'): Generator<RecordRow> {
+    return this.stream(this.guard(() => this.audit[table].iterate()));
+  }
+
+  /** Every `message_history` row, by the seq of the update that replaced it. */
+  auditHistory(): Generator<HistoryRow> {
+    return this.stream(this.guard(() => this.audit.history.iterate()));
+  }
+
+  /**
+   * Every run with its status and the record its `runs` change-log row would carry now (without a
+   * chain head: see `Runs.lineRecord`).
+   */
+  auditRuns(): { id: number; status: string; accountId: string; record: string }[] {
+    return this.guard(() =>
+      this.audit.runs.all().map((r) => {
+        const line = this.runs.lineRecord(r.id, null)!;
+        return { id: r.id, status: r.status, accountId: line.accountId, record: line.record };
+      }),
+    );
   }
 
   // ---------------------------------------------------------------- reading

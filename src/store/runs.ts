@@ -3,7 +3,7 @@
  * failed in a run). Each method is one statement or runs inside the caller's transaction.
  */
 import type { Db, Statement } from './sqlite.js';
-import type { RunFailureRecord, RunFigures, RunStart } from './types.js';
+import type { LedgerHead, RunFailureRecord, RunFigures, RunStart } from './types.js';
 
 /** The `runs` columns {@link RunFigures} may set, in the order they are written. */
 const FIGURE_COLUMNS = [
@@ -27,13 +27,46 @@ const FIGURE_COLUMNS = [
   'error',
 ] as const satisfies readonly (keyof RunFigures)[];
 
-/** What {@link Runs.finish} binds: the figures given, the end time and the run. */
-type FinishParams = RunFigures & { ended_at: string; id: number };
+/** What {@link Runs.finish} binds: the figures given, the end time, the chain head and the run. */
+type FinishParams = RunFigures & { ended_at: string; id: number; ledger_batch_id: number | null; ledger_hash: string | null };
+
+/** A `runs` row as {@link Runs.lineRecord} reads it. */
+interface RunRow {
+  id: number;
+  account_id: string;
+  scope: string | null;
+  refresh: string | null;
+  trigger: string | null;
+  started_at: string;
+  ended_at: string | null;
+  status: string;
+  resumes: number;
+  list_passes: number;
+  conversations_listed: number;
+  conversations_synced: number;
+  conversations_failed: number;
+  conversations_deleted: number;
+  conversations_inserted: number;
+  conversations_updated: number;
+  messages_served: number;
+  messages_inserted: number;
+  messages_updated: number;
+  messages_deleted: number;
+  requests: number;
+  retries: number;
+  rate_limited: number;
+  export_lines: number;
+  export_files: number;
+  error: string | null;
+}
 
 /** Typed statements of `runs` and `run_failures`. */
 export class Runs {
   private readonly insert: Statement<[mode: string, scope: string, refresh: string, trigger: string, accountId: string, startedAt: string]>;
-  private readonly interruptRunning: Statement<[endedAt: string]>;
+  private readonly running: Statement<[], { id: number }>;
+  private readonly row: Statement<[runId: number], RunRow>;
+  private readonly failuresOf: Statement<[runId: number], { conversation_id: string; code: string; status: number | null; attempts: number | null }>;
+  private readonly setHead: Statement<[batchId: number | null, hash: string | null, runId: number]>;
   private readonly statusOf: Statement<[runId: number], { status: string }>;
   private readonly resumeInterrupted: Statement<[runId: number]>;
   private readonly deleteFailures: Statement<[runId: number]>;
@@ -47,7 +80,10 @@ export class Runs {
 
   constructor(private readonly db: Db) {
     this.insert = db.prepare(`INSERT INTO runs (mode, scope, refresh, trigger, account_id, started_at, status) VALUES (?, ?, ?, ?, ?, ?, 'running')`);
-    this.interruptRunning = db.prepare(`UPDATE runs SET status = 'interrupted', ended_at = coalesce(ended_at, ?) WHERE status = 'running'`);
+    this.running = db.prepare(`SELECT id FROM runs WHERE status = 'running' ORDER BY id`);
+    this.row = db.prepare(`SELECT * FROM runs WHERE id = ?`);
+    this.failuresOf = db.prepare(`SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ? ORDER BY rowid`);
+    this.setHead = db.prepare(`UPDATE runs SET ledger_batch_id = ?, ledger_hash = ? WHERE id = ?`);
     this.statusOf = db.prepare(`SELECT status FROM runs WHERE id = ?`);
     this.resumeInterrupted = db.prepare(
       `UPDATE runs SET status = 'running', ended_at = NULL, error = NULL, resumes = resumes + 1 WHERE id = ? AND status = 'interrupted'`,
@@ -66,9 +102,9 @@ export class Runs {
     return Number(this.insert.run(run.scope, run.scope, run.refresh, run.trigger, run.accountId, now).lastInsertRowid);
   }
 
-  /** Marks every `running` run `interrupted`; returns how many. */
-  markInterrupted(now: string): number {
-    return this.interruptRunning.run(now).changes;
+  /** Ids of the runs still `running`, oldest first. */
+  runningIds(): number[] {
+    return this.running.all().map((r) => r.id);
   }
 
   /** See `Mirror.resumeRun`; call inside a transaction. */
@@ -86,19 +122,67 @@ export class Runs {
   }
 
   /**
-   * Sets the figures given (the keys of `figures` that are `runs` columns; others are ignored) and
-   * `ended_at`.
+   * Sets the figures given (the keys of `figures` that are `runs` columns; others are ignored),
+   * `ended_at` and the chain head (`head`, null before anything was published).
    */
-  finish(runId: number, figures: RunFigures, now: string): void {
+  finish(runId: number, figures: RunFigures, now: string, head: LedgerHead | null): void {
     const cols = FIGURE_COLUMNS.filter((c) => Object.hasOwn(figures, c));
     const key = cols.join(',');
     let st = this.finishers.get(key);
     if (!st) {
       const sets = cols.map((c) => `${c} = @${c}`).join(', ');
-      st = this.db.prepare<FinishParams>(`UPDATE runs SET ${sets}${sets ? ', ' : ''}ended_at = @ended_at WHERE id = @id`);
+      st = this.db.prepare<FinishParams>(
+        `UPDATE runs SET ${sets}${sets ? ', ' : ''}ended_at = @ended_at, ledger_batch_id = @ledger_batch_id, ledger_hash = @ledger_hash WHERE id = @id`,
+      );
       this.finishers.set(key, st);
     }
-    st.run({ ...figures, ended_at: now, id: runId });
+    st.run({ ...figures, ended_at: now, id: runId, ledger_batch_id: head?.batch_id ?? null, ledger_hash: head?.hash ?? null });
+  }
+
+  /** Sets the chain head a run left (after its runs line was published). */
+  setLedgerHead(runId: number, head: LedgerHead | null): void {
+    this.setHead.run(head?.batch_id ?? null, head?.hash ?? null, runId);
+  }
+
+  /**
+   * The record of a run's `runs` change-log row (JSON): what the run was, how it ended, its figures,
+   * the conversations that failed (id, error code, HTTP status, attempts) and `ledger_head`, the
+   * chain head when it ended (after its changes were published; the batch holding this line comes
+   * later). Field order is fixed: it is the export line's. Undefined for an unknown run.
+   */
+  lineRecord(runId: number, head: LedgerHead | null): { accountId: string; endedAt: string; record: string } | undefined {
+    const r = this.row.get(runId);
+    if (!r) return undefined;
+    const endedAt = r.ended_at ?? r.started_at;
+    const record = {
+      account_id: r.account_id,
+      id: String(r.id),
+      scope: r.scope,
+      refresh: r.refresh,
+      trigger: r.trigger,
+      started_at: r.started_at,
+      ended_at: endedAt,
+      status: r.status,
+      resumes: r.resumes,
+      list_passes: r.list_passes,
+      conversations: {
+        listed: r.conversations_listed,
+        synced: r.conversations_synced,
+        failed: r.conversations_failed,
+        deleted: r.conversations_deleted,
+        inserted: r.conversations_inserted,
+        updated: r.conversations_updated,
+      },
+      messages: { served: r.messages_served, inserted: r.messages_inserted, updated: r.messages_updated, deleted: r.messages_deleted },
+      requests: r.requests,
+      retries: r.retries,
+      rate_limited: r.rate_limited,
+      export: { files: r.export_files, lines: r.export_lines },
+      error: r.error,
+      failures: this.failuresOf.all(runId),
+      ledger_head: head ? { batch_id: head.batch_id, hash: head.hash } : null,
+    };
+    return { accountId: r.account_id, endedAt, record: JSON.stringify(record) };
   }
 
   /** Replaces the failures recorded for a run; call inside a transaction. */

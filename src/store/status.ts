@@ -14,6 +14,7 @@ const COUNTS = {
   export_watermark: `SELECT watermark AS n FROM export_state WHERE id = 1`,
   unexported_changes: `SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`,
   export_files: `SELECT count(*) AS n FROM export_files`,
+  ledger_records: `SELECT count(*) AS n FROM ledger`,
   checkpoints: `SELECT count(*) AS n FROM checkpoints`,
   runs: `SELECT count(*) AS n FROM runs`,
 } as const;

@@ -108,10 +108,41 @@ export interface ExportBatch {
   last_seq: number;
   /** Planned by an earlier, interrupted publication. */
   resumed: boolean;
+  /** When the batch was planned (its seq range fixed), ISO 8601 UTC: the time its record carries. */
+  planned_at: string;
+  /** The run that planned it, if any. */
+  run_id: number | null;
+  /** Its files are gzipped (`.jsonl.gz`), fixed when it was planned. */
+  gzip: boolean;
 }
 
-/** A change-log stream: one export file tree per stream. */
-export type ChangeStream = 'messages' | 'conversations';
+/**
+ * A change-log stream: one export file tree per stream. `runs` holds one row per finished run
+ * (its record: figures, failures, the chain head it left), so the archive alone tells what each
+ * run did.
+ */
+export type ChangeStream = 'messages' | 'conversations' | 'runs';
+
+/** The head of the ledger's hash chain: the last batch record published. */
+export interface LedgerHead {
+  /** The batch the record covers (its file is `_ledger/<batch_id padded to 12 digits>.json`). */
+  batch_id: number;
+  /** SHA-256 (hex) of the record's canonical body. */
+  hash: string;
+}
+
+/** One published batch record, as `ledger` stores it (see `Mirror.recordPublication`). */
+export interface LedgerEntry extends LedgerHead {
+  /** The previous record's hash; null for the genesis record. */
+  prev_hash: string | null;
+  /** The record's file, relative to the export directory, `/`-separated. */
+  path: string;
+  /** Files and lines the record lists. */
+  files: number;
+  lines: number;
+  /** The signing key's id (`sha256:<hex>`) when the record is signed. */
+  key_id: string | null;
+}
 /** What a change-log row records happened to its record. */
 export type ChangeOp = 'insert' | 'update' | 'delete';
 

@@ -164,6 +164,7 @@ async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
     const verdict = checkPage({ page: page.page, ids, totalCount: page.meta.total_count }, { plan, lastTotal, seen });
     if (!verdict.ok) return verdict;
     const counts = mirror.commitMessagesPage(accountId, id, page, runId);
+    deps.afterCommit?.();
     for (const m of ids) seen.add(m);
     lastTotal = page.meta.total_count;
     result.inserted += counts.inserted;
@@ -182,6 +183,7 @@ async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
 function completeCrawl(c: Crawl): ConversationResult {
   const { opts, result } = c;
   const done = c.deps.mirror.completeCrawl(opts.accountId, c.id, opts.runId, opts.changeField);
+  c.deps.afterCommit?.();
   result.deleted += done.deleted;
   result.messageCount = done.messageCount;
   if (opts.progress) opts.progress.messagesDeleted += done.deleted;
@@ -209,6 +211,7 @@ async function onCrawlFailure(c: Crawl, err: unknown): Promise<ConversationResul
       throw new ListedButNotFoundError(id, err, why);
     }
     const gone = mirror.tombstoneConversation(opts.accountId, id, opts.runId);
+    deps.afterCommit?.();
     result.status = 'deleted';
     result.deleted += gone.messages;
     if (opts.progress) opts.progress.messagesDeleted += gone.messages;

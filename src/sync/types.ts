@@ -16,6 +16,12 @@ export interface SyncDeps {
    * and `sync` crawls each conversation once).
    */
   crawlLock?: <T>(key: string, task: () => Promise<T>) => Promise<T>;
+  /**
+   * Called after each transaction the sync commits (a list page, a message page, a completed crawl,
+   * a tombstone), between transactions: the run layer publishes progressively from it. Must not
+   * throw.
+   */
+  afterCommit?: () => void;
 }
 
 /** Live counters a progress bar or log line reads while a sync runs. */

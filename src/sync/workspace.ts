@@ -287,6 +287,7 @@ async function listPass(
   /** Stores one page and reports its ids. */
   const take = (page: Page<Conversation>): void => {
     const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
+    deps.afterCommit?.();
     out.inserted += counts.inserted;
     out.updated += counts.updated;
     totals.add(page.meta.total_count);

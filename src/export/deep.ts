@@ -1,0 +1,168 @@
+/**
+ * `verify --deep`: every export line the ledger lists is replayed in seq order (the last line of
+ * each record wins), together with the changes not published yet, and the result is compared with
+ * the mirror: each live or tombstoned message and conversation, each `message_history` version
+ * (the version an `update` line replaced), each run that has a line. Every seq up to the watermark
+ * must be in exactly one file. Differences are named by key, first by seq.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import type { ChangeStream, Mirror } from '../store/mirror.js';
+import { Replay, type Difference, type ReplayLine } from '../store/replay.js';
+import { exportLine, lineBody, recordBody } from './lines.js';
+import type { LedgerRecord, RecordFile } from './ledger.js';
+import { MAX_GUNZIP_BYTES } from './verify-files.js';
+import type { VerifyProblem } from './verify-types.js';
+
+/** Differences and line problems named one by one; the rest are counted. */
+const SHOWN = 10;
+
+/** What each kind of difference means, in words. */
+const SAYS: Record<Difference['kind'], string> = {
+  differs: 'the exports say one thing, the mirror another',
+  'not-in-mirror': 'in the exports, not in the mirror',
+  'not-exported': 'in the mirror, in no export line',
+  deleted: 'tombstoned in the mirror, live in the exports',
+  'not-deleted': 'deleted in the exports, live in the mirror',
+  'history-missing': 'an update line with no message_history row for the version it replaced',
+  'history-differs': 'message_history holds another version than the one the update replaced',
+  'history-unexported': 'a message_history row with no update line',
+};
+
+/**
+ * Replays the archive against the mirror; see the module comment.
+ *
+ * @param records - the sound batch records (files that cannot be read are reported by the file check, and skipped here)
+ * @returns the problems (kind `deep`), empty when the exports and the mirror agree
+ */
+export function deepCheck(mirror: Mirror, root: string, records: LedgerRecord[]): VerifyProblem[] {
+  const replay = new Replay();
+  try {
+    const problems = replayFiles(replay, root, records);
+    const watermark = mirror.exportWatermark();
+    replay.batch(() => {
+      // What is committed but not published yet is part of the mirror's state.
+      for (const c of mirror.changesOf({ first_seq: watermark + 1, last_seq: Number.MAX_SAFE_INTEGER })) {
+        replay.addLine(lineOf(c.stream, JSON.parse(exportLine(c)) as Record<string, unknown>));
+      }
+    });
+    for (const g of replay.gaps(watermark, SHOWN)) {
+      problems.push({ path: '', problem: 'deep', detail: `seq ${g.from === g.to ? g.from : `${g.from} to ${g.to}`} ${g.from === g.to ? 'is' : 'are'} in no export file (the watermark is ${watermark})` });
+    }
+    loadMirror(replay, mirror);
+    const { first, total } = replay.differences(SHOWN);
+    for (const d of first) {
+      const key = d.stream === 'messages' ? `${d.account_id}/${d.conversation_id}/${d.id}` : `${d.account_id}/${d.id}`;
+      problems.push({ path: '', problem: 'deep', detail: `${d.stream} ${key}${d.seq === null ? '' : ` (seq ${d.seq})`}: ${SAYS[d.kind]}` });
+    }
+    if (total > first.length) problems.push({ path: '', problem: 'deep', detail: `and ${total - first.length} more differences` });
+    return problems;
+  } finally {
+    replay.close();
+  }
+}
+
+/** The replay key and body of a parsed export line of `stream`. */
+function lineOf(stream: ChangeStream, line: Record<string, unknown>): ReplayLine {
+  const account = String(line.account_id);
+  const id = String(line.id);
+  return {
+    seq: Number(line.seq),
+    stream,
+    account_id: account,
+    conversation_id: stream === 'messages' ? String(line.conversation_id) : stream === 'conversations' ? id : '',
+    id,
+    op: String(line.op),
+    body: lineBody(stream, line),
+  };
+}
+
+/** Adds every line of every listed file; returns the problems of lines (not JSON, out of range, exported twice). */
+function replayFiles(replay: Replay, root: string, records: LedgerRecord[]): VerifyProblem[] {
+  const problems: VerifyProblem[] = [];
+  let more = 0;
+  const say = (p: VerifyProblem) => (problems.length < SHOWN ? problems.push(p) : more++);
+  for (const r of records) {
+    for (const f of r.files) {
+      replay.batch(() => {
+        let n = 0;
+        for (const text of readLines(path.join(root, f.path), f.path.endsWith('.gz'))) {
+          n++;
+          const why = addLine(replay, f, text);
+          if (why) say({ path: f.path, problem: 'deep', detail: `line ${n}: ${why}` });
+        }
+      });
+    }
+  }
+  if (more) problems.push({ path: '', problem: 'deep', detail: `and ${more} more line problems` });
+  return problems;
+}
+
+/** Adds one line of file `f`; returns why it is wrong, if it is. */
+function addLine(replay: Replay, f: RecordFile, text: string): string | undefined {
+  let line: Record<string, unknown>;
+  try {
+    line = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    return 'not JSON';
+  }
+  if (typeof line !== 'object' || line === null || !Number.isInteger(line.seq)) return 'not an export line (no seq)';
+  const seq = line.seq as number;
+  if (seq < f.first_seq || seq > f.last_seq) return `seq ${seq} outside the file's range ${f.first_seq}-${f.last_seq}`;
+  if (!replay.addLine(lineOf(f.stream as ChangeStream, line))) return `seq ${seq} is exported twice`;
+  return undefined;
+}
+
+/** The lines of a data file (decompressed for `.gz`), read whole or in 1 MiB chunks; nothing when it cannot be read (the file check says why). */
+function* readLines(abs: string, gzip: boolean): Generator<string> {
+  let fd: number;
+  try {
+    fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  } catch {
+    return;
+  }
+  try {
+    if (gzip) {
+      let text: string;
+      try {
+        text = zlib.gunzipSync(fs.readFileSync(fd), { maxOutputLength: MAX_GUNZIP_BYTES }).toString('utf8');
+      } catch {
+        return;
+      }
+      yield* text.split('\n').slice(0, -1);
+      return;
+    }
+    const buf = Buffer.allocUnsafe(1 << 20);
+    let rest = Buffer.alloc(0);
+    for (let n = fs.readSync(fd, buf); n > 0; n = fs.readSync(fd, buf)) {
+      const chunk = Buffer.concat([rest, buf.subarray(0, n)]);
+      let start = 0;
+      for (let i = chunk.indexOf(10); i !== -1; i = chunk.indexOf(10, start)) {
+        yield chunk.toString('utf8', start, i);
+        start = i + 1;
+      }
+      rest = chunk.subarray(start);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** The mirror's rows in line form: messages, conversations, history, and the runs that ended. */
+function loadMirror(replay: Replay, mirror: Mirror): void {
+  replay.batch(() => {
+    for (const table of ['messages', 'conversations'] as const) {
+      for (const r of mirror.auditRecords(table)) {
+        const record = r.raw ?? JSON.stringify({ id: r.id });
+        replay.addLive({ stream: table, account_id: r.account_id, conversation_id: r.conversation_id, id: r.id, deleted: r.deleted !== 0, body: recordBody(table, r.account_id, r.conversation_id, r.id, record) });
+      }
+    }
+    for (const h of mirror.auditHistory()) replay.addHistory(h.seq, h.account_id, h.conversation_id, h.id, recordBody('messages', h.account_id, h.conversation_id, h.id, h.raw));
+    for (const run of mirror.auditRuns()) {
+      // A run still running was taken up again after a line said it ended: nothing to compare yet.
+      const body = run.status === 'running' ? null : recordBody('runs', run.accountId, '', String(run.id), run.record);
+      replay.addLive({ stream: 'runs', account_id: run.accountId, conversation_id: '', id: String(run.id), deleted: false, body });
+    }
+  });
+}

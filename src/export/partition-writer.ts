@@ -1,0 +1,142 @@
+/**
+ * One data file of one partition (stream, account, UTC day), streamed: each row's export line and a
+ * newline go to a temp file as they come (bounded memory: about 1 MiB buffered), optionally
+ * gzipped ({@link GzipEncoder}: deterministic bytes), hashed as stored; `publish()` puts it in place.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import { ExportError } from '../errors.js';
+import type { ExportChange, PublishedFile } from '../store/mirror.js';
+import { exportLine } from './lines.js';
+import { GzipEncoder } from './gzip.js';
+import { partitionTempName } from './paths.js';
+import { createTemp, discardTemp, existingDataFile, makeDir, renameIntoPlace, writeAll, type Target } from './publish-fs.js';
+
+/** Uncompressed bytes buffered before a write (and, gzipped, one deflate segment). */
+const CHUNK_BYTES = 1 << 20;
+
+/** `<stream>/account=<id>/date=<day>`: the partition directory of a file, relative to the export directory. */
+export function partitionDir(stream: string, accountId: string, day: string): string {
+  return `${stream}/account=${encodeURIComponent(accountId)}/date=${day}`;
+}
+
+/** A data file's name from the seq range it holds. */
+export function seqName(first: number, last: number, gzip: boolean): string {
+  return `${String(first).padStart(12, '0')}-${String(last).padStart(12, '0')}.jsonl${gzip ? '.gz' : ''}`;
+}
+
+/** Streams one data file of one partition; see the module comment. */
+export class PartitionWriter {
+  private readonly fd: number;
+  private readonly tmp: string;
+  private readonly hash = crypto.createHash('sha256');
+  /** SHA-256 of the uncompressed lines (gzip only: recognises an equivalent file from another zlib build). */
+  private readonly linesHash: crypto.Hash | undefined;
+  private readonly gzip: GzipEncoder | undefined;
+  /** Where this file's partition is and its first seq. */
+  private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
+  private buffered: string[] = [];
+  private bufferedBytes = 0;
+  private lastSeq = 0;
+  private lines = 0;
+  private bytes = 0;
+
+  /**
+   * @throws {@link ExportError} naming the partition directory or the temp file when it cannot be created
+   */
+  constructor(
+    private readonly target: Target,
+    first: ExportChange,
+    private readonly batchId: number,
+    gzip: boolean,
+  ) {
+    this.head = { stream: first.stream, account_id: first.account_id, day: first.day, seq: first.seq };
+    makeDir(target, path.join(target.root, partitionDir(first.stream, first.account_id, first.day)));
+    ({ fd: this.fd, tmp: this.tmp } = createTemp(target, partitionTempName(first.stream, batchId, first.seq)));
+    if (gzip) {
+      this.gzip = new GzipEncoder();
+      this.linesHash = crypto.createHash('sha256');
+      this.store(this.gzip.header());
+    }
+  }
+
+  /** Whether `row` belongs in this file: same partition, and fewer than `maxLines` lines so far. */
+  accepts(row: ExportChange, maxLines: number): boolean {
+    const h = this.head;
+    return h.stream === row.stream && h.account_id === row.account_id && h.day === row.day && this.lines < maxLines;
+  }
+
+  /**
+   * Appends the line of `row`.
+   *
+   * @throws {@link ExportError} from {@link exportLine} (a row with neither record nor line), or
+   *   naming the temp file when it cannot be written; the temp file is then closed and removed
+   */
+  write(row: ExportChange): void {
+    let text: string;
+    try {
+      text = `${exportLine(row)}\n`;
+    } catch (err) {
+      discardTemp(this.fd, this.tmp);
+      throw err;
+    }
+    this.buffered.push(text);
+    this.bufferedBytes += text.length;
+    this.lastSeq = row.seq;
+    this.lines++;
+    if (this.bufferedBytes >= CHUNK_BYTES) this.drain(false);
+  }
+
+  /** Writes what is buffered (compressed when gzipped; `last` ends the gzip stream). */
+  private drain(last: boolean): void {
+    const buf = Buffer.from(this.buffered.join(''), 'utf8');
+    this.buffered = [];
+    this.bufferedBytes = 0;
+    if (!this.gzip) {
+      if (buf.length > 0) this.store(buf);
+      return;
+    }
+    this.linesHash!.update(buf);
+    this.store(last ? Buffer.concat([this.gzip.push(buf), this.gzip.finish()]) : this.gzip.push(buf));
+  }
+
+  /** Hashes and writes bytes as stored. */
+  private store(buf: Buffer): void {
+    this.hash.update(buf);
+    this.bytes += buf.length;
+    try {
+      writeAll(this.fd, buf);
+    } catch (err) {
+      discardTemp(this.fd, this.tmp);
+      throw new ExportError(`cannot write the temp file ${this.tmp}: ${(err as Error).message}`, { file: this.tmp }, err);
+    }
+  }
+
+  /**
+   * Puts the file in place under its seq-range name, unless that name already holds the same
+   * lines (a batch re-published after a crash), and returns its record.
+   *
+   * @throws {@link ExportError} naming the file when it cannot be published, or when its name holds
+   *   other content
+   */
+  publish(): PublishedFile {
+    this.drain(true);
+    const rel = `${partitionDir(this.head.stream, this.head.account_id, this.head.day)}/${seqName(this.head.seq, this.lastSeq, this.gzip !== undefined)}`;
+    const final = path.join(this.target.root, rel);
+    let sha256 = this.hash.digest('hex');
+    let bytes = this.bytes;
+    let existing;
+    try {
+      existing = existingDataFile(final, sha256, this.linesHash?.digest('hex'));
+    } catch (err) {
+      discardTemp(this.fd, this.tmp);
+      throw err;
+    }
+    if (existing.kind === 'absent') renameIntoPlace(this.target, this.fd, this.tmp, final);
+    else discardTemp(this.fd, this.tmp);
+    if (existing.kind === 'equivalent') ({ sha256, bytes } = existing);
+    const { stream, account_id, day, seq } = this.head;
+    return { path: rel, stream, account_id, date: day, first_seq: seq, last_seq: this.lastSeq, lines: this.lines, bytes, sha256, batch_id: this.batchId };
+  }
+}

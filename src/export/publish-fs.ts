@@ -1,0 +1,223 @@
+/**
+ * The file moves of a publication: a temp file in `.convo-mirror-tmp/`, fsynced, renamed into place
+ * (same filesystem), its directory fsynced; what to do when the final name already exists; the
+ * temp directory's leftovers. Published files are read-only ({@link publishedModes}).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import crypto from 'node:crypto';
+import zlib from 'node:zlib';
+import { ExportError } from '../errors.js';
+import { createPrivateFile, fsyncDir, mkdirPrivate, publishedModes, type FileModes } from '../private-fs.js';
+import { TEMP_DIR, isTempName, kindOf } from './paths.js';
+
+/**
+ * Where `ExportOptions.failpoint` is called:
+ * - `before-rename`: a data file, a batch record or the manifest is written and fsynced in
+ *   `.convo-mirror-tmp/`, not yet renamed into place (`file` is its final path);
+ * - `before-ledger`: every data file of the batch is in place, its record is not written yet
+ *   (`file` is the record's final path);
+ * - `before-record`: the data files, the batch record and the manifest are in place, nothing is
+ *   recorded in SQLite yet (`file` is the manifest's path).
+ */
+export type ExportFailpoint = 'before-rename' | 'before-ledger' | 'before-record';
+
+/** Where a publication writes: the export root, its temp directory, modes, and the test hook. */
+export interface Target {
+  /** Absolute export directory. */
+  root: string;
+  /** Absolute `<root>/.convo-mirror-tmp`. */
+  temp: string;
+  /** Modes of the directories created, and (write bits removed) of the files published. */
+  modes: FileModes;
+  failpoint: ((point: ExportFailpoint, file: string) => void) | undefined;
+}
+
+/** Writes all of `buf` at the descriptor's position. */
+export function writeAll(fd: number, buf: Buffer): void {
+  let off = 0;
+  while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off);
+}
+
+/** Creates `dir` (and missing parents) with the target's directory mode. @throws {@link ExportError} naming it */
+export function makeDir(target: Target, dir: string): void {
+  try {
+    mkdirPrivate(dir, target.modes, { durable: true });
+  } catch (err) {
+    throw new ExportError(`cannot create the export directory ${dir}: ${(err as Error).message}`, { dir }, err);
+  }
+}
+
+/**
+ * Creates a temp file in `.convo-mirror-tmp/` with the published (read-only) mode; the returned
+ * descriptor can write it all the same (the mode applies to later opens).
+ *
+ * @throws {@link ExportError} naming it
+ */
+export function createTemp(target: Target, name: string): { fd: number; tmp: string } {
+  const tmp = path.join(target.temp, name);
+  try {
+    return { fd: createPrivateFile(tmp, publishedModes(target.modes)), tmp };
+  } catch (err) {
+    throw new ExportError(`cannot create the temp file ${tmp}: ${(err as Error).message}`, { file: tmp }, err);
+  }
+}
+
+/** Closes and removes a temp file after a failure (best effort). */
+export function discardTemp(fd: number | undefined, tmp: string): void {
+  if (fd !== undefined) {
+    try {
+      fs.closeSync(fd);
+    } catch {
+      /* already closed */
+    }
+  }
+  fs.rmSync(tmp, { force: true });
+}
+
+/**
+ * Makes the temp file open on `fd` the file `final`: fsync, close, rename (both in the export
+ * directory, so on one filesystem), fsync of `final`'s directory. On failure the temp file is
+ * removed; a throw from the `before-rename` failpoint leaves it, as a crash would.
+ *
+ * @throws {@link ExportError} naming `final`
+ */
+export function renameIntoPlace(target: Target, fd: number, tmp: string, final: string): void {
+  try {
+    fs.fsyncSync(fd);
+  } catch (err) {
+    discardTemp(fd, tmp);
+    throw new ExportError(`cannot publish export file ${final}: fsync of ${tmp} failed: ${(err as Error).message}`, { file: final }, err);
+  }
+  fs.closeSync(fd);
+  target.failpoint?.('before-rename', final);
+  try {
+    fs.renameSync(tmp, final);
+    fsyncDir(path.dirname(final));
+  } catch (err) {
+    fs.rmSync(tmp, { force: true });
+    throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
+  }
+}
+
+/** Publishes `data` as `final` through a temp file named `tempName` (see {@link renameIntoPlace}). */
+export function publishBytes(target: Target, tempName: string, final: string, data: Buffer): void {
+  const { fd, tmp } = createTemp(target, tempName);
+  try {
+    writeAll(fd, data);
+  } catch (err) {
+    discardTemp(fd, tmp);
+    throw new ExportError(`cannot publish export file ${final}: ${(err as Error).message}`, { file: final }, err);
+  }
+  renameIntoPlace(target, fd, tmp, final);
+}
+
+/** Reads a regular file without following a symlink; undefined when it does not exist. @throws what `fs` throws otherwise */
+export function readIfPresent(file: string): Buffer | undefined {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  try {
+    if (!fs.fstatSync(fd).isFile()) throw Object.assign(new Error(`${file} is not a regular file`), { code: 'EISDIR' });
+    return fs.readFileSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** What a data file's final name already holds, see {@link existingDataFile}. */
+export type Existing = { kind: 'absent' } | { kind: 'identical' } | { kind: 'equivalent'; bytes: number; sha256: string };
+
+/**
+ * What `file` already holds, for a batch re-published after a crash: nothing (`absent`), exactly
+ * these bytes (`identical`), or, for a `.jsonl.gz`, other bytes that decompress to exactly these
+ * lines (`equivalent`: written by another zlib build; it is kept and recorded as it is).
+ *
+ * @param sha256 - SHA-256 of the bytes about to be published
+ * @param linesSha256 - SHA-256 of the uncompressed lines (for `.jsonl.gz`)
+ * @throws {@link ExportError} when it exists with other content, or is not a regular file: a
+ *   published file never changes
+ */
+export function existingDataFile(file: string, sha256: string, linesSha256: string | undefined): Existing {
+  let existing: Buffer | undefined;
+  try {
+    existing = readIfPresent(file);
+  } catch {
+    existing = Buffer.alloc(0); // a directory, a symlink, unreadable: refused below
+  }
+  if (existing === undefined) return { kind: 'absent' };
+  const digest = crypto.createHash('sha256').update(existing).digest('hex');
+  if (digest === sha256) return { kind: 'identical' };
+  if (linesSha256 !== undefined && existing.length > 0) {
+    try {
+      const lines = zlib.gunzipSync(existing);
+      if (crypto.createHash('sha256').update(lines).digest('hex') === linesSha256) return { kind: 'equivalent', bytes: existing.length, sha256: digest };
+    } catch {
+      /* not gzip: refused below */
+    }
+  }
+  throw new ExportError(
+    `refusing to replace the published export file ${file} with different content (was the mirror recreated? use a fresh CONVO_MIRROR_EXPORT_DIR)`,
+    { file },
+  );
+}
+
+/**
+ * Makes sure `<root>/.convo-mirror-tmp/` is a directory, then removes the leftovers of an
+ * interrupted publication in it: regular files with a name convo-mirror generates. Nothing else,
+ * there or anywhere, is removed.
+ *
+ * @returns the temp directory's absolute path
+ * @throws {@link ExportError} naming it when it is not a directory (a symlink, a file) or cannot be
+ *   created or cleaned
+ */
+export function prepareTempDir(root: string, modes: FileModes): string {
+  const temp = path.join(root, TEMP_DIR);
+  let st: fs.Stats | undefined;
+  try {
+    st = fs.lstatSync(temp);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+      throw new ExportError(`cannot use the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
+    }
+  }
+  if (st && !st.isDirectory()) {
+    throw new ExportError(
+      `${temp} is not a directory (${kindOf(st)}): that name is reserved for convo-mirror's temp files; move it away`,
+      { dir: temp },
+    );
+  }
+  try {
+    if (!st) mkdirPrivate(temp, modes, { durable: true });
+    for (const e of fs.readdirSync(temp, { withFileTypes: true })) {
+      if (e.isFile() && isTempName(e.name)) fs.unlinkSync(path.join(temp, e.name));
+    }
+  } catch (err) {
+    throw new ExportError(`cannot prepare the temp directory ${temp}: ${(err as Error).message}`, { dir: temp }, err);
+  }
+  return temp;
+}
+
+/**
+ * Makes a file published before files were read-only read-only: its own mode without the write
+ * bits; only a regular file, never through a symlink. Best effort: returns the error's message,
+ * if any.
+ */
+export function makeReadOnly(file: string): string | undefined {
+  try {
+    const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    try {
+      const st = fs.fstatSync(fd);
+      if (st.isFile()) fs.fchmodSync(fd, st.mode & 0o555);
+    } finally {
+      fs.closeSync(fd);
+    }
+    return undefined;
+  } catch (err) {
+    return (err as Error).message;
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * Where and how a run publishes ({@link PublishSettings}), built once from the configuration, and
+ * the {@link Publisher} that publishes during a long run, every `publishIntervalMs`, so a
+ * multi-hour backfill reaches the exports progressively. Publication is synchronous and runs
+ * between the sync's transactions, so a batch never splits a page's transaction; batches stay
+ * exactly-once (see `publishChanges`).
+ */
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
+import { describeError } from '../errors.js';
+import { fileModes, type FileModes } from '../private-fs.js';
+import type { Mirror } from '../store/mirror.js';
+import { publishChanges, type ExportResult } from './exporter.js';
+import { loadSigningKey, type SigningKey } from './signing.js';
+
+/** Where and how changes are published. */
+export interface PublishSettings {
+  /** Root directory of the JSONL exports. */
+  exportDir: string;
+  /** Modes of the directories created (files: the same without write bits). @defaultValue PRIVATE_MODES (0700; files 0400) */
+  modes?: FileModes | undefined;
+  /** Write new batches as `.jsonl.gz`. @defaultValue false */
+  gzip?: boolean | undefined;
+  /** Sign each batch record. @defaultValue unsigned */
+  signingKey?: SigningKey | undefined;
+  /** During a run, publish every this many ms; undefined: only at the end. */
+  publishIntervalMs?: number | undefined;
+}
+
+/** The settings {@link publishSettingsFromConfig} reads (the `Config` fields of the same names). */
+export interface PublishConfig {
+  exportDir: string;
+  groupReadable: boolean;
+  exportGzip: boolean;
+  publishIntervalMs: number;
+  signingKeyFile: string | undefined;
+}
+
+/**
+ * The publish settings of a configuration; loads the signing key, if any (a key readable by others
+ * is logged as a warning).
+ *
+ * @throws {@link ConfigError} (`CONVO_MIRROR_SIGNING_KEY_FILE`) when the key cannot be used
+ */
+export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger): PublishSettings {
+  const signingKey = config.signingKeyFile === undefined ? undefined : loadSigningKey(config.signingKeyFile);
+  if (signingKey?.warning) logger?.warn({ file: signingKey.file }, signingKey.warning);
+  return {
+    exportDir: config.exportDir,
+    modes: fileModes(config.groupReadable),
+    gzip: config.exportGzip,
+    signingKey,
+    publishIntervalMs: config.publishIntervalMs,
+  };
+}
+
+/** Publishes with fixed settings: now, or when the interval has passed since its last publication. */
+export class Publisher {
+  private last: number;
+
+  /**
+   * @param o.runId - the run recorded on the batches it plans
+   */
+  constructor(
+    private readonly mirror: Mirror,
+    private readonly settings: PublishSettings,
+    private readonly o: { clock: Clock; logger?: Logger | undefined; runId: number | null },
+  ) {
+    this.last = o.clock.now();
+  }
+
+  /**
+   * Publishes every change not yet exported.
+   * @throws what `publishChanges` throws
+   */
+  publish(): ExportResult {
+    this.last = this.o.clock.now();
+    const s = this.settings;
+    return publishChanges(this.mirror, {
+      exportDir: s.exportDir,
+      runId: this.o.runId,
+      clock: this.o.clock,
+      logger: this.o.logger,
+      ...(s.modes ? { modes: s.modes } : {}),
+      ...(s.gzip ? { gzip: true } : {}),
+      ...(s.signingKey ? { signingKey: s.signingKey } : {}),
+    });
+  }
+
+  /**
+   * {@link publish} when `publishIntervalMs` has passed since the last publication (or since this
+   * publisher was made); never throws: a failure is logged and left to the run's final
+   * publication, which reports it.
+   *
+   * @returns what was published, when it was due and succeeded
+   */
+  maybePublish(): ExportResult | undefined {
+    const every = this.settings.publishIntervalMs;
+    if (every === undefined || this.o.clock.now() - this.last < every) return undefined;
+    try {
+      return this.publish();
+    } catch (err) {
+      this.o.logger?.warn({ err: describeError(err) }, 'progressive publication failed; the run publishes again when it ends');
+      return undefined;
+    }
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * The scratch database of `verify --deep`: every export line replayed (the last line of each key
+ * wins, by seq), the mirror's rows projected into line form, and the queries that compare them.
+ * An anonymous temporary SQLite database (SQLite deletes it on close; it spills to a file in the
+ * temp directory when large), so the replay costs disk, not memory.
+ */
+import { Database, type Db, type Statement } from './sqlite.js';
+
+/** A stream of the change log. */
+type Stream = 'messages' | 'conversations' | 'runs';
+
+/** One export line as replayed. */
+export interface ReplayLine {
+  seq: number;
+  stream: Stream;
+  account_id: string;
+  /** The conversation (a conversation's own id; `''` for a run). */
+  conversation_id: string;
+  id: string;
+  op: string;
+  /** `lineBody` of the line. */
+  body: string;
+}
+
+/** A mirror row in line form. */
+export interface LiveRow {
+  stream: Stream;
+  account_id: string;
+  conversation_id: string;
+  id: string;
+  /** Tombstoned (its last line must be a delete). */
+  deleted: boolean;
+  /** `lineBody` of the line it would be exported as; null: compare nothing (a run still running). */
+  body: string | null;
+}
+
+/** A difference between the replay and the mirror. */
+export interface Difference {
+  kind: 'differs' | 'not-in-mirror' | 'not-exported' | 'deleted' | 'not-deleted' | 'history-missing' | 'history-differs' | 'history-unexported';
+  stream: string;
+  account_id: string;
+  conversation_id: string;
+  id: string;
+  /** The line's seq (for history: the update's). */
+  seq: number | null;
+}
+
+const LATEST = `latest AS (SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY stream, account_id, conversation_id, id ORDER BY seq DESC) AS rn FROM lines) WHERE rn = 1)`;
+const KEY = `stream, account_id, conversation_id, id`;
+
+/** The scratch database; {@link close} it. */
+export class Replay {
+  private readonly db: Db;
+  private readonly insertLine: Statement<ReplayLine>;
+  private readonly insertLive: Statement<LiveRow & { deletedInt: number }>;
+  private readonly insertHistory: Statement<[seq: number, accountId: string, conversationId: string, id: string, body: string]>;
+
+  constructor() {
+    this.db = new Database('');
+    this.db.exec(`
+      CREATE TABLE lines (seq INTEGER PRIMARY KEY, stream TEXT, account_id TEXT, conversation_id TEXT, id TEXT, op TEXT, body TEXT);
+      CREATE INDEX lines_by_key ON lines (${KEY}, seq);
+      CREATE TABLE live (stream TEXT, account_id TEXT, conversation_id TEXT, id TEXT, deleted INTEGER, body TEXT, PRIMARY KEY (${KEY}));
+      CREATE TABLE history (seq INTEGER, account_id TEXT, conversation_id TEXT, id TEXT, body TEXT);
+      CREATE INDEX history_by_seq ON history (seq);`);
+    this.insertLine = this.db.prepare(`INSERT OR IGNORE INTO lines (seq, ${KEY}, op, body) VALUES (@seq, @stream, @account_id, @conversation_id, @id, @op, @body)`);
+    this.insertLive = this.db.prepare(`INSERT OR REPLACE INTO live (${KEY}, deleted, body) VALUES (@stream, @account_id, @conversation_id, @id, @deletedInt, @body)`);
+    this.insertHistory = this.db.prepare(`INSERT INTO history (seq, account_id, conversation_id, id, body) VALUES (?, ?, ?, ?, ?)`);
+  }
+
+  /** Runs `f` in one transaction (bulk inserts). */
+  batch<T>(f: () => T): T {
+    return this.db.transaction(f)();
+  }
+
+  /** Adds a line; false when its seq is already there (a line exported twice). */
+  addLine(l: ReplayLine): boolean {
+    return this.insertLine.run(l).changes === 1;
+  }
+
+  addLive(r: LiveRow): void {
+    this.insertLive.run({ ...r, deletedInt: r.deleted ? 1 : 0 });
+  }
+
+  /** Adds a `message_history` row in line form: the version the update `seq` replaced. */
+  addHistory(seq: number, accountId: string, conversationId: string, id: string, body: string): void {
+    this.insertHistory.run(seq, accountId, conversationId, id, body);
+  }
+
+  /** Ranges of seq in `[1, upTo]` that no line holds, at most `limit`. */
+  gaps(upTo: number, limit: number): { from: number; to: number }[] {
+    return this.db
+      .prepare<{ upTo: number }, { from: number; to: number }>(
+        `SELECT prev + 1 AS "from", seq - 1 AS "to" FROM (
+           SELECT seq, lag(seq, 1, 0) OVER (ORDER BY seq) AS prev FROM (SELECT seq FROM lines WHERE seq <= @upTo UNION ALL SELECT @upTo + 1 AS seq))
+         WHERE seq > prev + 1 ORDER BY prev LIMIT ${Math.max(1, Math.floor(limit))}`,
+      )
+      .all({ upTo });
+  }
+
+  /**
+   * The differences between the replay and the mirror, in seq order where there is a line, at most
+   * `limit`, and how many there are in all.
+   */
+  differences(limit: number): { first: Difference[]; total: number } {
+    const sql = `WITH ${LATEST},
+      upd AS (SELECT seq, ${KEY}, op, lag(body) OVER (PARTITION BY ${KEY} ORDER BY seq) AS prev FROM lines),
+      d AS (
+        SELECT CASE WHEN m.stream IS NULL THEN 'not-in-mirror'
+                    WHEN l.op = 'delete' AND m.deleted = 0 THEN 'not-deleted'
+                    WHEN l.op <> 'delete' AND m.deleted = 1 THEN 'deleted'
+                    ELSE 'differs' END AS kind, l.stream, l.account_id, l.conversation_id, l.id, l.seq
+        FROM latest l LEFT JOIN live m USING (${KEY})
+        WHERE m.stream IS NULL OR (m.body IS NOT NULL AND (m.body IS NOT l.body OR m.deleted <> (l.op = 'delete')))
+        UNION ALL
+        SELECT 'not-exported', m.stream, m.account_id, m.conversation_id, m.id, NULL
+        FROM live m LEFT JOIN latest l USING (${KEY}) WHERE l.seq IS NULL AND m.stream <> 'runs'
+        UNION ALL
+        SELECT CASE WHEN h.seq IS NULL THEN 'history-missing' ELSE 'history-differs' END, 'messages', u.account_id, u.conversation_id, u.id, u.seq
+        FROM upd u LEFT JOIN history h ON h.seq = u.seq
+        WHERE u.stream = 'messages' AND u.op = 'update'
+          AND (h.seq IS NULL OR h.body IS NOT u.prev OR h.account_id IS NOT u.account_id OR h.conversation_id IS NOT u.conversation_id OR h.id IS NOT u.id)
+        UNION ALL
+        SELECT 'history-unexported', 'messages', h.account_id, h.conversation_id, h.id, h.seq
+        FROM history h LEFT JOIN lines l ON l.seq = h.seq AND l.stream = 'messages' AND l.op = 'update' WHERE l.seq IS NULL)`;
+    const first = this.db.prepare<[], Difference>(`${sql} SELECT * FROM d ORDER BY seq IS NULL, seq, stream, account_id, conversation_id, id LIMIT ${Math.max(1, limit)}`).all();
+    const total = this.db.prepare<[], { n: number }>(`${sql} SELECT count(*) AS n FROM d`).get()?.n ?? 0;
+    return { first, total };
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}
