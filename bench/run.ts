@@ -15,12 +15,15 @@
  *   an endless body, together and each alone (peak RSS, exit code); a conversation list that never
  *   ends and a conversation whose messages never end (exit code, requests the fake saw).
  *
+ * - publication (issue 11): the time to publish one batch after 10 and after 1,000 batches (flat),
+ *   and `verify` of that archive (bench/publication.ts);
+ *
  * Prints one table and writes the same as JSON to bench/results/latest.json
  * (`--hostile-only`: bench/results/hostile.json).
  *
  * Flags: `--large`, `--conversations N`, `--limited-conversations N` (default 200), `--seed N`,
  * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--hostile-only` (only the hostile section),
- * `--out FILE`.
+ * `--publication-only` (only the publication section), `--out FILE`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -36,6 +39,7 @@ import { systemClock } from '../src/clock.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { runSync, type RunSummary } from '../src/run/index.js';
+import { publicationSection } from './publication.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */
@@ -59,8 +63,9 @@ const seed = Number(argValue('--seed') ?? 7);
 const concurrency = Number(argValue('--concurrency') ?? 8);
 const skipLimited = process.argv.includes('--skip-limited');
 const hostileOnly = process.argv.includes('--hostile-only');
+const publicationOnly = process.argv.includes('--publication-only');
 const skipHostile = process.argv.includes('--skip-hostile') && !hostileOnly;
-const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : 'latest.json'));
+const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : 'latest.json'));
 const LIMIT_RPS = 20;
 
 // ------------------------------------------------------------------ helpers
@@ -610,11 +615,19 @@ async function main(): Promise<void> {
     return;
   }
 
+  if (publicationOnly) {
+    publicationSection(results, rows, log);
+    const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
+    writeReport(report, rows, 'convo-mirror benchmark — publication only', machine);
+    return;
+  }
+
   const dir = tempDir();
   await syncSections(dir, results, rows);
   if (!skipLimited) await rateLimitedSection(results, rows);
   // 6. A hostile API, against the real CLI in child processes.
   if (!skipHostile) results.hostile = await hostileSection(rows);
+  publicationSection(results, rows, log);
   const full = storageSection(results, rows);
 
   fs.rmSync(dir, { recursive: true, force: true });
