@@ -25,11 +25,19 @@ interface DemoOptions {
   logLevel?: string;
 }
 
-/** The demo's configuration: the fake's URL and key, the mirror and exports under `--dir`. */
+/**
+ * The demo's configuration: the fake's URL and key, the mirror and exports under `--dir`; from the
+ * environment only the log level and how the archive is published (`CONVO_MIRROR_EXPORT_GZIP`,
+ * `CONVO_MIRROR_SIGNING_KEY_FILE`, `CONVO_MIRROR_PUBLISH_INTERVAL_MS`).
+ */
 function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
+  const env = loadConfig(process.env, { logLevel: o.logLevel }, { needsApi: false });
   return loadConfig(
     {},
     {
+      exportGzip: env.exportGzip,
+      publishIntervalMs: env.publishIntervalMs,
+      ...(env.signingKeyFile === undefined ? {} : { signingKeyFile: env.signingKeyFile }),
       baseUrl: url,
       apiKey,
       accountId: DEMO_ACCOUNT_ID,
@@ -37,7 +45,7 @@ function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
       exportDir: path.join(o.dir, 'exports'),
       concurrency: o.concurrency,
       maxRps: o.maxRps,
-      logLevel: loadConfig(process.env, { logLevel: o.logLevel }, { needsApi: false }).logLevel,
+      logLevel: env.logLevel,
     },
   );
 }
