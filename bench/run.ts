@@ -593,6 +593,16 @@ function storageSection(results: Record<string, unknown>, rows: [string, string,
   return full;
 }
 
+/** `--hostile-only` or `--publication-only`: that section alone, in its own report file. */
+async function oneSection(machine: Machine): Promise<void> {
+  const results: Record<string, unknown> = {};
+  const rows: [string, string, string][] = [];
+  if (hostileOnly) results.hostile = await hostileSection(rows);
+  else publicationSection(results, rows, log);
+  const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
+  writeReport(report, rows, `convo-mirror benchmark — ${hostileOnly ? 'hostile API' : 'publication'} only`, machine);
+}
+
 async function main(): Promise<void> {
   for (const f of [cliJs, hostileFakeJs, rssProbeJs]) if (!fs.existsSync(f)) throw new Error(`${f} not found: run npm run build first`);
   const startedAt = new Date();
@@ -608,17 +618,8 @@ async function main(): Promise<void> {
     date: startedAt.toISOString(),
   };
 
-  if (hostileOnly) {
-    results.hostile = await hostileSection(rows);
-    const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
-    writeReport(report, rows, 'convo-mirror benchmark — hostile API only', machine);
-    return;
-  }
-
-  if (publicationOnly) {
-    publicationSection(results, rows, log);
-    const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
-    writeReport(report, rows, 'convo-mirror benchmark — publication only', machine);
+  if (hostileOnly || publicationOnly) {
+    await oneSection(machine);
     return;
   }
 
