@@ -139,6 +139,16 @@ describe('tampering, each caught by verify and named', () => {
     ]);
   });
 
+  it('a record file too large to be one (300 MiB, sparse) is refused without being read', async () => {
+    const { h } = await archive();
+    const big = abs(h, rec(8));
+    fs.chmodSync(big, 0o600);
+    fs.truncateSync(big, 300 * 1024 * 1024);
+    const rss = process.memoryUsage().rss;
+    expect(check(h, { mirror: false })).toContainEqual({ path: rec(8), problem: 'record', detail: expect.stringMatching(/cannot read it: .* is 314572800 bytes, more than the 268435456 expected of it$/) });
+    expect(process.memoryUsage().rss - rss).toBeLessThan(100 * 1024 * 1024);
+  });
+
   it('a record that lists a path outside the partitions is refused, and nothing outside the export directory is read', async () => {
     const { h } = await archive();
     const r = readRecord(h, 8);

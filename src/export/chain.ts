@@ -8,7 +8,7 @@ import path from 'node:path';
 import type { LedgerHead } from '../store/mirror.js';
 import { LEDGER_DIR, batchIdOfName, parseRecord, type LedgerRecord } from './ledger.js';
 import { kindOf } from './paths.js';
-import { readIfPresent } from './publish-fs.js';
+import { MAX_RECORD_BYTES, readIfPresent } from './publish-fs.js';
 import type { VerifyProblem } from './verify-types.js';
 
 /** The chain as found on disk. */
@@ -56,9 +56,9 @@ function listLedgerDir(root: string): { names: Map<number, string>; problems: Ve
 function readRecord(root: string, id: number, rel: string, mirrorId: string | undefined): { record?: LedgerRecord; formatting?: boolean; problem?: VerifyProblem; paths?: string[] } {
   let bytes: Buffer | undefined;
   try {
-    bytes = readIfPresent(path.join(root, rel));
+    bytes = readIfPresent(path.join(root, rel), MAX_RECORD_BYTES);
   } catch (err) {
-    return { problem: { path: rel, problem: 'not-regular', detail: `cannot read it: ${(err as Error).message}` } };
+    return { problem: { path: rel, problem: 'record', detail: `cannot read it: ${(err as Error).message}` } };
   }
   if (bytes === undefined) return { problem: { path: rel, problem: 'missing' } };
   const parsed = parseRecord(bytes);

@@ -126,6 +126,7 @@ function* readLines(abs: string, gzip: boolean): Generator<string> {
     if (gzip) {
       let text: string;
       try {
+        if (fs.fstatSync(fd).size > MAX_GUNZIP_BYTES) return;
         text = zlib.gunzipSync(fs.readFileSync(fd), { maxOutputLength: MAX_GUNZIP_BYTES }).toString('utf8');
       } catch {
         return;

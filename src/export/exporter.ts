@@ -37,7 +37,7 @@ import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName
 import { manifestOf, renderManifest, type Manifest } from './manifest.js';
 import { LEDGER_DIR, parseRecord, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
 import { PartitionWriter } from './partition-writer.js';
-import { makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
+import { MAX_MANIFEST_BYTES, MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
@@ -210,7 +210,7 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
   makeDir(target, path.join(target.root, LEDGER_DIR));
   let existing: Buffer | undefined;
   try {
-    existing = readIfPresent(final);
+    existing = readIfPresent(final, MAX_RECORD_BYTES);
   } catch (err) {
     throw new ExportError(`cannot publish the batch record ${final}: ${(err as Error).message}`, { file: final }, err);
   }
@@ -275,7 +275,7 @@ function writeManifestIfChanged(target: Target, manifest: Manifest): void {
   const data = renderManifest(manifest);
   const final = path.join(target.root, MANIFEST);
   try {
-    if (readIfPresent(final)?.equals(data)) return;
+    if (readIfPresent(final, MAX_MANIFEST_BYTES)?.equals(data)) return;
   } catch {
     /* unreadable: assertOwnedBy said it is ours; replace it */
   }

@@ -112,8 +112,18 @@ export function publishBytes(target: Target, tempName: string, final: string, da
   renameIntoPlace(target, fd, tmp, final);
 }
 
-/** Reads a regular file without following a symlink; undefined when it does not exist. @throws what `fs` throws otherwise */
-export function readIfPresent(file: string): Buffer | undefined {
+/** Largest batch record read back (a record lists about 350 bytes per file). */
+export const MAX_RECORD_BYTES = 256 * 1024 * 1024;
+/** Largest `manifest.json` read back (it is a few hundred bytes). */
+export const MAX_MANIFEST_BYTES = 1024 * 1024;
+
+/**
+ * Reads a regular file without following a symlink; undefined when it does not exist.
+ *
+ * @param maxBytes - a larger file is refused before it is read
+ * @throws what `fs` throws otherwise; an Error when it is not a regular file or is larger than `maxBytes`
+ */
+export function readIfPresent(file: string, maxBytes: number): Buffer | undefined {
   let fd: number;
   try {
     fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
@@ -122,12 +132,17 @@ export function readIfPresent(file: string): Buffer | undefined {
     throw err;
   }
   try {
-    if (!fs.fstatSync(fd).isFile()) throw Object.assign(new Error(`${file} is not a regular file`), { code: 'EISDIR' });
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) throw Object.assign(new Error(`${file} is not a regular file`), { code: 'EISDIR' });
+    if (st.size > maxBytes) throw new Error(`${file} is ${st.size} bytes, more than the ${maxBytes} expected of it`);
     return fs.readFileSync(fd);
   } finally {
     fs.closeSync(fd);
   }
 }
+
+/** Largest data file read back at re-publication (100,000 lines of at most a few KiB). */
+const MAX_DATA_FILE_BYTES = 2 * 1024 * 1024 * 1024;
 
 /** What a data file's final name already holds, see {@link existingDataFile}. */
 export type Existing = { kind: 'absent' } | { kind: 'identical' } | { kind: 'equivalent'; bytes: number; sha256: string };
@@ -145,7 +160,7 @@ export type Existing = { kind: 'absent' } | { kind: 'identical' } | { kind: 'equ
 export function existingDataFile(file: string, sha256: string, linesSha256: string | undefined): Existing {
   let existing: Buffer | undefined;
   try {
-    existing = readIfPresent(file);
+    existing = readIfPresent(file, MAX_DATA_FILE_BYTES);
   } catch {
     existing = Buffer.alloc(0); // a directory, a symlink, unreadable: refused below
   }

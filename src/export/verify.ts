@@ -12,7 +12,7 @@ import { deepCheck } from './deep.js';
 import { LEDGER_DIR, recordBodyBytes, recordPath, type LedgerRecord } from './ledger.js';
 import { manifestOf, renderManifest } from './manifest.js';
 import { MANIFEST, STREAM_DIRS } from './paths.js';
-import { readIfPresent } from './publish-fs.js';
+import { MAX_MANIFEST_BYTES, readIfPresent } from './publish-fs.js';
 import { checkSignature, type PublicKey } from './signing.js';
 import { DirCheck, checkListed, checkTemp, walkTree } from './verify-files.js';
 import type { Check, CheckName, VerifyProblem } from './verify-types.js';
@@ -187,7 +187,7 @@ function checkManifest(report: Report, root: string, chain: Chain, mirror: Mirro
   const mirrorId = mirror?.mirrorId() ?? last?.mirror_id;
   let bytes: Buffer | undefined;
   try {
-    bytes = readIfPresent(path.join(root, MANIFEST));
+    bytes = readIfPresent(path.join(root, MANIFEST), MAX_MANIFEST_BYTES);
   } catch (err) {
     report.add('manifest', [{ path: MANIFEST, problem: 'not-regular', detail: (err as Error).message }], '');
     return;
