@@ -215,6 +215,12 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
     );
     expect(verifyExports(m, exportDir)).toEqual([]);
     expect(m.exportWatermark()).toBe(9);
+    // Schema 7's change log takes a run's line too, after the same counter.
+    const run = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' });
+    m.finishRun(run, { status: 'succeeded' });
+    expect(sqlAll(m, `SELECT seq, stream, op, record_id, conversation_id FROM change_log WHERE seq > 9`)).toEqual([
+      { seq: 10, stream: 'runs', op: 'insert', record_id: String(run), conversation_id: '' },
+    ]);
   });
 
   it('a v5 mirror whose change log is empty starts its seqs at 1', () => {
