@@ -275,6 +275,8 @@ describe('an export directory written before the ledger', () => {
     for (const f of files) fs.chmodSync(abs(h, f.path), 0o600);
     overwrite(abs(h, 'manifest.json'), JSON.stringify({ format: 'convo-mirror-exports', version: 1, mirror_id: h.mirror.mirrorId(), watermark: h.mirror.exportWatermark(), files }, null, 2) + '\n');
     const last = Math.max(...files.map((f) => f.batch_id));
+    // Before the next sync, verify says what is missing and what will fix it.
+    expect(check(h)).toContainEqual({ path: '_ledger', problem: 'missing', detail: 'no batch record: these exports were published before the ledger existed; the next sync writes their genesis record' });
     ws.appendMessages(ws.list()[1]!.id, 2);
     await h.sync();
     const genesis = readRecord(h, last);

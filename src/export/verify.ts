@@ -139,7 +139,10 @@ function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefined): 
   const found = chain.problems.filter((p) => p.problem !== 'unlisted');
   for (const rel of chain.formatting) found.push({ path: rel, problem: 'record', detail: 'its content is intact but its bytes are not the canonical rendering (edited by hand?)' });
   if (chain.records.length === 0 && found.length === 0 && mirror && (mirror.ledgerHead() || mirror.exportTotals().everPublished)) {
-    found.push({ path: LEDGER_DIR, problem: 'missing', detail: 'no batch record, yet the mirror published' });
+    const detail = mirror.ledgerGenesis()
+      ? 'no batch record: these exports were published before the ledger existed; the next sync writes their genesis record'
+      : 'no batch record, yet the mirror published';
+    found.push({ path: LEDGER_DIR, problem: 'missing', detail });
   }
   const n = chain.records.length;
   report.add('ledger', found, n === 0 ? 'no batch record: nothing published yet' : `${n} record${n === 1 ? '' : 's'}, chained from genesis to head ${short(chain.head)}`);
