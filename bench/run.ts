@@ -15,6 +15,8 @@
  *   an endless body, together and each alone (peak RSS, exit code); a conversation list that never
  *   ends and a conversation whose messages never end (exit code, requests the fake saw).
  *
+ * - listing (issue 12): an incremental sync after 20 of 20,000 conversations changed, listed by
+ *   activity; and the mirror's bytes per message against the raw JSON (bench/footprint.ts);
  * - publication (issue 11): the time to publish one batch after 10 and after 1,000 batches (flat),
  *   and `verify` of that archive (bench/publication.ts);
  *
@@ -23,7 +25,7 @@
  *
  * Flags: `--large`, `--conversations N`, `--limited-conversations N` (default 200), `--seed N`,
  * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--hostile-only` (only the hostile section),
- * `--publication-only` (only the publication section), `--out FILE`.
+ * `--publication-only`, `--listing-only` (only that section), `--out FILE`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -40,6 +42,7 @@ import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { runSync, type RunSummary } from '../src/run/index.js';
 import { publicationSection } from './publication.js';
+import { listingSection, storageFootprint } from './footprint.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */
@@ -64,8 +67,9 @@ const concurrency = Number(argValue('--concurrency') ?? 8);
 const skipLimited = process.argv.includes('--skip-limited');
 const hostileOnly = process.argv.includes('--hostile-only');
 const publicationOnly = process.argv.includes('--publication-only');
+const listingOnly = process.argv.includes('--listing-only');
 const skipHostile = process.argv.includes('--skip-hostile') && !hostileOnly;
-const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : 'latest.json'));
+const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : listingOnly ? 'listing.json' : 'latest.json'));
 const LIMIT_RPS = 20;
 
 // ------------------------------------------------------------------ helpers
@@ -467,6 +471,25 @@ interface Machine {
   date: string;
 }
 
+/** Section 1: a full sync into a fresh mirror, and its bytes per message. @returns its figures */
+async function fullSyncSection(url: string, dbPath: string, exportDir: string, results: Record<string, unknown>, rows: [string, string, string][]): Promise<SyncFigures> {
+  log('full sync…');
+  const full = await timedSync(url, dbPath, exportDir, true);
+  results.fullSync = { ...full, summary: undefined, requestsOverMinimum: full.requests - full.minimumRequests };
+  rows.push(['full sync: wall time', `${round(full.wallMs / 1000, 2)} s`, `${full.messagesServed} messages, status ${full.status}`]);
+  rows.push(['full sync: throughput', `${full.messagesPerSec} msg/s`, '']);
+  rows.push(['full sync: requests vs minimum', `${full.requests} / ${full.minimumRequests}`, full.requests === full.minimumRequests ? 'target met (= minimum)' : `+${full.requests - full.minimumRequests} over the minimum`]);
+  rows.push(['full sync: peak RSS', `${full.peakRssMb} MB`, 'whole bench process, sampled every 50 ms']);
+  const store = storageFootprint(dbPath);
+  results.storage = store;
+  rows.push([
+    'mirror bytes per message',
+    `${store.dbBytesPerMessage} B`,
+    `raw JSON ${store.rawBytesPerMessage} B: ${store.dbOverRaw}× (${store.liveMessages} messages, ${mb(store.dbBytes)} MB; published change-log payload ${mb(store.publishedChangeLogPayloadBytes)} MB)`,
+  ]);
+  return full;
+}
+
 /** Sections 1-4: full sync, HTTP ceiling, incremental with nothing changed, incremental with 1 % changed. */
 async function syncSections(dir: string, results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
   log(`starting the fake API (${conversations} conversations, seed ${seed}) in a child process`);
@@ -474,16 +497,10 @@ async function syncSections(dir: string, results: Record<string, unknown>, rows:
   try {
     log(`fake at ${fake.url} serving ${fake.messages} messages`);
 
-    // 1. Full sync.
+    // 1. Full sync, and what the mirror costs on disk.
     const dbPath = path.join(dir, 'mirror.sqlite');
     const exportDir = path.join(dir, 'exports');
-    log('full sync…');
-    const full = await timedSync(fake.url, dbPath, exportDir, true);
-    results.fullSync = { ...full, summary: undefined, requestsOverMinimum: full.requests - full.minimumRequests };
-    rows.push(['full sync: wall time', `${round(full.wallMs / 1000, 2)} s`, `${full.messagesServed} messages, status ${full.status}`]);
-    rows.push(['full sync: throughput', `${full.messagesPerSec} msg/s`, '']);
-    rows.push(['full sync: requests vs minimum', `${full.requests} / ${full.minimumRequests}`, full.requests === full.minimumRequests ? 'target met (= minimum)' : `+${full.requests - full.minimumRequests} over the minimum`]);
-    rows.push(['full sync: peak RSS', `${full.peakRssMb} MB`, 'whole bench process, sampled every 50 ms']);
+    const full = await fullSyncSection(fake.url, dbPath, exportDir, results, rows);
 
     // 2. HTTP ceiling.
     log('HTTP ceiling…');
@@ -598,9 +615,10 @@ async function oneSection(machine: Machine): Promise<void> {
   const results: Record<string, unknown> = {};
   const rows: [string, string, string][] = [];
   if (hostileOnly) results.hostile = await hostileSection(rows);
+  else if (listingOnly) await listingSection(results, rows, log, logger);
   else publicationSection(results, rows, log);
   const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
-  writeReport(report, rows, `convo-mirror benchmark — ${hostileOnly ? 'hostile API' : 'publication'} only`, machine);
+  writeReport(report, rows, `convo-mirror benchmark — ${hostileOnly ? 'hostile API' : listingOnly ? 'listing' : 'publication'} only`, machine);
 }
 
 async function main(): Promise<void> {
@@ -618,13 +636,14 @@ async function main(): Promise<void> {
     date: startedAt.toISOString(),
   };
 
-  if (hostileOnly || publicationOnly) {
+  if (hostileOnly || publicationOnly || listingOnly) {
     await oneSection(machine);
     return;
   }
 
   const dir = tempDir();
   await syncSections(dir, results, rows);
+  await listingSection(results, rows, log, logger);
   if (!skipLimited) await rateLimitedSection(results, rows);
   // 6. A hostile API, against the real CLI in child processes.
   if (!skipHostile) results.hostile = await hostileSection(rows);
