@@ -95,6 +95,12 @@ export interface Config {
    */
   readonly signingKeyFile: string | undefined;
   /**
+   * Extra query parameters of every `GET /v1/conversations` request (`CONVO_MIRROR_LIST_PARAMS`,
+   * `--list-params`, e.g. `sort=last_activity_at&order=desc`), for APIs that need them to sort the
+   * list; in the order given, after `page` and `per_page`. @defaultValue none
+   */
+  readonly listParams: readonly (readonly [string, string])[];
+  /**
    * Change signal of incremental syncs: `auto` (detect `updated_at`, `last_activity_at`, ... on the
    * first list page), `none` (never skip a conversation), or a field of the conversation object.
    * @defaultValue `auto`
@@ -316,6 +322,15 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     help: 'retries per request for transient failures',
     commands: API,
   },
+  listParams: {
+    env: 'CONVO_MIRROR_LIST_PARAMS',
+    flag: '--list-params <query>',
+    schema: listParamsSchema(),
+    defaultValue: [],
+    shownDefault: 'none',
+    help: 'extra query parameters of the conversation list requests, e.g. sort=last_activity_at&order=desc',
+    commands: API,
+  },
   changeField: {
     env: 'CONVO_MIRROR_CHANGE_FIELD',
     flag: '--change-field <field>',
@@ -501,6 +516,29 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     secret: true,
   },
 };
+
+/**
+ * A query string of extra list parameters (`a=1&b=2`, a leading `?` allowed): its pairs in order.
+ * `page` and `per_page` are convo-mirror's own and are refused, as are empty names and characters
+ * outside printable ASCII.
+ */
+function listParamsSchema() {
+  return z.string().transform((s, ctx) => {
+    const text = s.trim().replace(/^\?/, '');
+    if (text === '') return [] as [string, string][];
+    if (!/^[\x21-\x7e]+$/.test(text)) {
+      ctx.addIssue({ code: 'custom', message: 'must be a query string of printable ASCII without spaces, e.g. sort=last_activity_at&order=desc' });
+      return z.NEVER;
+    }
+    const pairs = [...new URLSearchParams(text)];
+    const bad = pairs.find(([k]) => k === '' || k === 'page' || k === 'per_page');
+    if (bad) {
+      ctx.addIssue({ code: 'custom', message: bad[0] === '' ? 'holds a parameter without a name' : `must not set ${bad[0]}: convo-mirror pages with page and per_page=100 itself` });
+      return z.NEVER;
+    }
+    return pairs;
+  });
+}
 
 /** A yes/no setting: a flag's `true`, or `true`/`false`/`1`/`0`/`yes`/`no` from the environment. */
 function booleanSetting() {

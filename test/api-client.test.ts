@@ -124,6 +124,20 @@ describe('ApiClient: headers and per_page', () => {
     expect(api.stats.byStatus).toEqual({ 200: 4 });
   });
 
+  it('adds the configured list parameters to every list request (after page and per_page), and to no messages request', async () => {
+    const ws = FakeWorkspace.fromCounts(Array.from({ length: 150 }, () => 1));
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { listParams: [['sort', 'last_activity_at'], ['order', 'desc'], ['q', 'a b&c']] });
+    const list = await collect(api.conversations());
+    expect(list.map((p) => p.data.length)).toEqual([100, 50]);
+    await collect(api.messages(ws.list()[0]!.id));
+    expect(fake.requests.map((r) => [r.path.startsWith('/v1/conversations/') ? 'messages' : 'list', r.query['page'], r.query['sort'], r.query['order'], r.query['q']])).toEqual([
+      ['list', '1', 'last_activity_at', 'desc', 'a b&c'],
+      ['list', '2', 'last_activity_at', 'desc', 'a b&c'],
+      ['messages', '1', undefined, undefined, undefined],
+    ]);
+  });
+
   it('sends no X-Account-Id header when no account id is configured', async () => {
     const ws = FakeWorkspace.fromCounts([2]);
     const fake = await fakeApi(ws);

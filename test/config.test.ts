@@ -37,6 +37,7 @@ describe('loadConfig defaults', () => {
       exportGzip: false,
       publishIntervalMs: 300_000,
       signingKeyFile: undefined,
+      listParams: [],
       concurrency: 4,
       maxRps: 10,
       requestTimeoutMs: 30_000,
@@ -98,6 +99,18 @@ describe('loadConfig defaults', () => {
   });
 });
 
+describe('CONVO_MIRROR_LIST_PARAMS', () => {
+  it('parses a query string (a leading ? allowed, percent-encoding decoded) into its pairs in order; unset is none', () => {
+    expect(loadConfig({ ...BASE, CONVO_MIRROR_LIST_PARAMS: '?sort=last_activity_at&order=desc&filter=a%2Cb' }).listParams).toEqual([
+      ['sort', 'last_activity_at'],
+      ['order', 'desc'],
+      ['filter', 'a,b'],
+    ]);
+    expect(loadConfig({ ...BASE }).listParams).toEqual([]);
+    expect(loadConfig({ ...BASE }, { listParams: 'order=desc' }).listParams).toEqual([['order', 'desc']]);
+  });
+});
+
 describe('loadConfig precedence', () => {
   it('flags win over the environment', () => {
     const cfg = loadConfig(
@@ -153,6 +166,10 @@ describe('loadConfig errors', () => {
     ['max retries 21', { CONVO_MIRROR_MAX_RETRIES: '21' }, 'CONVO_MIRROR_MAX_RETRIES'],
     ['LOG_LEVEL loud', { LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
     ['api key blank', { CONVO_MIRROR_API_KEY: '   ' }, 'CONVO_MIRROR_API_KEY'],
+    ['list params setting page', { CONVO_MIRROR_LIST_PARAMS: 'sort=x&page=3' }, 'CONVO_MIRROR_LIST_PARAMS'],
+    ['list params setting per_page', { CONVO_MIRROR_LIST_PARAMS: 'per_page=50' }, 'CONVO_MIRROR_LIST_PARAMS'],
+    ['list params with a space', { CONVO_MIRROR_LIST_PARAMS: 'sort=last activity' }, 'CONVO_MIRROR_LIST_PARAMS'],
+    ['list params with a nameless pair', { CONVO_MIRROR_LIST_PARAMS: '=desc' }, 'CONVO_MIRROR_LIST_PARAMS'],
   ])('%s throws a ConfigError naming the variable', (_label, env, variable) => {
     const err = configError({ ...BASE, ...env });
     expect(err.variable).toBe(variable);

@@ -67,6 +67,12 @@ export interface ApiClientOptions {
   /** Sent as `X-Account-Id` when set (a UUID, spec 5). */
   accountId?: string | undefined;
   /**
+   * Extra query parameters of every `GET /v1/conversations` request, after `page` and `per_page`
+   * (e.g. `[['sort', 'last_activity_at'], ['order', 'desc']]` for an API that sorts on request).
+   * @defaultValue none
+   */
+  listParams?: readonly (readonly [string, string])[] | undefined;
+  /**
    * Requests per second across this client, an upper bound; 0 = no configured cap (a cap learned
    * from 429s and `RateLimit-*` headers still applies). @defaultValue 10
    */
@@ -190,6 +196,8 @@ export class ApiClient {
   readonly stats: ApiStats = { requests: 0, retries: 0, rateLimited: 0, networkErrors: 0, byStatus: {} };
   private readonly pool: Pool;
   private readonly basePath: string;
+  /** `&`-prefixed, encoded {@link ApiClientOptions.listParams} ('' when none). */
+  private readonly listQuery: string;
   private readonly headers: Record<string, string>;
   private readonly limiter: RateLimiter;
   private readonly clock: Clock;
@@ -202,6 +210,8 @@ export class ApiClient {
   constructor(private readonly opts: ApiClientOptions) {
     const url = new URL(opts.baseUrl);
     this.basePath = url.pathname.replace(/\/+$/, '');
+    const extra = new URLSearchParams(opts.listParams?.map(([k, v]): [string, string] => [k, v]) ?? []).toString();
+    this.listQuery = extra === '' ? '' : `&${extra}`;
     this.clock = opts.clock ?? systemClock;
     this.timeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxRetries = opts.maxRetries ?? 6;
@@ -244,7 +254,7 @@ export class ApiClient {
   async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
     let bound: { maxPage: number; meta: Meta } | undefined;
     for (let page = startPage; ; page++) {
-      const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}`;
+      const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}${this.listQuery}`;
       const context = { path, page };
       const what = `conversation list page ${page}`;
       const res = await this.getJson(path, {}, tally, what).catch((err: unknown) => {
@@ -618,6 +628,8 @@ export interface ApiConfig {
   maxRetries: number;
   /** Largest response body read, bytes (`CONVO_MIRROR_MAX_RESPONSE_BYTES`); see {@link ApiClientOptions.maxResponseBytes}. */
   maxResponseBytes: number;
+  /** Extra list parameters (`CONVO_MIRROR_LIST_PARAMS`); see {@link ApiClientOptions.listParams}. */
+  listParams?: readonly (readonly [string, string])[] | undefined;
 }
 
 /**
@@ -645,6 +657,7 @@ export function apiClientFromConfig(
     requestTimeoutMs: config.requestTimeoutMs,
     maxRetries: config.maxRetries,
     maxResponseBytes: config.maxResponseBytes,
+    listParams: config.listParams,
     ...(limiters ? { limiter: limiters.limiterFor(config.baseUrl, config.apiKey) } : {}),
     ...rest,
   });
