@@ -41,6 +41,7 @@ import type {
   ExportChange,
   LedgerEntry,
   LedgerHead,
+  ListOrder,
   MirrorAccess,
   MirrorOptions,
   PublishedFile,
@@ -59,6 +60,7 @@ export type {
   ExportChange,
   LedgerEntry,
   LedgerHead,
+  ListOrder,
   MirrorAccess,
   MirrorOptions,
   PublishedFile,
@@ -403,6 +405,25 @@ export class Mirror {
   }
 
   // ---------------------------------------------------------------- incremental sync
+
+  /**
+   * What the last complete listing of `accountId` found of the list's order (see `ListOrder`);
+   * undefined before any (or when the record cannot be read back).
+   */
+  listOrder(accountId: string): ListOrder | undefined {
+    const text = this.guard(() => this.status.meta(`list_order:${accountId}`));
+    if (text === undefined) return undefined;
+    try {
+      return JSON.parse(text) as ListOrder;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Records what a listing of `accountId` found of the list's order (replacing the previous record). */
+  recordListOrder(accountId: string, order: ListOrder): void {
+    this.write(() => this.status.setMeta(`list_order:${accountId}`, JSON.stringify(order)));
+  }
 
   /**
    * What the last complete crawl of a conversation left: its message count and the change signal

@@ -25,13 +25,27 @@ export type CountName = keyof typeof COUNTS;
 /** Typed statements of the mirror-wide reads. */
 export class MirrorStatus {
   private readonly id: Statement<[], { value: string }>;
+  private readonly getMeta: Statement<[key: string], { value: string }>;
+  private readonly putMeta: Statement<[key: string, value: string]>;
   private readonly counters: { [K in CountName]: Statement<[], { n: number }> };
 
   constructor(db: Db) {
     this.id = db.prepare(`SELECT value FROM mirror_meta WHERE key = 'mirror_id'`);
+    this.getMeta = db.prepare(`SELECT value FROM mirror_meta WHERE key = ?`);
+    this.putMeta = db.prepare(`INSERT INTO mirror_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`);
     const counters = {} as { [K in CountName]: Statement<[], { n: number }> };
     for (const name of Object.keys(COUNTS) as CountName[]) counters[name] = db.prepare(COUNTS[name]);
     this.counters = counters;
+  }
+
+  /** A `mirror_meta` value, or undefined. */
+  meta(key: string): string | undefined {
+    return this.getMeta.get(key)?.value;
+  }
+
+  /** Sets a `mirror_meta` value. */
+  setMeta(key: string, value: string): void {
+    this.putMeta.run(key, value);
   }
 
   /** The mirror's random id (32 hex digits), fixed at creation (migration 2). */

@@ -123,6 +123,22 @@ export interface ExportBatch {
  */
 export type ChangeStream = 'messages' | 'conversations' | 'runs';
 
+/**
+ * What the mirror remembers of the list's order, per account (`Mirror.listOrder`, in `mirror_meta`): the change
+ * field, whether the last complete listing was ordered by it (newest first), the newest signal that
+ * listing saw, and why it was not ordered.
+ */
+export interface ListOrder {
+  field: string;
+  ordered: boolean;
+  /** The newest (largest) signal the last complete listing saw; the early-stop threshold. */
+  newest: string | number | null;
+  /** When it was recorded, ISO 8601 UTC. */
+  at: string;
+  /** Why the list is not ordered (the first disorder seen). */
+  why?: string;
+}
+
 /** The head of the ledger's hash chain: the last batch record published. */
 export interface LedgerHead {
   /** The batch the record covers (its file is `_ledger/<batch_id padded to 12 digits>.json`). */

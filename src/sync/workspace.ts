@@ -20,6 +20,7 @@ import { addTally, declaredPages, newTally, type RequestTally } from '../api/cli
 import type { Conversation, Page } from '../api/schemas.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
+import { OrderTracker, type ListOrder } from './list-order.js';
 import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
 
 /** A conversation that failed after retries. */
@@ -204,6 +205,12 @@ export interface ListingResult {
   changeField?: string | undefined;
   /** Why the listing is incomplete (a transient failure or unsettled list), if it is. */
   failure?: Error;
+  /**
+   * The list is ordered by the change signal (newest first) and this incremental listing stopped
+   * once past everything that changed: `confirmed`, but nothing is re-checked (what a stopped
+   * listing cannot see, the next complete listing does).
+   */
+  stoppedEarly?: boolean;
 }
 
 /**
@@ -222,17 +229,25 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
   const seen = new Set<string>();
   const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0, tally: hooks.tally ?? newTally() };
   const stopped = () => hooks.stopped?.() === true || opts.signal?.aborted === true;
+  // An incremental listing may stop early when the last complete one found the list ordered.
+  const known = opts.confirmListing === false ? deps.mirror.listOrder(opts.accountId) : undefined;
   let lastPass = new Set<string>();
   try {
     while (out.passes < maxPasses && !stopped()) {
       if (out.passes > 0) await hooks.beforeNextPass?.();
       if (stopped()) break;
       out.passes++;
-      const pass = await listPass(deps, opts, hooks, { out, seen, stopped });
+      const pass = await listPass(deps, opts, hooks, { out, seen, stopped, known: out.passes === 1 ? known : undefined });
       lastPass = pass.ids;
-      log.info({ pass: out.passes, listed: pass.ids.size, new_ids: pass.fresh, total_count: pass.lastTotal, consistent: pass.consistent }, 'conversation list pass done');
+      log.info({ pass: out.passes, listed: pass.ids.size, new_ids: pass.fresh, total_count: pass.lastTotal, consistent: pass.consistent, stopped_early: pass.stoppedEarly }, 'conversation list pass done');
+      if (pass.stoppedEarly) {
+        out.confirmed = true;
+        out.stoppedEarly = true;
+        break;
+      }
       if ((out.passes === 1 && pass.consistent && opts.confirmListing === false) || (out.passes > 1 && pass.fresh === 0 && seen.size >= pass.lastTotal)) {
         out.confirmed = true;
+        recordOrder(deps, opts, out, pass, known);
         break;
       }
     }
@@ -242,7 +257,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
         passes: out.passes,
       });
     }
-    if (out.confirmed) {
+    if (out.confirmed && !out.stoppedEarly) {
       // Mirrored conversations the final pass no longer shows: check each again, even if it was
       // crawled already (it may have been deleted since); a 404 tombstones it.
       out.recheck = deps.mirror.liveConversationIds(opts.accountId).filter((id) => !lastPass.has(id));
@@ -257,6 +272,29 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
   return out;
 }
 
+/**
+ * After a complete listing: records in the mirror whether the list was ordered by the change
+ * field, newest first, and the newest signal seen (the next incremental listing's threshold);
+ * logs when that changes.
+ */
+function recordOrder(deps: SyncDeps, opts: WorkspaceOptions, out: ListingResult, pass: PassResult, before: ListOrder | undefined): void {
+  const field = out.changeField;
+  if (!field || !pass.order) return;
+  const order: ListOrder = {
+    field,
+    ordered: pass.order.ordered,
+    newest: pass.order.newest ?? null,
+    at: new Date(deps.clock.now()).toISOString(),
+    ...(pass.order.why ? { why: pass.order.why } : {}),
+  };
+  deps.mirror.recordListOrder(opts.accountId, order);
+  if (order.ordered && before?.ordered !== true) {
+    deps.logger.info({ field }, 'the conversation list is ordered by its change signal, newest first: incremental listings stop once past what changed');
+  } else if (!order.ordered && before?.ordered !== false) {
+    deps.logger.info({ field, why: order.why }, 'the conversation list is not ordered by its change signal: incremental listings read every page');
+  }
+}
+
 /** What one listing pass saw. */
 interface PassResult {
   /** Ids this pass listed (held-back pages included unless stopped). */
@@ -267,6 +305,12 @@ interface PassResult {
   lastTotal: number;
   /** Same `total_count` on every page, no id twice, at least `total_count` ids. */
   consistent: boolean;
+  /** Stopped once past everything that changed (an ordered list, an incremental listing). */
+  stoppedEarly: boolean;
+  /** An id came twice in this pass. */
+  duplicate: boolean;
+  /** What the pass found of the list's order by the change field (when there is one). */
+  order?: { ordered: boolean; newest: string | number | undefined; why: string | undefined };
 }
 
 /**
@@ -278,30 +322,13 @@ async function listPass(
   deps: SyncDeps,
   opts: WorkspaceOptions,
   hooks: ListHooks,
-  shared: { out: ListingResult; seen: Set<string>; stopped: () => boolean },
+  shared: { out: ListingResult; seen: Set<string>; stopped: () => boolean; known?: ListOrder | undefined },
 ): Promise<PassResult> {
   const { out, seen, stopped } = shared;
-  const pass: PassResult = { ids: new Set(), fresh: 0, lastTotal: 0, consistent: false };
+  const pass: PassResult = { ids: new Set(), fresh: 0, lastTotal: 0, consistent: false, stoppedEarly: false, duplicate: false };
+  let tracker: OrderTracker | undefined;
   const totals = new Set<number>();
-  let duplicate = false;
-  /** Stores one page and reports its ids. */
-  const take = (page: Page<Conversation>): void => {
-    const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
-    deps.afterCommit?.();
-    out.inserted += counts.inserted;
-    out.updated += counts.updated;
-    totals.add(page.meta.total_count);
-    pass.lastTotal = page.meta.total_count;
-    for (const c of page.data) {
-      if (pass.ids.has(c.id)) duplicate = true;
-      pass.ids.add(c.id);
-      if (!seen.has(c.id)) {
-        seen.add(c.id);
-        pass.fresh++;
-        hooks.onNewId?.(c.id);
-      }
-    }
-  };
+  const take = (page: Page<Conversation>): void => storePage(deps, opts, hooks, { out, seen, pass, totals }, page);
   // Pages beyond what the first page declared are the list growing while we page, or a list
   // that never ends: they are held back until the pass ends within its bound, so a runaway
   // list stores and crawls nothing it invented past its own total.
@@ -309,14 +336,83 @@ async function listPass(
   const held: Page<Conversation>[] = [];
   for await (const page of deps.api.conversations(1, out.tally)) {
     if (out.passes === 1 && page.page === 1) resolveFirstPage(deps, opts, hooks, out, page);
-    if (page.page === 1) declared = Math.max(1, declaredPages(page.meta));
+    if (page.page === 1) {
+      declared = Math.max(1, declaredPages(page.meta));
+      tracker = orderTracker(out, shared.known);
+    }
     if (page.page > declared) held.push(page);
     else take(page);
+    if (tracker && observeOrder(deps, opts, tracker, page, shared.known)) {
+      pass.stoppedEarly = true;
+      break;
+    }
     if (stopped()) break;
   }
-  if (!stopped()) for (const page of held) take(page);
-  pass.consistent = totals.size <= 1 && !duplicate && pass.ids.size >= pass.lastTotal;
+  if (!stopped() && !pass.stoppedEarly) for (const page of held) take(page);
+  pass.consistent = totals.size <= 1 && !pass.duplicate && pass.ids.size >= pass.lastTotal;
+  if (tracker) pass.order = { ordered: tracker.ordered, newest: tracker.newest, why: tracker.why };
   return pass;
+}
+
+/** Stores one page of a pass (one transaction) and reports its ids: new ones to `onNewId`. */
+function storePage(
+  deps: SyncDeps,
+  opts: WorkspaceOptions,
+  hooks: ListHooks,
+  at: { out: ListingResult; seen: Set<string>; pass: PassResult; totals: Set<number> },
+  page: Page<Conversation>,
+): void {
+  const { out, seen, pass, totals } = at;
+  const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
+  deps.afterCommit?.();
+  out.inserted += counts.inserted;
+  out.updated += counts.updated;
+  totals.add(page.meta.total_count);
+  pass.lastTotal = page.meta.total_count;
+  for (const c of page.data) {
+    if (pass.ids.has(c.id)) pass.duplicate = true;
+    pass.ids.add(c.id);
+    if (!seen.has(c.id)) {
+      seen.add(c.id);
+      pass.fresh++;
+      hooks.onNewId?.(c.id);
+    }
+  }
+}
+
+/** Whether a signal is a time (an ISO 8601 string, or anything `Date.parse` reads). */
+function isTime(s: string | number | null | undefined): s is string {
+  return typeof s === 'string' && !Number.isNaN(Date.parse(s));
+}
+
+/**
+ * The order tracker of a pass (when a change field is in use), with the early-stop threshold when
+ * the last complete listing found the list ordered by that same field.
+ */
+function orderTracker(out: ListingResult, known: ListOrder | undefined): OrderTracker | undefined {
+  const field = out.changeField;
+  if (!field) return undefined;
+  // Only a time is safe: a conversation that changes gets a signal newer than anything listed
+  // before. A count (messages_count) may grow and still be below the list's largest.
+  const usable = known?.ordered === true && known.field === field && isTime(known.newest) ? known.newest : undefined;
+  return new OrderTracker(field, usable);
+}
+
+/**
+ * Observes a page's order. A disorder seen while stopping early was allowed is recorded at once (so
+ * no later incremental listing relies on it) and the pass goes on to the end.
+ *
+ * @returns true when the pass may stop: two pages in a row (the second is the overlap for ties)
+ *   held only conversations older than everything the last complete listing saw
+ */
+function observeOrder(deps: SyncDeps, opts: WorkspaceOptions, tracker: OrderTracker, page: Page<Conversation>, known: ListOrder | undefined): boolean {
+  const wasOrdered = tracker.ordered;
+  tracker.observe(page.raw);
+  if (wasOrdered && !tracker.ordered && known?.ordered) {
+    deps.mirror.recordListOrder(opts.accountId, { ...known, ordered: false, at: new Date(deps.clock.now()).toISOString(), ...(tracker.why ? { why: tracker.why } : {}) });
+    deps.logger.warn({ field: known.field, why: tracker.why }, 'the conversation list is no longer ordered by its change signal: this listing reads every page, and so will the next ones');
+  }
+  return tracker.olderPages >= 2;
 }
 
 /** Resolves the change field from the first list page of the first pass and reports it. */
