@@ -113,7 +113,8 @@ function listingFigures(l: ListingResult): ListingFigures {
 /** Adds one child job per conversation (deterministic ids: adding twice adds nothing). @returns how many */
 async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number, listing: ListingResult): Promise<number> {
   const recheck = new Set(listing.recheck);
-  const ids = [...new Set([...listing.seen, ...listing.recheck])];
+  // An early-stopped listing's `retry`: not listed, but their last crawl failed (asked again, no 404 tombstone).
+  const ids = [...new Set([...listing.seen, ...listing.recheck, ...(listing.retry ?? [])])];
   const opts = jobOptions(d.policy);
   const full = job.data.mode === 'full';
   await d.queue.addBulk(

@@ -102,6 +102,26 @@ describe('incremental listings of an ordered list stop early', () => {
     expect(h.mirror.listOrder(ACCOUNT_ID)!.ordered).toBe(true);
   });
 
+  it('a conversation whose crawl failed, deep in the list, is asked about again by the next (stopped) listing', async () => {
+    const ws = orderedWorkspace(1000);
+    const h = await start({ workspace: ws, client: { maxRetries: 1 } });
+    const deep = ws.list()[600]!;
+    h.fake.injectFault({ kind: 'status', status: 503, match: { path: `/v1/conversations/${deep.id}/messages` }, times: Infinity });
+    const first = await h.sync();
+    expect(first.failures.map((f) => f.id)).toEqual([deep.id]);
+    expect(h.mirror.listOrder(ACCOUNT_ID)!.ordered).toBe(true);
+    h.fake.clearFaults();
+    const before = h.fake.requests.length;
+    const second = await h.sync();
+    expect(listRequests(h, before)).toBe(3); // page 1 holds the newest (not older), pages 2 and 3 are older
+    // the only messages request is the one for the conversation that failed: the rest were skipped on their signal
+    expect(h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => r.path)).toEqual([`/v1/conversations/${deep.id}/messages`]);
+    expect(second.failures).toEqual([]);
+    expect(h.fake.requests.slice(before).filter((r) => r.path === `/v1/conversations/${deep.id}/messages`)).toHaveLength(1);
+    const eq = mirrorEqualsFake(h.mirror, ws);
+    expect(eq.ok, eq.detail).toBe(true);
+  });
+
   it('a list that stops being sorted turns it off (the listing reads every page and says why), and a sorted complete listing turns it on again', async () => {
     const ws = orderedWorkspace(500);
     const h = await start({ workspace: ws });

@@ -52,6 +52,7 @@ export class Conversations {
   private readonly setSignal: Statement<[signal: string | null, ...Key]>;
   private readonly stateOf: Statement<Key, CrawlStateRow>;
   private readonly live: Statement<[accountId: string], { id: string }>;
+  private readonly unsettled: Statement<[accountId: string], { id: string }>;
   private readonly liveCount: Statement<[accountId: string], { n: number }>;
 
   constructor(
@@ -76,6 +77,9 @@ export class Conversations {
     this.setSignal = db.prepare(`UPDATE conversations SET crawled_signal = ? WHERE account_id = ? AND id = ?`);
     this.stateOf = db.prepare(`SELECT message_count, crawled_signal, raw FROM conversations WHERE account_id = ? AND id = ? AND deleted_at IS NULL`);
     this.live = db.prepare(`SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL ORDER BY id`);
+    this.unsettled = db.prepare(
+      `SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL AND (crawled_signal IS NULL OR message_count IS NULL) ORDER BY id`,
+    );
     this.liveCount = db.prepare(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`);
   }
 
@@ -165,6 +169,14 @@ export class Conversations {
   /** Ids of live conversations, sorted. */
   liveIds(accountId: string): string[] {
     return this.live.all(accountId).map((r) => r.id);
+  }
+
+  /**
+   * Ids of live conversations with no completed crawl at a known change signal (never crawled to
+   * the end, or their last crawl failed and forgot its baseline), sorted.
+   */
+  unsettledIds(accountId: string): string[] {
+    return this.unsettled.all(accountId).map((r) => r.id);
   }
 
   /** How many conversations of the account are live. */

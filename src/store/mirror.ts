@@ -330,6 +330,15 @@ export class Mirror {
   }
 
   /**
+   * Ids of live conversations whose last crawl did not complete at a known change signal (never
+   * crawled to the end, or failed: see {@link forgetCrawlBaseline}): an incremental listing that
+   * stops early crawls them even though it did not list them.
+   */
+  unsettledConversationIds(accountId: string): string[] {
+    return this.guard(() => this.conversations.unsettledIds(accountId));
+  }
+
+  /**
    * Tombstones a conversation the API answered 404 for, and its live messages, in one transaction,
    * with `delete` change-log rows (the messages' first). Nothing is hard-deleted.
    */

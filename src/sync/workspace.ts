@@ -157,6 +157,8 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     // Re-checks always ask the API (no change-signal skip): the complete listing no longer shows
     // them, so for them alone a 404 means the conversation was deleted.
     if (!crawl.stopped) for (const id of listing.recheck) crawl.enqueue(id, { again: true, noSkip: true, unlisted: true });
+    // An early-stopped listing did not reach them, but their last crawl failed: ask again.
+    if (!crawl.stopped) for (const id of listing.retry ?? []) crawl.enqueue(id, { noSkip: true });
   } catch (err) {
     if (isFatal(err)) crawl.stop(err);
     else throw err;
@@ -211,6 +213,13 @@ export interface ListingResult {
    * listing cannot see, the next complete listing does).
    */
   stoppedEarly?: boolean;
+  /**
+   * With `stoppedEarly`: mirrored conversations the stopped listing did not reach whose last crawl
+   * did not complete (a failure forgot its baseline): crawl them anyway, as the next incremental
+   * sync of a failed conversation always does. A 404 does not tombstone them (they were not shown
+   * missing by a complete listing).
+   */
+  retry?: string[];
 }
 
 /**
@@ -243,6 +252,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       if (pass.stoppedEarly) {
         out.confirmed = true;
         out.stoppedEarly = true;
+        out.retry = deps.mirror.unsettledConversationIds(opts.accountId).filter((id) => !seen.has(id));
         break;
       }
       if ((out.passes === 1 && pass.consistent && opts.confirmListing === false) || (out.passes > 1 && pass.fresh === 0 && seen.size >= pass.lastTotal)) {
