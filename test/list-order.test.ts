@@ -164,6 +164,18 @@ describe('incremental listings of an ordered list stop early', () => {
     expect(eq.ok, eq.detail).toBe(true);
   });
 
+  it('a signal later than the listing itself (a bogus future date) is not taken as the threshold: at most the time the listing began', async () => {
+    const ws = orderedWorkspace(400);
+    ws.list()[0]!.data['last_activity_at'] = '2999-01-01T00:00:00.000Z';
+    const h = await start({ workspace: ws });
+    const t0 = Date.now();
+    await h.sync();
+    const order = h.mirror.listOrder(ACCOUNT_ID)!;
+    expect(order.ordered).toBe(true);
+    expect(Date.parse(String(order.newest))).toBeGreaterThanOrEqual(t0 - 1000);
+    expect(Date.parse(String(order.newest))).toBeLessThanOrEqual(Date.now());
+  });
+
   it('without a change signal nothing is recorded and every page is read', async () => {
     const ws = orderedWorkspace(300);
     const h = await start({ workspace: ws });

@@ -20,7 +20,7 @@ import { addTally, declaredPages, newTally, type RequestTally } from '../api/cli
 import type { Conversation, Page } from '../api/schemas.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
 import { syncConversation, type ConversationResult } from './conversation.js';
-import { OrderTracker, type ListOrder } from './list-order.js';
+import { OrderTracker, compareSignals, type ListOrder } from './list-order.js';
 import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
 
 /** A conversation that failed after retries. */
@@ -290,10 +290,15 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
 function recordOrder(deps: SyncDeps, opts: WorkspaceOptions, out: ListingResult, pass: PassResult, before: ListOrder | undefined): void {
   const field = out.changeField;
   if (!field || !pass.order) return;
+  // A time later than when the pass began is not trusted as the threshold (a bogus future date
+  // would hide every change below it): the threshold is at most that time.
+  const began = new Date(pass.startedMs).toISOString();
+  const seenNewest = pass.order.newest ?? null;
+  const newest = isTime(seenNewest) && (compareSignals(seenNewest, began) ?? 0) > 0 ? began : seenNewest;
   const order: ListOrder = {
     field,
     ordered: pass.order.ordered,
-    newest: pass.order.newest ?? null,
+    newest,
     at: new Date(deps.clock.now()).toISOString(),
     ...(pass.order.why ? { why: pass.order.why } : {}),
   };
@@ -319,6 +324,8 @@ interface PassResult {
   stoppedEarly: boolean;
   /** An id came twice in this pass. */
   duplicate: boolean;
+  /** When the pass began (the clock's epoch ms). */
+  startedMs: number;
   /** What the pass found of the list's order by the change field (when there is one). */
   order?: { ordered: boolean; newest: string | number | undefined; why: string | undefined };
 }
@@ -335,7 +342,7 @@ async function listPass(
   shared: { out: ListingResult; seen: Set<string>; stopped: () => boolean; known?: ListOrder | undefined },
 ): Promise<PassResult> {
   const { out, seen, stopped } = shared;
-  const pass: PassResult = { ids: new Set(), fresh: 0, lastTotal: 0, consistent: false, stoppedEarly: false, duplicate: false };
+  const pass: PassResult = { ids: new Set(), fresh: 0, lastTotal: 0, consistent: false, stoppedEarly: false, duplicate: false, startedMs: deps.clock.now() };
   let tracker: OrderTracker | undefined;
   const totals = new Set<number>();
   const take = (page: Page<Conversation>): void => storePage(deps, opts, hooks, { out, seen, pass, totals }, page);
