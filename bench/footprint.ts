@@ -44,9 +44,11 @@ export function storageFootprint(dbPath: string): StorageFootprint {
     const one = <T>(sql: string): T => db.prepare(sql).get() as T;
     const pageBytes = one<{ n: number }>(`SELECT (SELECT page_count FROM pragma_page_count()) * (SELECT page_size FROM pragma_page_size()) AS n`).n;
     const m = one<{ n: number; raw: number }>(`SELECT count(*) AS n, coalesce(sum(length(CAST(raw AS BLOB))), 0) AS raw FROM messages WHERE deleted_at IS NULL`);
+    // Schema 8 keeps payloads in change_payloads (pruned once published); older ones in change_log.
+    const payloadTable = one<{ n: number }>(`SELECT count(*) AS n FROM sqlite_master WHERE name = 'change_payloads'`).n > 0 ? 'change_payloads' : 'change_log';
     const payload = one<{ b: number }>(
       `SELECT coalesce(sum(length(CAST(coalesce(record, '') AS BLOB)) + length(CAST(coalesce(line, '') AS BLOB))), 0) AS b
-       FROM change_log WHERE seq <= (SELECT watermark FROM export_state WHERE id = 1)`,
+       FROM ${payloadTable} WHERE seq <= (SELECT watermark FROM export_state WHERE id = 1)`,
     ).b;
     const perMessage = m.n > 0 ? pageBytes / m.n : 0;
     const rawPer = m.n > 0 ? m.raw / m.n : 0;

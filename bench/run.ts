@@ -42,7 +42,7 @@ import { FakeWorkspace } from '../src/fake-api/index.js';
 import { Mirror } from '../src/store/mirror.js';
 import { runSync, type RunSummary } from '../src/run/index.js';
 import { publicationSection } from './publication.js';
-import { listingSection, storageFootprint } from './footprint.js';
+import { listingSection, storageFootprint, type StorageFootprint } from './footprint.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */
@@ -485,9 +485,42 @@ async function fullSyncSection(url: string, dbPath: string, exportDir: string, r
   rows.push([
     'mirror bytes per message',
     `${store.dbBytesPerMessage} B`,
-    `raw JSON ${store.rawBytesPerMessage} B: ${store.dbOverRaw}× (${store.liveMessages} messages, ${mb(store.dbBytes)} MB; published change-log payload ${mb(store.publishedChangeLogPayloadBytes)} MB)`,
+    `raw JSON ${store.rawBytesPerMessage} B: ${store.dbOverRaw}× (${target(store.dbOverRaw <= LEAN_TARGET, `≤ ${LEAN_TARGET}×`)}; ${store.liveMessages} messages, ${mb(store.dbBytes)} MB; published change-log payload ${mb(store.publishedChangeLogPayloadBytes)} MB)`,
   ]);
   return full;
+}
+
+/** Simulated days of change after the full sync, and the conversations changed each day (1 %). */
+const SIMULATED_DAYS = 30;
+/** Target of the lean mirror (issue 12): database bytes per live message over raw JSON bytes. */
+const LEAN_TARGET = 2.5;
+
+/**
+ * Thirty incremental syncs, each after 1 % of the conversations (a different slice each day) got
+ * 3 new messages, each publishing its changes; then the mirror's bytes per message again: the
+ * footprint must stay steady as the history grows, not creep with the change log.
+ */
+async function thirtyDaysSection(url: string, dbPath: string, exportDir: string, ids: string[], results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
+  const perDay = Math.max(1, Math.round(ids.length / 100));
+  log(`${SIMULATED_DAYS} simulated days, ${perDay} conversations changed a day…`);
+  let requests = 0;
+  let inserted = 0;
+  const t0 = performance.now();
+  for (let day = 0; day < SIMULATED_DAYS; day++) {
+    for (let k = 0; k < perDay; k++) await appendMessages(url, ids[(day * perDay + k) % ids.length]!, 3);
+    const r = await timedSync(url, dbPath, exportDir, false);
+    requests += r.requests;
+    inserted += r.summary.messages.inserted;
+  }
+  const before = results.storage as StorageFootprint;
+  const after = storageFootprint(dbPath);
+  results.storageAfter30Days = { ...after, days: SIMULATED_DAYS, conversationsChangedPerDay: perDay, messagesInserted: inserted, requests, wallMs: round(performance.now() - t0, 0) };
+  rows.push([
+    `mirror bytes per message after ${SIMULATED_DAYS} days of 1 % change`,
+    `${after.dbBytesPerMessage} B`,
+    `raw ${after.rawBytesPerMessage} B: ${after.dbOverRaw}× (${target(after.dbOverRaw <= LEAN_TARGET, `≤ ${LEAN_TARGET}×`)}); ` +
+      `${inserted} messages added by ${requests} requests; day 0: ${before.dbOverRaw}×`,
+  ]);
 }
 
 /** Sections 1-4: full sync, HTTP ceiling, incremental with nothing changed, incremental with 1 % changed. */
@@ -550,6 +583,9 @@ async function syncSections(dir: string, results: Record<string, unknown>, rows:
       `${inc1.requests} requests, ${round(inc1.wallMs / 1000, 2)} s`,
       `${inc1.summary.messages.inserted}/${picked.length * 3} new messages mirrored; ≤ ${listPages + picked.length} with a change signal`,
     ]);
+
+    // 4b. Thirty simulated days of 1 % daily change, then the footprint again.
+    await thirtyDaysSection(fake.url, dbPath, exportDir, ids, results, rows);
   } finally {
     await fake.stop();
   }

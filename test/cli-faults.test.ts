@@ -103,21 +103,19 @@ describe('SIGKILL during export publication, then re-run', () => {
     const env = cliEnv(fake, dir, { LOG_LEVEL: 'warn', CONVO_MIRROR_CONCURRENCY: '8' });
     const today = new Date().toISOString().slice(0, 10);
     try {
-      // A complete first sync, then its batch is put back to "planned, not published" with the
-      // messages files removed: the state of a crash after the conversations partition was renamed
-      // into place and before the messages partition was.
+      // A first sync whose publication is refused (a manifest.json convo-mirror did not write sits
+      // in the export directory): everything is mirrored and nothing is published or planned.
+      // Mirrored changes keep their payloads until a publication is recorded, so this is the state
+      // every crash before the first rename leaves.
+      fs.mkdirSync(exportDir, { mode: 0o700 });
+      fs.writeFileSync(path.join(exportDir, 'manifest.json'), 'not a manifest');
       const first = await run(['sync'], env);
-      expect(first.code, first.stderr).toBe(0);
+      expect(first.code, first.stderr).toBe(1);
+      expect(first.stderr).toMatch(/manifest\.json is not a convo-mirror manifest/);
+      fs.rmSync(path.join(exportDir, 'manifest.json'));
       withMirror(db, (m) => {
-        // Batch 1 holds the sync's changes, batch 2 its runs line: the crash came before batch 2 was planned.
-        for (const { path: rel } of sqlAll<{ path: string }>(m, `SELECT path FROM export_files WHERE batch_id = 2 OR stream = 'messages'`)) fs.rmSync(path.join(exportDir, rel));
-        for (const id of [1, 2]) fs.rmSync(path.join(exportDir, '_ledger', `${String(id).padStart(12, '0')}.json`));
-        sqlRun(m, `DELETE FROM export_files WHERE batch_id = 2`);
-        sqlRun(m, `DELETE FROM export_batches WHERE id = 2`);
-        sqlRun(m, `DELETE FROM ledger`);
-        sqlRun(m, `UPDATE export_batches SET published_at = NULL WHERE id = 1`);
-        sqlRun(m, `UPDATE export_state SET watermark = 0 WHERE id = 1`);
-        sqlRun(m, `DELETE FROM export_files WHERE batch_id = 1`);
+        expect(sqlValue(m, `SELECT count(*) FROM export_batches`)).toBe(0);
+        expect(sqlValue(m, `SELECT count(*) FROM change_payloads`)).toBe(sqlValue(m, `SELECT count(*) FROM change_log`));
       });
       // The publication is then killed for real at the failpoint before the messages file's
       // rename: its temp file is written and fsynced in .convo-mirror-tmp/, nothing is recorded.

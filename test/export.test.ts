@@ -268,35 +268,33 @@ describe('verifyExports', () => {
 });
 
 describe('publishChanges', () => {
-  /** Removes a published batch's rows in SQLite (files, ledger entry) and its files and record on disk. */
-  function forgetBatch(h: Harness, id: number, o: { keepPlan: boolean }): string[] {
-    const paths = sqlAll<{ path: string }>(h.mirror, `SELECT path FROM export_files WHERE batch_id = ?`, id).map((r) => r.path);
-    const record = `_ledger/${String(id).padStart(12, '0')}.json`;
-    sqlRun(h.mirror, `DELETE FROM export_files WHERE batch_id = ?`, id);
-    sqlRun(h.mirror, `DELETE FROM ledger WHERE batch_id = ?`, id);
-    if (o.keepPlan) sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, id);
-    else sqlRun(h.mirror, `DELETE FROM export_batches WHERE id = ?`, id);
-    for (const p of [...paths, record]) fs.rmSync(path.join(h.exportDir, p));
-    return paths;
-  }
-
   /**
-   * Turns the last batch holding data (not only runs lines) back into "planned, not published", as a
-   * crash in its publication would leave it: later batches (the run's own line) are forgotten as if
-   * never planned, its files and record removed.
+   * Syncs what changed without publishing, then publishes up to the `before-record` failpoint (data
+   * files, batch record and manifest written and fsynced, nothing recorded in SQLite: a crash
+   * there), and removes the batch's files and record again so that a re-publication must rebuild
+   * them from the mirror. Returns the batch and the bytes it had published.
    */
-  function unpublishLastBatch(h: Harness): { batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; record: Buffer } {
-    const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(
-      h.mirror,
-      `SELECT id, first_seq, last_seq FROM export_batches WHERE id IN (SELECT batch_id FROM export_files WHERE stream <> 'runs') ORDER BY id DESC LIMIT 1`,
-    )!;
-    for (const later of sqlAll<{ id: number }>(h.mirror, `SELECT id FROM export_batches WHERE id > ? ORDER BY id DESC`, batch.id)) forgetBatch(h, later.id, { keepPlan: false });
-    const paths = sqlAll<{ path: string }>(h.mirror, `SELECT path FROM export_files WHERE batch_id = ?`, batch.id).map((r) => r.path);
+  async function interruptPublication(h: Harness): Promise<{ batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; record: Buffer }> {
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    class Crash extends Error {}
+    expect(() =>
+      publishChanges(h.mirror, {
+        exportDir: h.exportDir,
+        failpoint: (p) => {
+          if (p === 'before-record') throw new Crash();
+        },
+      }),
+    ).toThrow(Crash);
+    const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(h.mirror, `SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL`)!;
+    // Unpublished: every change of the batch keeps its payload; everything published before has none.
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads WHERE seq BETWEEN ? AND ?`, batch.first_seq, batch.last_seq)).toBe(batch.last_seq - batch.first_seq + 1);
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads WHERE seq < ?`, batch.first_seq)).toBe(0);
+    const recordRel = `_ledger/${String(batch.id).padStart(12, '0')}.json`;
+    const record = fs.readFileSync(path.join(h.exportDir, recordRel));
+    const paths = (JSON.parse(record.toString('utf8')) as { files: { path: string }[] }).files.map((f) => f.path);
     expect(paths.length).toBeGreaterThan(0);
     const files = new Map(paths.map((p) => [p, fs.readFileSync(path.join(h.exportDir, p))]));
-    const record = fs.readFileSync(path.join(h.exportDir, `_ledger/${String(batch.id).padStart(12, '0')}.json`));
-    forgetBatch(h, batch.id, { keepPlan: true });
-    sqlRun(h.mirror, `UPDATE export_state SET watermark = ? WHERE id = 1`, batch.first_seq - 1);
+    for (const p of [...paths, recordRel]) fs.rmSync(path.join(h.exportDir, p));
     return { batch, files, record };
   }
 
@@ -308,13 +306,11 @@ describe('publishChanges', () => {
     ws.editMessage(c.id, c.messages[7]!.id, 'changed');
     ws.deleteMessage(c.id, c.messages[9]!.id);
     ws.appendMessages(c.id, 3);
-    await h.sync();
-    const { batch, files, record } = unpublishLastBatch(h);
     const firstBatchFiles = jsonlFiles(h.exportDir);
+    const { batch, files, record } = await interruptPublication(h);
 
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.resumed).toBe(true);
-    // the interrupted batch, then the rest (the run's own line, never published)
     expect(res.watermark).toBe(maxSeq(h));
     const again1 = res.files.filter((f) => f.batch_id === batch.id);
     expect(again1.map((f) => f.path).sort()).toEqual([...files.keys()].sort());
@@ -330,6 +326,9 @@ describe('publishChanges', () => {
     expect(seqs.length).toBe(maxSeq(h));
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
     expect(sqlValue(h.mirror, `SELECT count(*) FROM export_batches WHERE published_at IS NULL`)).toBe(0);
+    // recorded: the payloads are pruned, the change-log rows stay
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads`)).toBe(0);
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM change_log`)).toBe(maxSeq(h));
 
     // and a further call has nothing to do
     const again = publishChanges(h.mirror, { exportDir: h.exportDir });
@@ -340,7 +339,8 @@ describe('publishChanges', () => {
     const ws = FakeWorkspace.fromCounts([40, 130]);
     const h = await start({ workspace: ws });
     await h.sync();
-    const { files } = unpublishLastBatch(h);
+    ws.appendMessages(ws.list()[1]!.id, 2);
+    const { files } = await interruptPublication(h);
     const c = ws.list()[0]!;
     ws.editMessage(c.id, c.messages[1]!.id, 'changed after the crash');
     const s = await h.sync();
@@ -455,19 +455,26 @@ describe('one export directory per mirror', () => {
     const ws = FakeWorkspace.fromCounts([30]);
     const h = await start({ workspace: ws });
     await h.sync();
-    const files = jsonlFiles(h.exportDir);
-    const [rel, bytes] = [...files.entries()].find(([k]) => k.startsWith('messages/'))!;
-    // Simulate the batch being planned again while a different file already sits at its name.
+    // A batch published up to the `before-record` failpoint (a crash before SQLite recorded it), so
+    // the next publication plans it again while a different file now sits at one of its names.
+    ws.appendMessages(ws.list()[0]!.id, 3);
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    class Crash extends Error {}
+    expect(() =>
+      publishChanges(h.mirror, {
+        exportDir: h.exportDir,
+        failpoint: (p) => {
+          if (p === 'before-record') throw new Crash();
+        },
+      }),
+    ).toThrow(Crash);
+    const batch = sqlGet<{ id: number; first_seq: number }>(h.mirror, `SELECT id, first_seq FROM export_batches WHERE published_at IS NULL`)!;
+    const record = JSON.parse(fs.readFileSync(path.join(h.exportDir, `_ledger/${String(batch.id).padStart(12, '0')}.json`), 'utf8')) as { files: { path: string }[] };
+    const rel = record.files.map((f) => f.path).find((p) => p.startsWith('messages/'))!;
+    const bytes = fs.readFileSync(path.join(h.exportDir, rel));
     fs.rmSync(path.join(h.exportDir, MANIFEST));
+    fs.rmSync(path.join(h.exportDir, rel));
     fs.writeFileSync(path.join(h.exportDir, rel), 'not what the mirror would write\n');
-    const batch = sqlGet<{ id: number; first_seq: number }>(h.mirror, `SELECT id, first_seq FROM export_batches WHERE id = (SELECT batch_id FROM export_files WHERE path = ?)`, rel)!;
-    for (const later of sqlAll<{ id: number }>(h.mirror, `SELECT id FROM export_batches WHERE id >= ? ORDER BY id DESC`, batch.id)) {
-      sqlRun(h.mirror, `DELETE FROM export_files WHERE batch_id = ?`, later.id);
-      sqlRun(h.mirror, `DELETE FROM ledger WHERE batch_id = ?`, later.id);
-      if (later.id > batch.id) sqlRun(h.mirror, `DELETE FROM export_batches WHERE id = ?`, later.id);
-    }
-    sqlRun(h.mirror, `UPDATE export_batches SET published_at = NULL WHERE id = ?`, batch.id);
-    sqlRun(h.mirror, `UPDATE export_state SET watermark = ?`, batch.first_seq - 1);
     expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(/refusing to replace the published export file/);
     expect(fs.readFileSync(path.join(h.exportDir, rel), 'utf8')).toBe('not what the mirror would write\n');
     expect(bytes.length).toBeGreaterThan(0);

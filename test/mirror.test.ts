@@ -14,7 +14,7 @@ import type { Clock } from '../src/clock.js';
 import { exportLine } from '../src/export/lines.js';
 import { publishChanges, verifyExports } from '../src/export/exporter.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
-import { ACCOUNT_ID, harness, quietLogger, mirrorEqualsFake, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harness, quietLogger, mirrorEqualsFake, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 import { sweepInterruptedRuns } from '../src/run/index.js';
 import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
 import { testClock } from './clock.js';
@@ -183,7 +183,7 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
     const m = openMirror(file, movingClock());
     expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
     expect(MIGRATIONS.length).toBeGreaterThanOrEqual(6);
-    expect(sqlAll(m, `SELECT seq, stream, op, conversation_id, record_id, synced_at, line, record FROM change_log ORDER BY seq`)).toEqual(
+    expect(sqlAll(m, `SELECT seq, stream, op, conversation_id, record_id, synced_at, line, record FROM change_log LEFT JOIN change_payloads USING (seq) ORDER BY seq`)).toEqual(
       LEGACY.map((r) => ({ ...r, record: null })),
     );
 
@@ -194,7 +194,7 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
     const msg = { id: 'm9', content: 'new', visibility: 'global', sender: { id: 'u1', name: 'Ann', type: 'Customer' }, created_at: '2026-01-15T11:00:00Z' };
     const served: Page<Message> = { page: 1, data: [msg], raw: [msg], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
     m.commitMessagesPage('acct', 'c2', served, null);
-    expect(sqlAll(m, `SELECT seq, stream, line, record FROM change_log WHERE seq > 3 ORDER BY seq`)).toEqual([
+    expect(sqlAll(m, `SELECT seq, stream, line, record FROM change_log LEFT JOIN change_payloads USING (seq) WHERE seq > 3 ORDER BY seq`)).toEqual([
       { seq: 8, stream: 'conversations', line: null, record: JSON.stringify(conv) },
       { seq: 9, stream: 'messages', line: null, record: JSON.stringify(msg) },
     ]);
@@ -232,14 +232,72 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
     const m = openMirror(file);
     const conv = { id: 'c1' };
     m.upsertConversations('acct', { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
-    expect(sqlAll(m, `SELECT seq, line, record FROM change_log`)).toEqual([{ seq: 1, line: null, record: '{"id":"c1"}' }]);
+    expect(sqlAll(m, `SELECT seq, line, record FROM change_log LEFT JOIN change_payloads USING (seq)`)).toEqual([{ seq: 1, line: null, record: '{"id":"c1"}' }]);
   });
 
-  it('a change-log row needs a record or a line', () => {
+  it('a change payload needs a record or a line', () => {
     const m = openMirror(dbFile());
-    expect(() =>
-      sqlRun(m, `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at) VALUES ('messages', 'insert', 'a', 'c', 'm', 'x')`),
-    ).toThrow(/CHECK constraint failed/);
+    expect(() => sqlRun(m, `INSERT INTO change_payloads (seq) VALUES (1)`)).toThrow(/CHECK constraint failed/);
+  });
+});
+
+describe('migration 8: a lean mirror', () => {
+  const served = { id: 'm1', content: 'hi\nthere', visibility: 'global', sender: { id: 'u1', name: 'Ann', type: 'Customer' }, attachments: [{ url: 'x' }], created_at: '2025-06-01T09:00:00Z' };
+
+  it('a new mirror stores raw only (the derived columns are computed from it), has no position index, and incremental auto-vacuum', () => {
+    const m = openMirror(dbFile());
+    expect(sqlValue(m, `PRAGMA auto_vacuum`)).toBe(2);
+    const page: Page<Message> = { page: 1, data: [served as Message], raw: [served], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
+    m.commitMessagesPage('acct', 'c1', page, null);
+    expect(sqlGet(m, `SELECT content, visibility, sender_id, sender_name, sender_type, attachments, created_at FROM messages`)).toEqual({
+      content: 'hi\nthere', visibility: 'global', sender_id: 'u1', sender_name: 'Ann', sender_type: 'Customer', attachments: '[{"url":"x"}]', created_at: '2025-06-01T09:00:00Z',
+    });
+    // hidden = 2: a VIRTUAL generated column, nothing on disk
+    const cols = sqlAll<{ name: string; hidden: number }>(m, `SELECT name, hidden FROM pragma_table_xinfo('messages')`);
+    expect(cols.filter((c) => c.hidden === 0).map((c) => c.name)).toEqual(['account_id', 'conversation_id', 'id', 'position', 'raw', 'first_seen_at', 'updated_at', 'deleted_at']);
+    expect(cols.filter((c) => c.hidden === 2).map((c) => c.name)).toEqual(['content', 'visibility', 'sender_id', 'sender_name', 'sender_type', 'attachments', 'created_at']);
+    expect(sqlValue(m, `SELECT count(*) FROM sqlite_master WHERE name = 'messages_by_position'`)).toBe(0);
+    expect(m.messageIdAt('acct', 'c1', 0)).toBe('m1');
+  });
+
+  it('a v7 mirror migrates to 8: published payloads dropped, unpublished ones kept byte for byte, every seq and the counter carried over, the file vacuumed once', () => {
+    const file = dbFile();
+    const db = new Database(file);
+    db.pragma('journal_mode = WAL');
+    for (const mig of MIGRATIONS.slice(0, 7)) db.exec(mig);
+    db.pragma('user_version = 7');
+    db.prepare(`INSERT INTO messages (account_id, conversation_id, id, position, content, visibility, sender_id, sender_name, sender_type, attachments, created_at, raw, first_seen_at, updated_at)
+                VALUES ('acct', 'c1', 'm1', 0, 'hi', 'global', 'u1', 'Ann', 'Customer', NULL, '2025-06-01T09:00:00Z', ?, 'x', 'x')`).run(JSON.stringify(served));
+    const ins = db.prepare(`INSERT INTO change_log (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record)
+                            VALUES (?, 'messages', 'insert', 'acct', 'c1', ?, '2025-06-01T10:00:00.000Z', NULL, NULL, ?)`);
+    for (let seq = 1; seq <= 4; seq++) ins.run(seq, `m${seq}`, `{"id":"m${seq}","n":${seq}}`);
+    db.prepare(`UPDATE export_state SET watermark = 2`).run();
+    db.prepare(`UPDATE sqlite_sequence SET seq = 9 WHERE name = 'change_log'`).run();
+    expect(db.pragma('auto_vacuum', { simple: true })).toBe(0);
+    db.close();
+
+    const m = openMirror(file);
+    expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
+    expect(sqlValue(m, `PRAGMA auto_vacuum`)).toBe(2);
+    expect(sqlAll(m, `SELECT seq, record_id FROM change_log ORDER BY seq`)).toEqual([1, 2, 3, 4].map((seq) => ({ seq, record_id: `m${seq}` })));
+    expect(sqlAll(m, `SELECT seq, record, line FROM change_payloads ORDER BY seq`)).toEqual([
+      { seq: 3, record: '{"id":"m3","n":3}', line: null },
+      { seq: 4, record: '{"id":"m4","n":4}', line: null },
+    ]);
+    expect(sqlGet(m, `SELECT raw, content, sender_name FROM messages`)).toEqual({ raw: JSON.stringify(served), content: 'hi\nthere', sender_name: 'Ann' });
+    // the next change gets a seq after the old counter
+    m.upsertConversations('acct', { page: 1, data: [{ id: 'c1' }], raw: [{ id: 'c1' }], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
+    expect(sqlValue(m, `SELECT max(seq) FROM change_log`)).toBe(10);
+  });
+
+  it('a recorded publication prunes the payloads it published and gives the freed pages back to the file system', async () => {
+    const ws = FakeWorkspace.fromCounts([130, 40]);
+    const h = await start({ workspace: ws });
+    const s = await h.sync();
+    expect(s.export.lines).toBeGreaterThan(170);
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads`)).toBe(0);
+    expect(sqlValue(h.mirror, `SELECT count(*) FROM change_log`)).toBe(sqlValue(h.mirror, `SELECT watermark FROM export_state`));
+    expect(sqlValue(h.mirror, `PRAGMA freelist_count`)).toBe(0);
   });
 });
 
@@ -279,8 +337,10 @@ describe('edits and unchanged rows', () => {
     expect(updates.length).toBe(1);
     expect(updates[0]!.record_id).toBe(msg.id);
     expect(updates[0]!.conversation_id).toBe(conv.id);
-    expect(updates[0]!.record).toBe(JSON.stringify(msg));
-    expect(JSON.parse(exportLine(updates[0]!)).content).toBe(msg.content);
+    // Published and recorded: the payload is pruned, the export line is the copy.
+    expect(updates[0]!.record).toBeNull();
+    const exported = readExportLines(h.exportDir, 'messages').filter((l) => l.seq === updates[0]!.seq);
+    expect(exported).toEqual([expect.objectContaining({ op: 'update', id: msg.id, content: 'Edited: the refund went through ✅\nsecond line' })]);
 
     const hist = sqlAll(h.mirror, `SELECT account_id, conversation_id, id, raw, valid_from, valid_to, replaced_by_seq FROM message_history`);
     expect(hist).toEqual([

@@ -459,8 +459,8 @@ describe('a conversation back from a tombstone', () => {
     expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
     const last = sqlGet<ExportChange & { run_id: number }>(
       m,
-      `SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line, run_id
-       FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq DESC LIMIT 1`,
+      `SELECT c.seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line, run_id
+       FROM change_log c JOIN change_payloads p ON p.seq = c.seq WHERE stream = 'conversations' AND record_id = ? ORDER BY c.seq DESC LIMIT 1`,
       id,
     )!;
     expect(last.op).toBe('insert');

@@ -2,8 +2,10 @@
  * The change log (transactional outbox): one `change_log` row per insert, update or delete of a
  * message or conversation, appended in the same transaction as the row change, and one per end of a
  * run (stream `runs`). Since schema
- * version 6 a row carries the record as served (`record`); the export line is the exporter's
- * business (src/export/lines.ts).
+ * version 6 a change carries the record as served (`record`); the export line is the exporter's
+ * business (src/export/lines.ts). Since version 8 the record is kept in `change_payloads` (same
+ * seq) only until its batch is published and recorded (`ExportLedger.record` prunes it); the
+ * `change_log` row itself (seq, keys, op, times) stays.
  */
 import type { Db, Statement } from './sqlite.js';
 import type { ChangeOp, ChangeStream, ExportChange } from './types.js';
@@ -23,7 +25,8 @@ export interface RunChanges {
 
 /** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {
-  private readonly insert: Statement<NewChange>;
+  private readonly insert: Statement<Omit<NewChange, 'record'>>;
+  private readonly insertPayload: Statement<[seq: number, record: string]>;
   private readonly ofRun: Statement<[number], { stream: Exclude<ChangeStream, 'runs'>; op: ChangeOp; n: number }>;
   private readonly runLogged: Statement<[number], { n: number }>;
 
@@ -32,10 +35,11 @@ export class ChangeLog {
     this.ofRun = db.prepare<[number], { stream: Exclude<ChangeStream, 'runs'>; op: ChangeOp; n: number }>(
       `SELECT stream, op, count(*) AS n FROM change_log WHERE run_id = ? AND stream IN ('messages', 'conversations') GROUP BY stream, op`,
     );
-    this.insert = db.prepare<NewChange>(
-      `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at, run_id, line, record)
-       VALUES (@stream, @op, @account_id, @conversation_id, @record_id, @synced_at, @run_id, NULL, @record)`,
+    this.insert = db.prepare<Omit<NewChange, 'record'>>(
+      `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at, run_id)
+       VALUES (@stream, @op, @account_id, @conversation_id, @record_id, @synced_at, @run_id)`,
     );
+    this.insertPayload = db.prepare(`INSERT INTO change_payloads (seq, record) VALUES (?, ?)`);
   }
 
   /**
@@ -62,8 +66,11 @@ export class ChangeLog {
     return this.append({ stream: 'runs', op, account_id: accountId, conversation_id: '', record_id: String(runId), synced_at: endedAt, run_id: runId, record });
   }
 
-  /** Appends `change`; returns its seq. */
+  /** Appends `change` and its payload; returns its seq. */
   append(change: NewChange): number {
-    return Number(this.insert.run(change).lastInsertRowid);
+    const { record, ...row } = change;
+    const seq = Number(this.insert.run(row).lastInsertRowid);
+    this.insertPayload.run(seq, record);
+    return seq;
   }
 }

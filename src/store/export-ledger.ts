@@ -28,6 +28,7 @@ export class ExportLedger {
   private readonly changes: Statement<SeqRange, ExportChange>;
   private readonly insertFile: Statement<PublishedFile & { now: string }>;
   private readonly markPublished: Statement<[publishedAt: string, batchId: number]>;
+  private readonly prune: Statement<[lastSeq: number]>;
   private readonly setWatermark: Statement<[watermark: number]>;
   private readonly files: Statement<[], PublishedFile>;
   private readonly fileTotals: Statement<[], { files: number; lines: number }>;
@@ -46,9 +47,11 @@ export class ExportLedger {
     this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
     this.insertBatch = db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id, gzip) VALUES (?, ?, ?, ?, ?)`);
     this.changes = db.prepare(
-      `SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line
-       FROM change_log WHERE seq BETWEEN ? AND ? ORDER BY stream, account_id, day, seq`,
+      `SELECT c.seq, c.stream, c.op, c.account_id, c.conversation_id, c.record_id, c.synced_at, substr(c.synced_at, 1, 10) AS day, p.record, p.line
+       FROM change_log c LEFT JOIN change_payloads p ON p.seq = c.seq
+       WHERE c.seq BETWEEN ? AND ? ORDER BY c.stream, c.account_id, day, c.seq`,
     );
+    this.prune = db.prepare(`DELETE FROM change_payloads WHERE seq <= ?`);
     this.insertFile = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
                                   VALUES (@path, @batch_id, @stream, @account_id, @date, @first_seq, @last_seq, @lines, @bytes, @sha256, @now)`);
     this.markPublished = db.prepare(`UPDATE export_batches SET published_at = ? WHERE id = ?`);
@@ -94,14 +97,17 @@ export class ExportLedger {
   }
 
   /**
-   * Records the files of a published batch and its ledger entry, marks it published and moves the
-   * watermark; call inside a transaction.
+   * Records the files of a published batch and its ledger entry, marks it published, moves the
+   * watermark, and prunes the payloads of every change up to it (published and recorded: the
+   * exports are their copy; an unpublished batch keeps its payloads for a re-publication). Call
+   * inside a transaction.
    */
   record(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], entry: LedgerEntry, publishedAt: string): void {
     for (const f of files) this.insertFile.run({ ...f, now: publishedAt });
     this.insertEntry.run({ ...entry, published_at: publishedAt });
     this.markPublished.run(publishedAt, batch.id);
     this.setWatermark.run(batch.last_seq);
+    this.prune.run(batch.last_seq);
   }
 
   /**

@@ -20,19 +20,12 @@ interface StoredMessage {
   updated_at: string;
 }
 
-/** The columns of one message as written by an upsert. */
+/** The columns of one message as written by an upsert (the rest are generated from `raw`). */
 interface MessageRow {
   account_id: string;
   conversation_id: string;
   id: string;
   position: number;
-  content: string;
-  visibility: string;
-  sender_id: string;
-  sender_name: string;
-  sender_type: string;
-  attachments: string | null;
-  created_at: string;
   raw: string;
   now: string;
 }
@@ -59,14 +52,10 @@ class MessageStatements {
   constructor(db: Db) {
     this.get = db.prepare(`SELECT raw, position, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`);
     this.upsert = db.prepare(`
-      INSERT INTO messages (account_id, conversation_id, id, position, content, visibility, sender_id, sender_name, sender_type,
-                            attachments, created_at, raw, first_seen_at, updated_at, deleted_at)
-      VALUES (@account_id, @conversation_id, @id, @position, @content, @visibility, @sender_id, @sender_name, @sender_type,
-              @attachments, @created_at, @raw, @now, @now, NULL)
+      INSERT INTO messages (account_id, conversation_id, id, position, raw, first_seen_at, updated_at, deleted_at)
+      VALUES (@account_id, @conversation_id, @id, @position, @raw, @now, @now, NULL)
       ON CONFLICT (account_id, conversation_id, id) DO UPDATE SET
-        position = excluded.position, content = excluded.content, visibility = excluded.visibility,
-        sender_id = excluded.sender_id, sender_name = excluded.sender_name, sender_type = excluded.sender_type,
-        attachments = excluded.attachments, created_at = excluded.created_at, raw = excluded.raw,
+        position = excluded.position, raw = excluded.raw,
         updated_at = CASE WHEN messages.raw IS NOT excluded.raw OR messages.deleted_at IS NOT NULL
                           THEN excluded.updated_at ELSE messages.updated_at END,
         deleted_at = NULL
@@ -115,25 +104,6 @@ class CrawlStatements {
   }
 }
 
-/** The columns an upsert writes for the served message `m` (`obj` as served) at `position`. */
-function messageRow(accountId: string, conversationId: string, m: Message, obj: Record<string, unknown>, raw: string, position: number, now: string): MessageRow {
-  return {
-    account_id: accountId,
-    conversation_id: conversationId,
-    id: m.id,
-    position,
-    content: m.content,
-    visibility: m.visibility,
-    sender_id: m.sender.id,
-    sender_name: m.sender.name,
-    sender_type: m.sender.type,
-    attachments: obj.attachments === undefined ? null : JSON.stringify(obj.attachments),
-    created_at: m.created_at,
-    raw,
-    now,
-  };
-}
-
 /** Typed statements and row logic of message crawls. */
 export class Messages {
   private readonly m: MessageStatements;
@@ -161,7 +131,7 @@ export class Messages {
     const ids: string[] = [];
     page.data.forEach((m, i) => {
       ids.push(m.id);
-      const outcome = this.upsertOne(accountId, conversationId, m, page.raw[i]!, offset + i, runId, now);
+      const outcome = this.upsertOne(accountId, conversationId, m.id, page.raw[i]!, offset + i, runId, now);
       counts[outcome]++;
     });
     this.c.savePage.run(accountId, conversationId, page.page, JSON.stringify(ids));
@@ -176,24 +146,24 @@ export class Messages {
   private upsertOne(
     accountId: string,
     conversationId: string,
-    m: Message,
+    id: string,
     obj: Record<string, unknown>,
     position: number,
     runId: number | null,
     now: string,
   ): 'inserted' | 'updated' | 'unchanged' {
     const raw = JSON.stringify(obj);
-    const prev = this.m.get.get(accountId, conversationId, m.id);
+    const prev = this.m.get.get(accountId, conversationId, id);
     if (prev && prev.raw === raw && prev.position === position && prev.deleted_at === null) return 'unchanged';
-    this.m.upsert.run(messageRow(accountId, conversationId, m, obj, raw, position, now));
+    this.m.upsert.run({ account_id: accountId, conversation_id: conversationId, id, position, raw, now });
     // Only the position moved (an earlier message was deleted): not a change of the record.
     if (prev && prev.raw === raw && prev.deleted_at === null) return 'unchanged';
     if (!prev || prev.deleted_at !== null) {
-      this.logChange('insert', accountId, conversationId, m.id, now, runId, raw);
+      this.logChange('insert', accountId, conversationId, id, now, runId, raw);
       return 'inserted';
     }
-    const seq = this.logChange('update', accountId, conversationId, m.id, now, runId, raw);
-    this.m.insertHistory.run(accountId, conversationId, m.id, prev.raw, prev.updated_at, now, seq);
+    const seq = this.logChange('update', accountId, conversationId, id, now, runId, raw);
+    this.m.insertHistory.run(accountId, conversationId, id, prev.raw, prev.updated_at, now, seq);
     return 'updated';
   }
 

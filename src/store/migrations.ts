@@ -246,4 +246,67 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE runs ADD COLUMN ledger_batch_id INTEGER; -- the chain head when the run ended (after its runs line was published)
   ALTER TABLE runs ADD COLUMN ledger_hash TEXT;
   `,
+  /* 8: a lean mirror. `raw` is the truth of a message: the columns derived from it (content,
+        visibility, sender_*, attachments, created_at) become VIRTUAL generated columns (computed
+        when read, no bytes on disk; queries keep working), and the position index goes (a
+        position lookup walks one conversation's primary-key range). A change's payload (`record`,
+        legacy `line`) moves out of change_log into change_payloads, where it stays only until its
+        batch is published and recorded (the exports are then the copy); deleting a published
+        range there frees whole pages. Payloads already published are not carried over. change_log
+        is rebuilt as in 6 and 7: every seq and the AUTOINCREMENT counter carried over. */ `
+  CREATE TABLE messages_v8 (
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    id              TEXT NOT NULL,
+    position        INTEGER NOT NULL, -- 0-based chronological index at the last crawl
+    raw             TEXT NOT NULL,    -- the object exactly as served (JSON): the source of truth
+    first_seen_at   TEXT NOT NULL,
+    updated_at      TEXT NOT NULL,    -- last time raw changed
+    deleted_at      TEXT,             -- tombstone: no longer served after a complete crawl
+    content         TEXT GENERATED ALWAYS AS (json_extract(raw, '$.content')) VIRTUAL,
+    visibility      TEXT GENERATED ALWAYS AS (json_extract(raw, '$.visibility')) VIRTUAL,
+    sender_id       TEXT GENERATED ALWAYS AS (json_extract(raw, '$.sender.id')) VIRTUAL,
+    sender_name     TEXT GENERATED ALWAYS AS (json_extract(raw, '$.sender.name')) VIRTUAL,
+    sender_type     TEXT GENERATED ALWAYS AS (json_extract(raw, '$.sender.type')) VIRTUAL,
+    attachments     TEXT GENERATED ALWAYS AS (json_extract(raw, '$.attachments')) VIRTUAL, -- JSON; NULL when not served
+    created_at      TEXT GENERATED ALWAYS AS (json_extract(raw, '$.created_at')) VIRTUAL,
+    PRIMARY KEY (account_id, conversation_id, id)
+  );
+  INSERT INTO messages_v8 (account_id, conversation_id, id, position, raw, first_seen_at, updated_at, deleted_at)
+    SELECT account_id, conversation_id, id, position, raw, first_seen_at, updated_at, deleted_at FROM messages
+    ORDER BY account_id, conversation_id, id;
+  DROP TABLE messages;
+  ALTER TABLE messages_v8 RENAME TO messages;
+
+  -- A change's payload until its batch is published and recorded (ExportLedger.record deletes it).
+  CREATE TABLE change_payloads (
+    seq    INTEGER PRIMARY KEY,       -- change_log.seq
+    record TEXT,                      -- the record as served (JSON); see change_log in version 7
+    line   TEXT,                      -- legacy: the export line without seq, on rows written before version 6
+    CHECK (line IS NOT NULL OR record IS NOT NULL)
+  );
+  INSERT INTO change_payloads (seq, record, line)
+    SELECT seq, record, line FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1) ORDER BY seq;
+
+  CREATE TABLE change_log_v8 (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream          TEXT NOT NULL CHECK (stream IN ('messages', 'conversations', 'runs')),
+    op              TEXT NOT NULL CHECK (op IN ('insert', 'update', 'delete')),
+    account_id      TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,    -- '' on a runs row
+    record_id       TEXT NOT NULL,    -- a runs row: the run id
+    synced_at       TEXT NOT NULL,    -- a runs row: when the run ended
+    run_id          INTEGER
+  );
+  INSERT INTO change_log_v8 (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id)
+    SELECT seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id FROM change_log ORDER BY seq;
+  UPDATE sqlite_sequence SET seq = max(seq, (SELECT seq FROM sqlite_sequence WHERE name = 'change_log'))
+    WHERE name = 'change_log_v8' AND EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log');
+  INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'change_log_v8', seq FROM sqlite_sequence
+    WHERE name = 'change_log' AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'change_log_v8');
+  DROP TABLE change_log;
+  ALTER TABLE change_log_v8 RENAME TO change_log;
+  CREATE INDEX change_log_by_run ON change_log (run_id);
+  `,
 ];

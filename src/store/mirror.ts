@@ -507,10 +507,15 @@ export class Mirror {
    * head), the batch marked published, and the watermark moved to its last seq. Call only once
    * every file, the batch record and the manifest are in place.
    *
+   * The same transaction prunes the payloads of the changes published (see `change_payloads`);
+   * then the pages that freed go back to the file system (`PRAGMA incremental_vacuum`, on a file
+   * with incremental auto-vacuum), so the file stays near the size of what it mirrors.
+   *
    * @param publishedAt - ISO 8601 UTC time recorded on the files, the entry and the batch
    */
   recordPublication(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], entry: LedgerEntry, publishedAt: string): void {
     this.writeTx(() => this.ledger.record(batch, files, entry, publishedAt));
+    this.write(() => this.db.pragma('incremental_vacuum'));
   }
 
   /**

@@ -81,7 +81,9 @@ function openWriter<M>(abs: string, opts: MirrorOptions, wrap: Wrap<M>): M {
     db = new Database(abs);
     db.pragma('busy_timeout = 10000');
     // Before anything is changed: a database that is not ours (or is newer) is left as it is.
-    checkSchema(db, abs, false);
+    const version = checkSchema(db, abs, false);
+    // A new file gets incremental auto-vacuum (see migrate): it must be set before WAL mode.
+    if (version === 0) db.pragma('auto_vacuum = INCREMENTAL');
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = FULL');
     db.pragma('foreign_keys = ON');

@@ -40,17 +40,33 @@ export function checkSchema(db: Db, file: string, readOnly: boolean): number {
 
 /**
  * Applies the pending migrations of a writer's connection, each in its own immediate transaction
- * together with its `user_version`.
+ * together with its `user_version`. A new file gets incremental auto-vacuum; a file upgraded from
+ * before {@link LEAN_SCHEMA_VERSION} is rewritten once (`VACUUM`, which needs as much free disk as
+ * the file) to get it.
  *
  * @throws {@link StoreError} as {@link checkSchema} (nothing is changed then); SQLite errors of a
  *   migration as they are (its transaction is rolled back)
  */
 export function migrate(db: Db, file: string): void {
   const version = checkSchema(db, file, false);
+  // A new file: free pages go back to the file system (see Mirror.recordPublication); only
+  // possible before the first table exists.
+  if (version === 0) db.pragma('auto_vacuum = INCREMENTAL');
   for (let v = version; v < MIGRATIONS.length; v++) {
     db.transaction(() => {
       db.exec(MIGRATIONS[v]!);
       db.pragma(`user_version = ${v + 1}`);
     }).immediate();
   }
+  if (version > 0 && version < LEAN_SCHEMA_VERSION && db.pragma('auto_vacuum', { simple: true }) !== AUTO_VACUUM_INCREMENTAL) {
+    // Once, on the upgrade to the lean schema: rewrite the file without what it dropped, with
+    // incremental auto-vacuum from now on (VACUUM is the only way to turn it on in an existing file).
+    db.pragma('auto_vacuum = INCREMENTAL');
+    db.exec('VACUUM');
+  }
 }
+
+/** The schema version of the lean mirror (derived columns computed, change payloads pruned once published). */
+export const LEAN_SCHEMA_VERSION = 8;
+/** `PRAGMA auto_vacuum` value of INCREMENTAL. */
+const AUTO_VACUUM_INCREMENTAL = 2;
