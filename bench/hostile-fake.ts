@@ -7,7 +7,8 @@
  *   [--runaway I] [--runaway-list]
  * ```
  *
- * - `--counts`: messages per conversation, `FakeWorkspace.fromCounts` (default `3,3,3`).
+ * - `--counts`: messages per conversation, `FakeWorkspace.fromCounts` (default `3,3,3`); an item
+ *   `MxN` stands for N conversations of M messages (`3x20000`).
  * - `--huge I:BYTES[:chunked]`: conversation I (0-based, list order) answers every messages page with
  *   a `huge` body of BYTES bytes, with `content-length` unless `:chunked`.
  * - `--endless I`: conversation I answers with an `endless` body.
@@ -44,7 +45,11 @@ function values(name: string): string[] {
 async function main(): Promise<void> {
   const apiKey = values('--api-key')[0];
   if (!apiKey) throw new Error('--api-key is required');
-  const counts = (values('--counts')[0] ?? '3,3,3').split(',').map(Number);
+  // `3,3,3`, or `3x20000` for 20,000 conversations of 3 messages (items may mix both forms).
+  const counts = (values('--counts')[0] ?? '3,3,3').split(',').flatMap((item) => {
+    const [m, n] = item.split('x');
+    return Array.from({ length: n === undefined ? 1 : Number(n) }, () => Number(m));
+  });
   const workspace = FakeWorkspace.fromCounts(counts);
   const ids = workspace.list().map((c) => c.id);
   const idAt = (raw: string): string => {

@@ -24,7 +24,7 @@
  * (`--hostile-only`: bench/results/hostile.json).
  *
  * Flags: `--large`, `--conversations N`, `--limited-conversations N` (default 200), `--seed N`,
- * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--hostile-only` (only the hostile section),
+ * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--skip-memory`, `--hostile-only` (only the hostile section),
  * `--publication-only`, `--listing-only` (only that section), `--out FILE`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -65,6 +65,7 @@ const limitedConversations = Number(argValue('--limited-conversations') ?? 200);
 const seed = Number(argValue('--seed') ?? 7);
 const concurrency = Number(argValue('--concurrency') ?? 8);
 const skipLimited = process.argv.includes('--skip-limited');
+const skipMemory = process.argv.includes('--skip-memory');
 const hostileOnly = process.argv.includes('--hostile-only');
 const publicationOnly = process.argv.includes('--publication-only');
 const listingOnly = process.argv.includes('--listing-only');
@@ -363,7 +364,7 @@ interface CliRun {
 }
 
 /** Runs `node --import rss-probe dist/src/cli/index.js sync` against `url` in a fresh temp dir. */
-async function cliSync(url: string): Promise<CliRun> {
+async function cliSync(url: string, timeoutMs = 60_000): Promise<CliRun> {
   const dir = tempDir();
   const rssFile = path.join(dir, 'maxrss');
   const env: NodeJS.ProcessEnv = {
@@ -384,13 +385,96 @@ async function cliSync(url: string): Promise<CliRun> {
   child.stderr!.on('data', (b: Buffer) => {
     stderr = (stderr + b.toString()).slice(-4096);
   });
-  const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  const guard = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
   const exitCode = await new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   clearTimeout(guard);
   const wallMs = performance.now() - t0;
   const kib = fs.existsSync(rssFile) ? Number(fs.readFileSync(rssFile, 'utf8')) : NaN;
   fs.rmSync(dir, { recursive: true, force: true });
   return { exitCode, peakRssMib: round(kib / 1024, 1), wallMs: round(wallMs, 0), stderrTail: stderr.split('\n').slice(-4).join('\n') };
+}
+
+// ------------------------------------------------------------------ memory
+
+/** Peak RSS target of a full sync, whatever the workspace's size, MB (issue 12). */
+const SYNC_RSS_TARGET_MB = 150;
+/** RSS target of an idle daemon, MB. */
+const IDLE_DAEMON_RSS_TARGET_MB = 120;
+
+/**
+ * Flat memory: the peak RSS of a CLI full sync (its own process, `maxRSS` at exit) of 20,000 and
+ * of 100,000 conversations of 3 messages each (so the figure is about conversations, not message
+ * volume), and the RSS of an idle daemon (BullMQ, HTTP server on) a few seconds after it is ready.
+ */
+async function memorySection(results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
+  const memory: Record<string, unknown> = {};
+  for (const [n, key] of [[20_000, 'peakRssMb20k'], [100_000, 'peakRssMb100k']] as const) {
+    log(`memory: full sync of ${n} conversations (CLI, own process)…`);
+    const fake = await startHostileFake(['--counts', `3x${n}`]);
+    let run: CliRun;
+    try {
+      run = await cliSync(fake.url, 900_000);
+    } finally {
+      await fake.stop();
+    }
+    const mbPeak = round((run.peakRssMib * 1024 * 1024) / 1e6, 1);
+    memory[key] = run.exitCode === 0 ? mbPeak : null;
+    memory[`${key}WallMs`] = run.wallMs;
+    rows.push([`full sync of ${n} conversations: peak RSS`, run.exitCode === 0 ? `${mbPeak} MB` : `exit ${run.exitCode}`, `${target(run.exitCode === 0 && mbPeak < SYNC_RSS_TARGET_MB, `< ${SYNC_RSS_TARGET_MB} MB`)}; ${round(run.wallMs / 1000, 1)} s`]);
+  }
+  log('memory: an idle daemon…');
+  const idle = await idleDaemonRss();
+  memory.idleDaemonRssMb = idle.mb;
+  rows.push(['idle daemon: RSS', idle.mb === null ? 'not measured' : `${idle.mb} MB`, idle.mb === null ? idle.why : `${target(idle.mb < IDLE_DAEMON_RSS_TARGET_MB, `< ${IDLE_DAEMON_RSS_TARGET_MB} MB`)}; BullMQ, HTTP server on, 5 s after ready`]);
+  results.memory = memory;
+}
+
+/** Starts `convo-mirror daemon` against a tiny fake, reads its RSS 5 s after "daemon ready", stops it. */
+async function idleDaemonRss(): Promise<{ mb: number | null; why: string }> {
+  const fake = await startHostileFake(['--counts', '3,3,3']);
+  const dir = tempDir();
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    REDIS_URL: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    CONVO_MIRROR_BASE_URL: fake.url,
+    CONVO_MIRROR_API_KEY: API_KEY,
+    CONVO_MIRROR_DB: path.join(dir, 'mirror.sqlite'),
+    CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports'),
+    CONVO_MIRROR_HTTP_PORT: String(await freePort()),
+    CONVO_MIRROR_QUEUE_PREFIX: `bench-idle-${process.pid}`,
+    LOG_LEVEL: 'info',
+  };
+  const child = spawn(process.execPath, [cliJs, 'daemon'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  try {
+    const ready = await new Promise<boolean>((resolve) => {
+      const guard = setTimeout(() => resolve(false), 30_000);
+      child.stderr!.on('data', (b: Buffer) => {
+        stderr = (stderr + b.toString()).slice(-8192);
+        if (stderr.includes('"daemon ready"')) {
+          clearTimeout(guard);
+          resolve(true);
+        }
+      });
+      child.once('exit', () => resolve(false));
+    });
+    if (!ready) return { mb: null, why: `the daemon did not get ready (Redis at ${env.REDIS_URL}?): ${stderr.split('\n').slice(-3).join(' ')}` };
+    await new Promise((r) => setTimeout(r, 5000));
+    const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8');
+    const kib = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
+    return { mb: round((kib * 1024) / 1e6, 1), why: '' };
+  } catch (err) {
+    return { mb: null, why: (err as Error).message };
+  } finally {
+    if (child.exitCode === null) {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await fake.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** One CLI sync against a fresh hostile fake (3 conversations of 3 messages) armed with `args`. */
@@ -680,6 +764,7 @@ async function main(): Promise<void> {
   const dir = tempDir();
   await syncSections(dir, results, rows);
   await listingSection(results, rows, log, logger);
+  if (!skipMemory) await memorySection(results, rows);
   if (!skipLimited) await rateLimitedSection(results, rows);
   // 6. A hostile API, against the real CLI in child processes.
   if (!skipHostile) results.hostile = await hostileSection(rows);

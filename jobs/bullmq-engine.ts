@@ -13,7 +13,7 @@ import { describeError } from '../src/errors.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import { jobFigures, type DaemonEngine, type EngineContext } from './engine.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
-import { dashboardPlugin } from './dashboard.js';
+import type { DashboardOptions } from './dashboard.js';
 import {
   QUEUE_NAME,
   claimQueuePrefix,
@@ -46,7 +46,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
     throw err;
   }
   const deps = workspaceDeps(ctx, queue);
-  const plugins: FastifyPluginAsync[] = config.adminPassword !== undefined ? [dashboardPlugin({ queue, password: config.adminPassword, logger })] : [];
+  const plugins: FastifyPluginAsync[] = config.adminPassword !== undefined ? [lazyDashboard({ queue, password: config.adminPassword, logger })] : [];
   return {
     name: 'bullmq',
     checks: [{ name: 'redis', check: () => probe.ping() }] satisfies ReadinessCheck[],
@@ -207,4 +207,15 @@ class RedisProbe {
   close(): void {
     this.redis.disconnect();
   }
+}
+
+/**
+ * The dashboard plugin, its libraries (bull-board, basic auth) loaded when the HTTP server registers
+ * it: a daemon without a dashboard never pays their memory.
+ */
+function lazyDashboard(o: DashboardOptions): FastifyPluginAsync {
+  return async (app, opts) => {
+    const { dashboardPlugin } = await import('./dashboard.js');
+    await dashboardPlugin(o)(app, opts);
+  };
 }

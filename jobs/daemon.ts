@@ -12,7 +12,8 @@ import { RateLimiterPool } from '../src/api/rate-limit.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
-import { Metrics, startServer, type ReadinessCheck, type RunningServer, type WebhookOptions } from '../src/server/index.js';
+import type { ReadinessCheck, RunningServer, WebhookOptions } from '../src/server/index.js';
+import { Metrics } from '../src/server/metrics.js';
 import { fileModes } from '../src/private-fs.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
 import { publishSettingsFromConfig } from '../src/export/publisher.js';
@@ -217,6 +218,8 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
           enqueue: (accountId, conversationId) => res.engine.enqueueConversation(accountId, conversationId),
         }
       : undefined;
+    // fastify loads only when the daemon serves HTTP.
+    const { startServer } = await import('../src/server/index.js');
     return await startServer({ logger, metrics: res.metrics, checks, plugins: res.engine.plugins, webhooks }, { host, port });
   } catch (err) {
     throw listenError(err, host, port);

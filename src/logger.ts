@@ -3,7 +3,11 @@
  * (design habit 5). Errors and log fields carry paths, never headers.
  */
 import { pino, type Logger, type LevelWithSilent } from 'pino';
-import pretty from 'pino-pretty';
+import { createRequire } from 'node:module';
+import type PinoPretty from 'pino-pretty';
+
+/** pino-pretty is loaded only for a terminal (it costs memory a daemon or a piped run never needs). */
+const loadPretty = (): typeof PinoPretty => createRequire(import.meta.url)('pino-pretty') as typeof PinoPretty;
 
 /** Paths pino removes from every log line. */
 export const REDACT_PATHS = [
@@ -31,7 +35,7 @@ export interface LoggerOptions {
 export function createLogger(opts: LoggerOptions): Logger {
   const base = { level: opts.level, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, base: { app: 'convo-mirror' } };
   if (opts.pretty) {
-    return pino(base, pretty({
+    return pino(base, loadPretty()({
         destination: typeof opts.destination === 'number' ? opts.destination : 2,
         sync: true,
         colorize: true,

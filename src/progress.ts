@@ -2,7 +2,11 @@
  * Progress of a long-running command: a cli-progress bar on a TTY, a structured `progress` log line
  * every few seconds otherwise.
  */
-import cliProgress from 'cli-progress';
+import { createRequire } from 'node:module';
+import type CliProgress from 'cli-progress';
+
+/** cli-progress is loaded only for a terminal's bar. */
+const loadCliProgress = (): typeof CliProgress => createRequire(import.meta.url)('cli-progress') as typeof CliProgress;
 import type { Logger } from 'pino';
 import type { ApiStats } from './api/client.js';
 import type { SyncProgress } from './sync/types.js';
@@ -28,6 +32,7 @@ export function startProgress(opts: ProgressOptions): () => void {
     failed: progress.conversationsFailed,
   });
   if (opts.tty) {
+    const cliProgress = loadCliProgress();
     const bar = new cliProgress.SingleBar(
       {
         format: 'conversations {bar} {value}/{total} | messages {messages} | requests {requests} | retries {retries} | failed {failed}',

@@ -6,7 +6,6 @@
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../../config/index.js';
 import { selectWorkspaces } from './sync.js';
-import { runDaemon } from '../../jobs/daemon.js';
 import { createLogger } from '../logger.js';
 import { EXIT, exitFor, settle, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
@@ -40,6 +39,7 @@ export function addDaemonCommand(program: Command, setExit: SetExit): void {
       const config: Config = Object.freeze({ ...loaded, workspaces: selectWorkspaces(loaded.workspaces, o.account as string[] | undefined) });
       const logger = createLogger({ level: config.logLevel, pretty: isTTY() });
       const { stop, signal } = stopOnSignals();
+      const { runDaemon } = await import('../../jobs/daemon.js');
       const exit = await runDaemon({ config, logger, stop });
       logger.info({ signal: signal(), shutdown_ms: exit.shutdownMs, forced: exit.forced }, 'exiting');
       return exit.fatal ? exitFor(exit.fatal) : EXIT.OK;

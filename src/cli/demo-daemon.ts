@@ -9,9 +9,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Option, type Command } from 'commander';
-import { Webhook } from 'standardwebhooks';
 import { loadConfig, type Config } from '../../config/index.js';
-import { runDaemon } from '../../jobs/daemon.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../fake-api/index.js';
 import { Mirror } from '../store/mirror.js';
 import { createLogger } from '../logger.js';
@@ -83,7 +81,7 @@ async function sendWebhook(url: string, secret: string, account: string, convers
   const res = await fetch(`${url}/webhooks/conversations`, {
     method: 'POST',
     body,
-    headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new Webhook(secret).sign(id, at, body) },
+    headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': new (await import('standardwebhooks')).Webhook(secret).sign(id, at, body) },
   });
   await res.body?.cancel();
   return res.status;
@@ -132,6 +130,7 @@ async function demoDaemon(o: DemoDaemonOptions): Promise<number> {
     let httpUrl = '';
     let onReady!: () => void;
     const started = new Promise<void>((r) => (onReady = r));
+    const { runDaemon } = await import('../../jobs/daemon.js'); // the daemon's libraries load only here
     const done = runDaemon({ config, logger, stop, httpListen: { host: '127.0.0.1', port: 0 }, onReady: (x) => ((httpUrl = x.httpUrl ?? ''), onReady()) });
     await Promise.race([started, done]);
     out(`demo-daemon: fake API on ${fake.url} (2 workspaces, ${ws.map((w) => w.totals().messages).join(' + ')} messages); daemon --scheduler local --schedule '${o.schedule}', HTTP on ${httpUrl}`);

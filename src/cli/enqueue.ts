@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { loadConfig, workspacesFileAccounts, type Config } from '../../config/index.js';
-import { enqueueJobs, type JobOutcome } from '../../jobs/admin.js';
+import type { JobOutcome } from '../../jobs/admin.js';
 import { ConfigError } from '../errors.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
 import { EXIT, settle, type SetExit } from './exit.js';
@@ -23,6 +23,7 @@ interface EnqueueRequest {
 
 /** Adds the jobs, prints their ids, optionally waits for their outcome; returns the exit code. */
 async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
+  const { enqueueJobs } = await import('../../jobs/admin.js'); // the queue's libraries load only here
   const ok = await enqueueJobs(queueSettings(config), {
     accountId: o.accountId,
     conversationIds: o.conversationIds,

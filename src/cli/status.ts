@@ -3,7 +3,6 @@
  * read without the writer lock.
  */
 import type { Command } from 'commander';
-import { queueStatus } from '../../jobs/admin.js';
 import { EXIT, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, queueSettings } from './flags.js';
 import { statusOf, withExistingMirror } from './read-only.js';
@@ -17,6 +16,7 @@ export function addStatusCommand(program: Command, setExit: SetExit): void {
     .option('--json', 'print as JSON');
   addConfigFlags(cmd, 'status').action((o) =>
     withExistingMirror(configFlagsOf(o, 'status'), setExit, statusOf, async (status, config) => {
+      const { queueStatus } = await import('../../jobs/admin.js'); // the queue's libraries load only here
       const queue = await queueStatus(queueSettings(config));
       if (o.json) {
         process.stdout.write(JSON.stringify({ db: config.db, counts: status.counts, ledger_head: status.head ?? null, runs: status.runs, failures: status.failures, queue }, null, 2) + '\n');

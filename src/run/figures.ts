@@ -7,6 +7,7 @@
 import { PER_PAGE } from '../api/schemas.js';
 import type { RunFigures, RunScope } from '../store/mirror.js';
 import { LIST_FAILURE_ID } from '../sync/workspace.js';
+import { crawlMinimum, emptyCrawlTotals } from '../sync/crawl-totals.js';
 import type { RunSummary, RunWork } from './types.js';
 
 /** The summary's counts of a run's work (everything but status, timing and export). */
@@ -20,34 +21,34 @@ export type WorkFigures = Pick<
  * (`stoppedEarly`): conversations it knew of that were neither synced nor failed.
  */
 export function workFigures(work: RunWork | undefined, scope: RunScope, stoppedEarly: boolean): WorkFigures {
-  const results = work?.results ?? [];
+  const crawls = work?.crawls ?? emptyCrawlTotals();
+  const crawled = crawls.synced + crawls.deleted;
   const failed = (work?.failures ?? []).filter((f) => f.id !== LIST_FAILURE_ID).length;
-  const sum = (f: (r: (typeof results)[number]) => number) => results.reduce((n, r) => n + f(r), 0);
   const listed = work?.conversationsListed ?? 0;
-  const known = work?.known ?? results.length + failed;
+  const known = work?.known ?? crawled + failed;
   return {
     listPasses: work?.listPasses ?? 0,
     listConfirmed: work?.listConfirmed ?? false,
     conversations: {
       listed,
-      synced: results.filter((r) => r.status === 'synced').length,
-      deleted: results.filter((r) => r.status === 'deleted').length,
+      synced: crawls.synced,
+      deleted: crawls.deleted,
       failed,
       inserted: work?.conversationsInserted ?? 0,
       updated: work?.conversationsUpdated ?? 0,
-      notSynced: stoppedEarly ? Math.max(0, known - results.length - failed) : 0,
+      notSynced: stoppedEarly ? Math.max(0, known - crawled - failed) : 0,
     },
     messages: {
       served: work?.messagesServed ?? 0,
-      inserted: sum((r) => r.inserted),
-      updated: sum((r) => r.updated),
-      deleted: sum((r) => r.deleted),
-      restarts: sum((r) => r.restarts),
+      inserted: crawls.messagesInserted,
+      updated: crawls.messagesUpdated,
+      deleted: crawls.messagesDeleted,
+      restarts: crawls.restarts,
     },
     requests: work?.tally.requests ?? 0,
     retries: work?.tally.retries ?? 0,
     rateLimited: work?.tally.rateLimited ?? 0,
-    minimumRequests: minimumRequests(scope, listed, results.map((r) => r.messageCount)),
+    minimumRequests: listingMinimum(scope, listed) + crawls.minimumRequests,
     failures: (work?.failures ?? []).map((f) => ({ id: f.id, code: f.code, message: f.message })),
   };
 }
@@ -57,8 +58,12 @@ export function workFigures(work: RunWork | undefined, scope: RunScope, stoppedE
  * workspace listing, plus `max(1, ceil(messages/100))` per conversation.
  */
 export function minimumRequests(scope: RunScope, listed: number, messageCounts: number[]): number {
-  const listing = scope === 'workspace' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0;
-  return listing + messageCounts.reduce((n, c) => n + Math.max(1, Math.ceil(c / PER_PAGE)), 0);
+  return listingMinimum(scope, listed) + messageCounts.reduce((n, c) => n + crawlMinimum(c), 0);
+}
+
+/** Fewest list requests: `ceil(listed/100)` (at least 1) for a workspace listing, 0 for named conversations. */
+function listingMinimum(scope: RunScope, listed: number): number {
+  return scope === 'workspace' ? Math.max(1, Math.ceil(listed / PER_PAGE)) : 0;
 }
 
 /** The `runs` columns of a finished run, from its summary and the error that ended it (if any). */

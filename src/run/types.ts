@@ -46,7 +46,7 @@ export type RunTarget = PublishSettings;
  * outcome. Live progress counters never feed them.
  */
 export interface RunWork
-  extends Pick<WorkspaceResult, 'listPasses' | 'listConfirmed' | 'conversationsListed' | 'conversationsInserted' | 'conversationsUpdated' | 'results'> {
+  extends Pick<WorkspaceResult, 'listPasses' | 'listConfirmed' | 'conversationsListed' | 'conversationsInserted' | 'conversationsUpdated' | 'crawls'> {
   /** Conversations (and the listing, as `(conversation list)`) that failed, as `run_failures` stores them. */
   failures: RunFailureRecord[];
   /** Everything the run asked the API and was served: the listing and every crawl, every attempt. */
@@ -55,7 +55,7 @@ export interface RunWork
   messagesServed: number;
   /**
    * Conversations the run set out to sync (listed, or named). When the run stops early, those left
-   * neither synced nor failed are reported as not synced. @defaultValue results + failures
+   * neither synced nor failed are reported as not synced. @defaultValue conversations crawled + failures
    */
   known?: number;
 }

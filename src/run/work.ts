@@ -7,6 +7,7 @@ import { addTally, newTally, type RequestTally } from '../api/client.js';
 import type { RunFailureRecord } from '../store/mirror.js';
 import type { ConversationResult } from '../sync/conversation.js';
 import { LIST_FAILURE_ID, type WorkspaceResult } from '../sync/workspace.js';
+import { CrawlAccumulator } from '../sync/crawl-totals.js';
 import { failureRecord } from './failures.js';
 import type { RunWork } from './types.js';
 
@@ -17,18 +18,17 @@ import type { RunWork } from './types.js';
  *   a workspace run knows the ones it listed
  */
 export function workOfSync(result: WorkspaceResult, known?: number): RunWork {
-  const crawlTally = [...result.results.map((r) => r.tally), ...result.failures.map((f) => f.tally ?? newTally())].reduce(addTally, newTally());
   return {
     listPasses: result.listPasses,
     listConfirmed: result.listConfirmed,
     conversationsListed: result.conversationsListed,
     conversationsInserted: result.conversationsInserted,
     conversationsUpdated: result.conversationsUpdated,
-    results: result.results,
+    crawls: result.crawls,
     failures: result.failures.map(failureRecord),
-    // The sync fills both; summing the crawls is for a result built without them.
-    tally: result.tally ?? addTally(result.listingTally ?? newTally(), crawlTally),
-    messagesServed: result.messagesServed ?? crawlTally.served,
+    // The sync fills both; without them, what the listing and the failed crawls cost is all that is known.
+    tally: result.tally ?? [...result.failures.map((f) => f.tally ?? newTally())].reduce(addTally, result.listingTally ?? newTally()),
+    messagesServed: result.messagesServed ?? 0,
     known: known ?? result.conversationsListed,
   };
 }
@@ -56,11 +56,11 @@ export type CrawlRecord = { result: ConversationResult; tally: RequestTally } | 
  * crawls of its conversations, each with what all its attempts cost.
  */
 export function workOfCrawls(listing: ListingFigures | undefined, crawls: CrawlRecord[]): RunWork {
-  const results: ConversationResult[] = [];
+  const acc = new CrawlAccumulator();
   const failures: RunFailureRecord[] = [];
   let crawlTally = newTally();
   for (const c of crawls) {
-    if ('result' in c) results.push(c.result);
+    if ('result' in c) acc.add(c.result);
     else failures.push(c.failure);
     crawlTally = addTally(crawlTally, c.tally);
   }
@@ -71,7 +71,7 @@ export function workOfCrawls(listing: ListingFigures | undefined, crawls: CrawlR
     conversationsListed: listing?.listed ?? 0,
     conversationsInserted: listing?.inserted ?? 0,
     conversationsUpdated: listing?.updated ?? 0,
-    results,
+    crawls: acc.totals(),
     failures,
     tally: addTally(listing?.tally ?? newTally(), crawlTally),
     messagesServed: crawlTally.served,

@@ -19,13 +19,17 @@ export interface LedgerGenesis {
   last_seq: number;
 }
 
+/** Compares strings by code unit, as SQLite's BINARY collation orders these ASCII keys. */
+const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
 /** Typed statements of the export ledger. */
 export class ExportLedger {
   private readonly watermarkOf: Statement<[], { watermark: number }>;
   private readonly pending: Statement<[], { id: number; first_seq: number; last_seq: number; planned_at: string; run_id: number | null; gzip: number }>;
   private readonly maxSeq: Statement<[], { m: number }>;
   private readonly insertBatch: Statement<[firstSeq: number, lastSeq: number, plannedAt: string, runId: number | null, gzip: number]>;
-  private readonly changes: Statement<SeqRange, ExportChange>;
+  private readonly partitionKeys: Statement<SeqRange, { seq: number; stream: string; account_id: string; day: string }>;
+  private readonly changes: Statement<{ first: number; last: number; stream: string; account_id: string; day: string }, ExportChange>;
   private readonly insertFile: Statement<PublishedFile & { now: string }>;
   private readonly markPublished: Statement<[publishedAt: string, batchId: number]>;
   private readonly prune: Statement<[lastSeq: number]>;
@@ -46,10 +50,13 @@ export class ExportLedger {
     );
     this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
     this.insertBatch = db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id, gzip) VALUES (?, ?, ?, ?, ?)`);
+    this.partitionKeys = db.prepare(`SELECT seq, stream, account_id, substr(synced_at, 1, 10) AS day FROM change_log WHERE seq BETWEEN ? AND ? ORDER BY seq`);
+    // One partition, in seq order: a range of the primary key, no sort.
     this.changes = db.prepare(
       `SELECT c.seq, c.stream, c.op, c.account_id, c.conversation_id, c.record_id, c.synced_at, substr(c.synced_at, 1, 10) AS day, p.record, p.line
        FROM change_log c LEFT JOIN change_payloads p ON p.seq = c.seq
-       WHERE c.seq BETWEEN ? AND ? ORDER BY c.stream, c.account_id, day, c.seq`,
+       WHERE c.seq BETWEEN @first AND @last AND c.stream = @stream AND c.account_id = @account_id AND substr(c.synced_at, 1, 10) = @day
+       ORDER BY c.seq`,
     );
     this.prune = db.prepare(`DELETE FROM change_payloads WHERE seq <= ?`);
     this.insertFile = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
@@ -91,9 +98,22 @@ export class ExportLedger {
     return { id: Number(r.lastInsertRowid), first_seq: wm + 1, last_seq: max, planned_at: plannedAt, run_id: runId, gzip, resumed: false };
   }
 
-  /** The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), as a lazy iterator. */
-  changesBetween(first: number, last: number): IterableIterator<ExportChange> {
-    return this.changes.iterate(first, last);
+  /**
+   * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), as a lazy
+   * iterator. No SQL sort over the batch (SQLite would hold the sorted rows, payloads included, in
+   * memory up to its cache size): one pass over the range's keys finds each partition's seq range,
+   * then each partition is read in seq order from its own range. Memory: one entry per partition.
+   */
+  *changesBetween(first: number, last: number): Generator<ExportChange> {
+    const partitions = new Map<string, { stream: string; account_id: string; day: string; first: number; last: number }>();
+    for (const k of this.partitionKeys.iterate(first, last)) {
+      const key = JSON.stringify([k.stream, k.account_id, k.day]);
+      const p = partitions.get(key);
+      if (p) p.last = k.seq;
+      else partitions.set(key, { stream: k.stream, account_id: k.account_id, day: k.day, first: k.seq, last: k.seq });
+    }
+    const ordered = [...partitions.values()].sort((a, b) => cmp(a.stream, b.stream) || cmp(a.account_id, b.account_id) || cmp(a.day, b.day));
+    for (const p of ordered) yield* this.changes.iterate(p);
   }
 
   /**

@@ -498,7 +498,7 @@ export class Mirror {
     try {
       for (let r = this.guard(() => rows.next()); !r.done; r = this.guard(() => rows.next())) yield r.value;
     } finally {
-      rows.return?.();
+      rows.return?.(undefined);
     }
   }
 

@@ -30,6 +30,13 @@ export interface Connection {
 /** Builds the caller's object from an open {@link Connection}; may throw (the open then fails). */
 export type Wrap<M> = (connection: Connection) => M;
 
+/**
+ * Page cache of the writer's connection, KiB (better-sqlite3 defaults to 16,000). Part of the flat
+ * memory budget (a sync stays under 150 MB whatever the workspace's size): the operating system's
+ * file cache holds the rest of the hot pages.
+ */
+export const WRITER_CACHE_KIB = 8192;
+
 /** Attempts of a read-only open when the file changes under it (copy or immutable open). */
 const OPEN_ATTEMPTS = 3;
 
@@ -80,6 +87,7 @@ function openWriter<M>(abs: string, opts: MirrorOptions, wrap: Wrap<M>): M {
     createMirrorFile(abs, opts);
     db = new Database(abs);
     db.pragma('busy_timeout = 10000');
+    db.pragma(`cache_size = -${WRITER_CACHE_KIB}`);
     // Before anything is changed: a database that is not ours (or is newer) is left as it is.
     const version = checkSchema(db, abs, false);
     // A new file gets incremental auto-vacuum (see migrate): it must be set before WAL mode.

@@ -15,11 +15,11 @@
  * starts; crawls in flight finish): rejected credentials, a wrong base URL, an unusable mirror, and a
  * conversation list that runs past its own total. What was committed before stays, and is reported.
  */
-import pLimit from 'p-limit';
 import { addTally, declaredPages, newTally, type RequestTally } from '../api/client.js';
 import type { Conversation, Page } from '../api/schemas.js';
 import { AuthError, ConfigError, ConvoMirrorError, DriftError, MirrorUnusableError, PageRunawayError, describeError } from '../errors.js';
-import { syncConversation, type ConversationResult } from './conversation.js';
+import { syncConversation } from './conversation.js';
+import { CrawlAccumulator, emptyCrawlTotals, type CrawlTotals } from './crawl-totals.js';
 import { OrderTracker, compareSignals, type ListOrder } from './list-order.js';
 import { newProgress, type SyncDeps, type SyncOptions, type SyncProgress } from './types.js';
 
@@ -42,7 +42,8 @@ export interface WorkspaceResult {
   conversationsListed: number;
   conversationsInserted: number;
   conversationsUpdated: number;
-  results: ConversationResult[];
+  /** What the crawls did, summed (no object per conversation: see {@link CrawlTotals}). */
+  crawls: CrawlTotals;
   failures: ConversationFailure[];
   /** Requests the listing cost (zero when conversations were named). */
   listingTally?: RequestTally;
@@ -126,7 +127,7 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     conversationsListed: 0,
     conversationsInserted: 0,
     conversationsUpdated: 0,
-    results: [],
+    crawls: emptyCrawlTotals(),
     failures: [],
     listingTally: newTally(),
   };
@@ -164,7 +165,7 @@ export async function syncWorkspace(deps: SyncDeps, opts: WorkspaceOptions): Pro
     else throw err;
   }
   await crawl.idle();
-  out.results = crawl.results;
+  out.crawls = crawl.totals();
   out.failures = crawl.failures;
   out.messagesServed = crawl.tally.served;
   out.tally = addTally(out.listingTally ?? newTally(), crawl.tally);
@@ -454,7 +455,7 @@ export async function syncConversations(deps: SyncDeps, ids: string[], opts: Wor
   const crawl = new Crawler(deps, { ...opts, named: true, progress: opts.progress ?? newProgress() });
   for (const id of new Set(ids)) crawl.enqueue(id);
   await crawl.idle();
-  const out = namedConversationsResult(crawl.results, crawl.failures);
+  const out = namedConversationsResult(crawl.totals(), crawl.failures);
   out.messagesServed = crawl.tally.served;
   out.tally = crawl.tally;
   if (crawl.fatal) out.fatal = crawl.fatal;
@@ -462,31 +463,55 @@ export async function syncConversations(deps: SyncDeps, ids: string[], opts: Wor
 }
 
 /** The outcome of a sync of named conversations (no listing): results and failures only. */
-export function namedConversationsResult(results: ConversationResult[], failures: ConversationFailure[]): WorkspaceResult {
-  return { listPasses: 0, listConfirmed: true, conversationsListed: 0, conversationsInserted: 0, conversationsUpdated: 0, results, failures };
+export function namedConversationsResult(crawls: CrawlTotals, failures: ConversationFailure[]): WorkspaceResult {
+  return { listPasses: 0, listConfirmed: true, conversationsListed: 0, conversationsInserted: 0, conversationsUpdated: 0, crawls, failures };
 }
 
-/** Runs conversation crawls with a concurrency cap; stops everything on a fatal error. */
+/** How a conversation is crawled, as bits of a queued entry. */
+const AGAIN = 1;
+const NO_SKIP = 2;
+const UNLISTED = 4;
+
+/**
+ * Runs conversation crawls with a concurrency cap; stops everything on a fatal error.
+ *
+ * Flat memory: what waits is a queue of ids and flag bits (not a promise or closure per
+ * conversation), `concurrency` workers take from it, and a finished crawl leaves only its id and
+ * one number ({@link CrawlAccumulator}). A listing of 100,000 conversations that runs ahead of the
+ * crawls costs their ids, nothing more.
+ */
 class Crawler {
-  private readonly resultsById = new Map<string, ConversationResult>();
+  private readonly acc = new CrawlAccumulator();
   private readonly failuresById = new Map<string, { error: Error; tally?: RequestTally }>();
   /** Every crawl's requests and served messages, whatever its outcome. */
   readonly tally: RequestTally = newTally();
-  private readonly limit: ReturnType<typeof pLimit>;
-  private readonly tasks: Promise<void>[] = [];
   /** The error that stopped the whole run (see {@link isFatal}), if any. */
   fatal: FatalError | undefined;
+  /** Every id ever enqueued (a second enqueue without `again` is ignored). */
+  private readonly scheduled = new Set<string>();
+  /** Waiting ids and their flag bits, from `head` on (a FIFO; consumed entries are dropped in chunks). */
+  private queueIds: string[] = [];
+  private queueFlags: number[] = [];
+  private head = 0;
+  /** Crawls in flight by id (at most `concurrency`): a second crawl of one waits for the first. */
+  private readonly inFlight = new Map<string, Promise<void>>();
+  private workers = 0;
+  private readonly concurrency: number;
+  /** An unexpected error of a worker (a programming error): {@link idle} throws it. */
+  private crash: unknown;
+  /** Resolved when the queue is empty and no worker runs. */
+  private drained: { promise: Promise<void>; resolve: () => void } | undefined;
 
   constructor(
     private readonly deps: SyncDeps,
     private readonly opts: WorkspaceOptions & { progress: NonNullable<SyncOptions['progress']> },
   ) {
-    this.limit = pLimit(opts.concurrency ?? 4);
+    this.concurrency = Math.max(1, opts.concurrency ?? 4);
   }
 
-  /** One result per conversation (the last crawl's). */
-  get results(): ConversationResult[] {
-    return [...this.resultsById.values()];
+  /** What the finished crawls did, summed (each conversation by its last outcome). */
+  totals(): CrawlTotals {
+    return this.acc.totals();
   }
 
   /** Conversations (and the listing) whose last attempt failed. */
@@ -496,7 +521,7 @@ class Crawler {
 
   /** Records a failure of `id` (its last attempt's error counts). */
   fail(id: string, error: Error, tally?: RequestTally): void {
-    this.resultsById.delete(id);
+    this.acc.forget(id);
     this.failuresById.set(id, tally ? { error, tally } : { error });
   }
 
@@ -511,31 +536,77 @@ class Crawler {
     this.deps.logger.error({ err: describeError(err), code: err.code }, 'stopping the run: nothing more is attempted');
   }
 
-  /** Crawl of each conversation enqueued so far (never two crawls of one conversation at once). */
-  private readonly byId = new Map<string, Promise<void>>();
-
   /**
    * Schedules a crawl of `id`. A conversation already scheduled is not crawled twice, unless
    * `again` is set: then it is crawled once more after the earlier crawl has finished.
    */
   enqueue(id: string, opts: { again?: boolean; noSkip?: boolean; unlisted?: boolean } = {}): void {
-    const earlier = this.byId.get(id);
-    if (earlier && !opts.again) return;
+    if (this.scheduled.has(id) && !opts.again) return;
+    this.scheduled.add(id);
     this.opts.progress.conversationsTotal++;
-    const task = (earlier ?? Promise.resolve()).then(() => this.limit(() => this.run(id, opts)));
-    this.byId.set(id, task);
-    this.tasks.push(task);
+    this.queueIds.push(id);
+    this.queueFlags.push((opts.again ? AGAIN : 0) | (opts.noSkip ? NO_SKIP : 0) | (opts.unlisted ? UNLISTED : 0));
+    if (this.workers < this.concurrency) {
+      this.workers++;
+      void this.work();
+    }
+  }
+
+  /** Takes the next waiting entry, if any. */
+  private take(): { id: string; flags: number } | undefined {
+    if (this.head >= this.queueIds.length) return undefined;
+    const entry = { id: this.queueIds[this.head]!, flags: this.queueFlags[this.head]! };
+    this.head++;
+    if (this.head >= 4096 && this.head * 2 >= this.queueIds.length) {
+      this.queueIds = this.queueIds.slice(this.head);
+      this.queueFlags = this.queueFlags.slice(this.head);
+      this.head = 0;
+    }
+    return entry;
+  }
+
+  /** One worker: crawls waiting conversations until none is left (or the run is stopped). */
+  private async work(): Promise<void> {
+    try {
+      for (let next = this.take(); next && !this.stopped; next = this.take()) {
+        const { id, flags } = next;
+        // Never two crawls of one conversation at once: a second one waits for the first.
+        for (let earlier = this.inFlight.get(id); earlier; earlier = this.inFlight.get(id)) await earlier;
+        const crawl = this.run(id, { noSkip: (flags & NO_SKIP) !== 0, unlisted: (flags & UNLISTED) !== 0 });
+        this.inFlight.set(id, crawl);
+        try {
+          await crawl;
+        } finally {
+          this.inFlight.delete(id);
+        }
+      }
+    } catch (err) {
+      this.crash ??= err;
+      this.dropQueue();
+    } finally {
+      this.workers--;
+      if (this.workers === 0) {
+        // Stopped: what still waits is never crawled.
+        if (this.stopped) this.dropQueue();
+        if (this.head >= this.queueIds.length) this.drained?.resolve();
+      }
+    }
+  }
+
+  private dropQueue(): void {
+    this.queueIds = [];
+    this.queueFlags = [];
+    this.head = 0;
   }
 
   private async run(id: string, how: { noSkip?: boolean; unlisted?: boolean }): Promise<void> {
-    if (this.stopped) return;
     const progress = this.opts.progress;
     const tally = newTally();
     try {
       const opts: SyncOptions = { ...this.opts, tally, ...(how.noSkip ? { changeField: undefined } : {}), ...(how.unlisted ? { unlisted: true } : {}) };
       const r = await syncConversation(this.deps, id, opts);
       // A conversation crawled again (a re-check): its last outcome counts.
-      this.resultsById.set(r.id, r);
+      this.acc.add(r);
       if (this.failuresById.delete(r.id)) progress.conversationsFailed--;
     } catch (err) {
       if (isFatal(err)) {
@@ -565,12 +636,21 @@ class Crawler {
     }
   }
 
-  /** Waits until every crawl enqueued so far has finished (never throws). */
+  /**
+   * Waits until every crawl enqueued so far (and any enqueued meanwhile) has finished.
+   * @throws only an unexpected (programming) error of a worker
+   */
   async idle(): Promise<void> {
-    for (let n = -1; n !== this.tasks.length; ) {
-      n = this.tasks.length;
-      await Promise.all(this.tasks);
+    while (this.workers > 0) {
+      if (!this.drained) {
+        let resolve!: () => void;
+        const promise = new Promise<void>((r) => (resolve = r));
+        this.drained = { promise, resolve };
+      }
+      await this.drained.promise;
+      this.drained = undefined;
     }
+    if (this.stopped) this.dropQueue();
+    if (this.crash !== undefined) throw this.crash;
   }
-
 }
