@@ -10,8 +10,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { verifyArchive } from '../src/export/verify.js';
 import { testClock, type TestClock } from './clock.js';
-import { sqlAll, sqlGet } from './sql.js';
-import { ACCOUNT_ID, harnessPool, readExportLines, type Harness, type HarnessOptions } from './helpers.js';
+import { sqlAll, sqlGet, sqlValue } from './sql.js';
+import { ACCOUNT_ID, harnessPool, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { Mirror } from '../src/store/mirror.js';
+import { publishChanges } from '../src/export/exporter.js';
+import type { Message, Page } from '../src/api/schemas.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -112,5 +115,46 @@ describe('the runs stream', () => {
       [String(dead + 1), 'succeeded', 'cli'],
     ]);
     expect(fs.readdirSync(path.join(h.exportDir, 'runs', `account=${ACCOUNT_ID}`))).toHaveLength(1);
+  });
+});
+
+describe('group commit and the durable sync point', () => {
+  it('pages commit with synchronous=NORMAL; every batch plan commits with FULL before any file of it is written', () => {
+    const events: string[] = [];
+    const dir = tempDir();
+    const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'), { onPlanCommit: (sync) => events.push(`plan synchronous=${sync}`) });
+    try {
+      expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
+      const exportDir = path.join(dir, 'exports');
+      const failpoint = (point: string) => {
+        if (point === 'before-rename') events.push('file');
+      };
+      const page = (conv: string, n: number): Page<Message> => {
+        const data = Array.from({ length: n }, (_, i) => ({ id: `${conv}-m${i}`, content: 'hi', visibility: 'global', sender: { id: 'u', name: 'U', type: 'Customer' }, created_at: '2026-01-15T10:00:00Z' }));
+        return { page: 1, data: data as Message[], raw: data, meta: { current_page: 1, total_pages: 1, total_count: n } };
+      };
+      for (const conv of ['c1', 'c2']) {
+        mirror.commitMessagesPage(ACCOUNT_ID, conv, page(conv, 3), null);
+        expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
+        publishChanges(mirror, { exportDir, failpoint });
+        expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
+      }
+      // A publication interrupted after its plan: the next call resumes the same batch.
+      mirror.commitMessagesPage(ACCOUNT_ID, 'c3', page('c3', 2), null);
+      class Crash extends Error {}
+      expect(() => publishChanges(mirror, { exportDir, failpoint: (p) => { events.push(`crash at ${p}`); throw new Crash(); } })).toThrow(Crash);
+      expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
+      publishChanges(mirror, { exportDir, failpoint });
+      const plans = events.filter((e) => e.startsWith('plan'));
+      // 2 batches, the interrupted 3rd, its resumption, and the resumption's look for more (nothing)
+      expect(plans.length).toBe(5);
+      expect(new Set(plans)).toEqual(new Set(['plan synchronous=2']));
+      // Every file comes after a durable plan: none before the first, and each batch's files after its own plan.
+      expect(events[0]).toBe('plan synchronous=2');
+      expect(events.join(' | ')).toMatch(/^plan synchronous=2( \| (plan synchronous=2|file|crash at before-rename))*$/);
+      expect(events.filter((e) => e === 'file').length).toBeGreaterThanOrEqual(3);
+    } finally {
+      mirror.close();
+    }
   });
 });

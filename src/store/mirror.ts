@@ -8,8 +8,10 @@
  * - `conversations.ts`, `messages.ts` (message pages, checkpoints, crawl pages, tombstones),
  *   `runs.ts`, `export-ledger.ts` (batches, files, watermark), `change-log.ts`, `status.ts`.
  *
- * better-sqlite3 in WAL mode with `synchronous=FULL` (a committed page survives a power cut, so the
- * change log's sequence numbers are never reused). Every write path commits in one transaction
+ * better-sqlite3 in WAL mode. Pages commit with `synchronous=NORMAL` (group commit: a power cut may
+ * take the last few commits back, each whole, and the crawl re-reads them); every export batch plan
+ * commits with `synchronous=FULL`, the durable sync point that makes every change before it durable,
+ * so a published seq is never lost and handed out again. Every write path commits in one transaction
  * together with its change-log rows and, for message pages, the conversation's checkpoint (design
  * habit 7); the transactions are opened here, the table groups run inside them.
  *
@@ -110,7 +112,11 @@ export class Mirror {
   private readonly status: MirrorStatus;
   private readonly audit: AuditReads;
 
-  private constructor(c: Connection, clock: Clock) {
+  /** See {@link MirrorOptions.onPlanCommit}. */
+  private readonly onPlanCommit: ((synchronous: number) => void) | undefined;
+
+  private constructor(c: Connection, clock: Clock, onPlanCommit?: (synchronous: number) => void) {
+    this.onPlanCommit = onPlanCommit;
     this.db = c.db;
     this.file = c.file;
     this.access = c.access;
@@ -147,7 +153,7 @@ export class Mirror {
    */
   static open(file: string, opts: MirrorOptions = {}): Mirror {
     const clock = opts.clock ?? systemClock;
-    return openConnection(file, opts, (c) => new Mirror(c, clock));
+    return openConnection(file, opts, (c) => new Mirror(c, clock, opts.onPlanCommit));
   }
 
   /** Runs `f`, turning SQLite errors that make the mirror unusable into {@link MirrorUnusableError}. */
@@ -482,7 +488,23 @@ export class Mirror {
    * @param gzip - whether a new batch's files are gzipped (a resumed batch keeps its own choice)
    */
   planExportBatch(runId: number | null, plannedAt: string, gzip = false): ExportBatch | undefined {
-    return this.writeTx(() => this.ledger.plan(runId, plannedAt, gzip));
+    // The durable sync point: pages commit with synchronous=NORMAL (a power cut may take the last
+    // commits back), so the plan commits with FULL, whose fsync of the WAL makes every change
+    // before it durable too. No seq in a published file can be lost and handed out again.
+    return this.write(() => {
+      this.db.pragma('synchronous = FULL');
+      try {
+        return this.db
+          .transaction(() => {
+            const batch = this.ledger.plan(runId, plannedAt, gzip);
+            this.onPlanCommit?.(this.db.pragma('synchronous', { simple: true }) as number);
+            return batch;
+          })
+          .immediate();
+      } finally {
+        this.db.pragma('synchronous = NORMAL');
+      }
+    });
   }
 
   /**

@@ -234,6 +234,12 @@ export interface MirrorOptions {
    * @defaultValue false
    */
   readonly?: boolean;
+  /**
+   * Test hook: called inside every export batch plan's transaction, just before it commits, with
+   * the connection's `PRAGMA synchronous` (2 = FULL: the commit that makes every earlier change
+   * durable). Never set in production.
+   */
+  onPlanCommit?: (synchronous: number) => void;
 }
 
 /**
