@@ -13,7 +13,7 @@ import { pathToFileURL } from 'node:url';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { CLI as CLI_JS, assertBuilt, killLeftovers, run, start, startCommand, waitFor, type Ran, type Started } from './children.js';
-import { sqlAll, sqlRun, sqlValue } from './sql.js';
+import { sqlAll, sqlValue } from './sql.js';
 
 /** Temp dirs of this file, removed in afterAll. */
 const dirs: string[] = [];
@@ -101,7 +101,6 @@ describe('SIGKILL during export publication, then re-run', () => {
     const db = path.join(dir, 'mirror.sqlite');
     const exportDir = path.join(dir, 'exports');
     const env = cliEnv(fake, dir, { LOG_LEVEL: 'warn', CONVO_MIRROR_CONCURRENCY: '8' });
-    const today = new Date().toISOString().slice(0, 10);
     try {
       // A first sync whose publication is refused (a manifest.json convo-mirror did not write sits
       // in the export directory): everything is mirrored and nothing is published or planned.
@@ -129,7 +128,7 @@ describe('SIGKILL during export publication, then re-run', () => {
       });
       // What was published (renamed into place) before the kill.
       const before = new Map([...snapshotFiles(exportDir)].filter(([rel]) => rel.endsWith('.jsonl')));
-      expect([...before.keys()].some((rel) => rel.startsWith(`conversations/account=${ACCOUNT_ID}/date=${today}/`)), [...before.keys()].join(', ')).toBe(true);
+      expect([...before.keys()].some((rel) => new RegExp(`^conversations/account=${ACCOUNT_ID}/date=\\d{4}-\\d{2}-\\d{2}/`).test(rel)), [...before.keys()].join(', ')).toBe(true);
       expect([...before.keys()].some((rel) => rel.startsWith('messages/')), [...before.keys()].join(', ')).toBe(false);
 
       const again = await run(['sync', '--json'], env);

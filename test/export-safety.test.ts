@@ -20,7 +20,7 @@ import {
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError, ExportError } from '../src/errors.js';
 import { GROUP_READABLE_MODES } from '../src/private-fs.js';
-import { ACCOUNT_ID, harnessPool, ledgerFiles, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, ledgerFiles, syncThenCrashPublication, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -546,17 +546,7 @@ describe('verifyExports trusts nothing on disk', () => {
     const h = await start({ workspace: ws });
     await h.sync();
     ws.appendMessages(ws.list()[0]!.id, 2);
-    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
-    class Crash extends Error {}
-    expect(() =>
-      publishChanges(h.mirror, {
-        exportDir: h.exportDir,
-        failpoint: (p) => {
-          if (p === 'before-record') throw new Crash();
-        },
-      }),
-    ).toThrow(Crash);
-    const pending = h.mirror.pendingExportBatch()!;
+    const pending = (await syncThenCrashPublication(h)).id;
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: MANIFEST, problem: 'manifest', detail: expect.stringMatching(/^points at head .* expected head /) },
       { path: `_ledger/${String(pending).padStart(12, '0')}.json`, problem: 'mirror', detail: 'left by an interrupted publication; the next sync records it' },

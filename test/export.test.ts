@@ -12,7 +12,7 @@ import { MANIFEST, TEMP_DIR, publishChanges, verifyExports, type Manifest } from
 import { ledgerFiles } from './helpers.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { testClock } from './clock.js';
-import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
+import { sqlAll, sqlValue } from './sql.js';
 import {
   ACCOUNT_ID,
   mirrorEqualsFake,
@@ -21,7 +21,7 @@ import {
   type ExportLine,
   type Harness,
   type HarnessOptions,
-  snapshotFiles, harnessPool } from './helpers.js';
+  snapshotFiles, harnessPool, syncThenCrashPublication } from './helpers.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -275,17 +275,7 @@ describe('publishChanges', () => {
    * them from the mirror. Returns the batch and the bytes it had published.
    */
   async function interruptPublication(h: Harness): Promise<{ batch: { id: number; first_seq: number; last_seq: number }; files: Map<string, Buffer>; record: Buffer }> {
-    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
-    class Crash extends Error {}
-    expect(() =>
-      publishChanges(h.mirror, {
-        exportDir: h.exportDir,
-        failpoint: (p) => {
-          if (p === 'before-record') throw new Crash();
-        },
-      }),
-    ).toThrow(Crash);
-    const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(h.mirror, `SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL`)!;
+    const batch = await syncThenCrashPublication(h);
     // Unpublished: every change of the batch keeps its payload; everything published before has none.
     expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads WHERE seq BETWEEN ? AND ?`, batch.first_seq, batch.last_seq)).toBe(batch.last_seq - batch.first_seq + 1);
     expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads WHERE seq < ?`, batch.first_seq)).toBe(0);
@@ -458,17 +448,7 @@ describe('one export directory per mirror', () => {
     // A batch published up to the `before-record` failpoint (a crash before SQLite recorded it), so
     // the next publication plans it again while a different file now sits at one of its names.
     ws.appendMessages(ws.list()[0]!.id, 3);
-    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
-    class Crash extends Error {}
-    expect(() =>
-      publishChanges(h.mirror, {
-        exportDir: h.exportDir,
-        failpoint: (p) => {
-          if (p === 'before-record') throw new Crash();
-        },
-      }),
-    ).toThrow(Crash);
-    const batch = sqlGet<{ id: number; first_seq: number }>(h.mirror, `SELECT id, first_seq FROM export_batches WHERE published_at IS NULL`)!;
+    const batch = await syncThenCrashPublication(h);
     const record = JSON.parse(fs.readFileSync(path.join(h.exportDir, `_ledger/${String(batch.id).padStart(12, '0')}.json`), 'utf8')) as { files: { path: string }[] };
     const rel = record.files.map((f) => f.path).find((p) => p.startsWith('messages/'))!;
     const bytes = fs.readFileSync(path.join(h.exportDir, rel));

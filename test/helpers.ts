@@ -14,7 +14,9 @@ import { systemClock, type Clock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 import { runSync, type RunOptions, type RunSummary } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
-import { sqlAll } from './sql.js';
+import { sqlAll, sqlGet } from './sql.js';
+import { publishChanges, type ExportFailpoint } from '../src/export/exporter.js';
+import { syncWorkspace } from '../src/sync/workspace.js';
 
 export const API_KEY = 'test-key-5f0c1d2e';
 export const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
@@ -302,4 +304,29 @@ export async function rejection(p: Promise<unknown>): Promise<unknown> {
     return err;
   }
   throw new Error('expected the promise to reject, but it resolved');
+}
+
+/** What {@link syncThenCrashPublication}'s failpoint throws: a crash at that point. */
+export class PublicationCrash extends Error {}
+
+/**
+ * Commits what changed in the fake (a sync without publication), then publishes until `point`,
+ * where the failpoint throws {@link PublicationCrash} (nothing is cleaned up: the state a crash
+ * there leaves). Returns the batch left planned and unpublished.
+ */
+export async function syncThenCrashPublication(h: Harness, point: ExportFailpoint = 'before-record'): Promise<{ id: number; first_seq: number; last_seq: number }> {
+  await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+  const crash = (p: ExportFailpoint): void => {
+    if (p === point) throw new PublicationCrash(`crashed at ${point}`);
+  };
+  let thrown: unknown;
+  try {
+    publishChanges(h.mirror, { exportDir: h.exportDir, failpoint: crash });
+  } catch (err) {
+    thrown = err;
+  }
+  if (!(thrown instanceof PublicationCrash)) throw new Error(`the publication did not reach its ${point} failpoint: ${String(thrown)}`);
+  const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(h.mirror, `SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL`);
+  if (!batch) throw new Error('no batch was left planned');
+  return batch;
 }

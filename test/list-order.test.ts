@@ -10,6 +10,7 @@ import { FakeWorkspace } from '../src/fake-api/index.js';
 import { OrderTracker, compareSignals } from '../src/sync/list-order.js';
 import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, type Harness, type HarnessOptions } from './helpers.js';
 import { sqlGet } from './sql.js';
+import { testClock } from './clock.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -167,13 +168,14 @@ describe('incremental listings of an ordered list stop early', () => {
   it('a signal later than the listing itself (a bogus future date) is not taken as the threshold: at most the time the listing began', async () => {
     const ws = orderedWorkspace(400);
     ws.list()[0]!.data['last_activity_at'] = '2999-01-01T00:00:00.000Z';
-    const h = await start({ workspace: ws });
-    const t0 = Date.now();
+    const t0 = Date.UTC(2026, 0, 15, 12);
+    const clock = testClock({ start: t0, sleep: 'advance' });
+    const h = await start({ workspace: ws, clock });
     await h.sync();
     const order = h.mirror.listOrder(ACCOUNT_ID)!;
     expect(order.ordered).toBe(true);
-    expect(Date.parse(String(order.newest))).toBeGreaterThanOrEqual(t0 - 1000);
-    expect(Date.parse(String(order.newest))).toBeLessThanOrEqual(Date.now());
+    expect(Date.parse(String(order.newest))).toBeGreaterThanOrEqual(t0);
+    expect(Date.parse(String(order.newest))).toBeLessThanOrEqual(clock.now());
   });
 
   it('without a change signal nothing is recorded and every page is read', async () => {

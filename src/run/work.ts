@@ -27,7 +27,7 @@ export function workOfSync(result: WorkspaceResult, known?: number): RunWork {
     crawls: result.crawls,
     failures: result.failures.map(failureRecord),
     // The sync fills both; without them, what the listing and the failed crawls cost is all that is known.
-    tally: result.tally ?? [...result.failures.map((f) => f.tally ?? newTally())].reduce(addTally, result.listingTally ?? newTally()),
+    tally: result.tally ?? result.failures.map((f) => f.tally ?? newTally()).reduce(addTally, result.listingTally ?? newTally()),
     messagesServed: result.messagesServed ?? 0,
     known: known ?? result.conversationsListed,
   };

@@ -90,7 +90,8 @@ function openWriter<M>(abs: string, opts: MirrorOptions, wrap: Wrap<M>): M {
     db.pragma(`cache_size = -${WRITER_CACHE_KIB}`);
     // Before anything is changed: a database that is not ours (or is newer) is left as it is.
     const version = checkSchema(db, abs, false);
-    // A new file gets incremental auto-vacuum (see migrate): it must be set before WAL mode.
+    // A new file gets incremental auto-vacuum, so pages freed by pruning go back to the file
+    // system (Mirror.recordPublication); it must be set before WAL mode and the first table.
     if (version === 0) db.pragma('auto_vacuum = INCREMENTAL');
     db.pragma('journal_mode = WAL');
     // Group commit: see Mirror.planExportBatch for the durable sync point before every publication.

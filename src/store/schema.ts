@@ -40,18 +40,15 @@ export function checkSchema(db: Db, file: string, readOnly: boolean): number {
 
 /**
  * Applies the pending migrations of a writer's connection, each in its own immediate transaction
- * together with its `user_version`. A new file gets incremental auto-vacuum; a file upgraded from
- * before {@link LEAN_SCHEMA_VERSION} is rewritten once (`VACUUM`, which needs as much free disk as
- * the file) to get it.
+ * together with its `user_version`. A file upgraded from before {@link LEAN_SCHEMA_VERSION} is
+ * rewritten once (`VACUUM`, which needs as much free disk as
+ * the file) to get incremental auto-vacuum, which a new file gets at open (see `openWriter`).
  *
  * @throws {@link StoreError} as {@link checkSchema} (nothing is changed then); SQLite errors of a
  *   migration as they are (its transaction is rolled back)
  */
 export function migrate(db: Db, file: string): void {
   const version = checkSchema(db, file, false);
-  // A new file: free pages go back to the file system (see Mirror.recordPublication); only
-  // possible before the first table exists.
-  if (version === 0) db.pragma('auto_vacuum = INCREMENTAL');
   for (let v = version; v < MIGRATIONS.length; v++) {
     db.transaction(() => {
       db.exec(MIGRATIONS[v]!);

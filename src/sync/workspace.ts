@@ -468,9 +468,8 @@ export function namedConversationsResult(crawls: CrawlTotals, failures: Conversa
 }
 
 /** How a conversation is crawled, as bits of a queued entry. */
-const AGAIN = 1;
-const NO_SKIP = 2;
-const UNLISTED = 4;
+const NO_SKIP = 1;
+const UNLISTED = 2;
 
 /**
  * Runs conversation crawls with a concurrency cap; stops everything on a fatal error.
@@ -545,7 +544,7 @@ class Crawler {
     this.scheduled.add(id);
     this.opts.progress.conversationsTotal++;
     this.queueIds.push(id);
-    this.queueFlags.push((opts.again ? AGAIN : 0) | (opts.noSkip ? NO_SKIP : 0) | (opts.unlisted ? UNLISTED : 0));
+    this.queueFlags.push((opts.noSkip ? NO_SKIP : 0) | (opts.unlisted ? UNLISTED : 0));
     if (this.workers < this.concurrency) {
       this.workers++;
       void this.work();
