@@ -8,7 +8,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
-import { RateLimiter, parseRateLimitHeaders } from '../src/api/rate-limit.js';
+import { RECOVERY_SHARE, RateLimiter, SLOW_START_STEP, parseRateLimitHeaders } from '../src/api/rate-limit.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 import { frozenClock, testClock, type TestClock } from './helpers.js';
 
@@ -117,23 +117,37 @@ describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', ()
     expect(clock.sleeps.length).toBeGreaterThanOrEqual(50);
   });
 
-  it('without headers: learns the rate from the first 429s, then they stop', async () => {
+  /** 429s that reached the fake from the first 429 until 900 ms later (its Retry-After is 1 s): the opening overrun. */
+  const openingOverrun = (fake: FakeApi): number => {
+    const first = fake.requests.find((r) => r.status === 429);
+    if (!first) return 0;
+    return fake.requests.filter((r) => r.status === 429 && r.at >= first.at && r.at <= first.at + 900).length;
+  };
+
+  it('without headers: slow start meets the limit with one request in flight, so one 429 opens the pause, then pacing at 95 % of the limit', async () => {
     const fake = await fakeApi({ rateLimit: { rps: 20, headers: false } });
     const { api, clock } = client(fake.url);
     await hammer(api, 60);
     const statuses = fake.requests.map((r) => r.status);
-    const limited = statuses.filter((s) => s === 429).length;
     expect(statuses.filter((s) => s === 200)).toHaveLength(60);
-    // Only the opening burst (8 in flight) runs into the limit; after the pause, none.
-    expect(limited).toBeGreaterThan(0);
-    expect(limited).toBeLessThanOrEqual(8);
-    const last429 = statuses.lastIndexOf(429);
-    expect(statuses.slice(last429 + 1).length).toBeGreaterThanOrEqual(35);
-    expect(api.rateCap).toBeGreaterThanOrEqual(15);
-    expect(api.rateCap).toBeLessThanOrEqual(20);
-    // Each 429 was retried after its Retry-After (1 s), and no wait was longer: one pause, then pacing.
+    // 20 accepted one at a time; the 21st is refused, and its Retry-After held everyone before the
+    // gate opened: nothing else reached the server during the pause.
+    expect(statuses.indexOf(429)).toBe(20);
+    expect(openingOverrun(fake)).toBe(1);
+    const first429 = fake.requests[20]!.at;
+    expect(fake.requests.filter((r) => r.at > first429 && r.at <= first429 + 900)).toEqual([]);
     expect(clock.sleeps).toContain(1000);
-    expect(Math.max(...clock.sleeps)).toBeLessThanOrEqual(1000);
+    // The cap: 95 % of the 20 answered in the second before the 429 (19 requests/s).
+    expect(api.rateCap).toBeGreaterThan(15);
+    expect(api.rateCap).toBeLessThanOrEqual(20 * RECOVERY_SHARE);
+  });
+
+  it('without headers and without slow start, the opening burst in flight overruns the limit by more than one (what slow start prevents)', async () => {
+    const fake = await fakeApi({ rateLimit: { rps: 20, headers: false } });
+    const { api } = client(fake.url, { rateLimit: { slowStart: false } });
+    await hammer(api, 60);
+    expect(fake.requests.filter((r) => r.status === 200)).toHaveLength(60);
+    expect(openingOverrun(fake)).toBeGreaterThan(1);
   });
 
   it('--max-rps stays an upper bound under the learned cap', async () => {
@@ -148,10 +162,107 @@ describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', ()
   });
 });
 
-describe('RateLimiter adaptation (injected clock)', () => {
-  it('a 429 lowers the cap to 90 % of the rate achieved in the last second', async () => {
+describe('RateLimiter slow start (injected clock)', () => {
+  const flush = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+  it('lets one request in flight, widens by one per 25 answered without a 429, and doubles per quiet second', async () => {
     const clock = frozenClock();
     const l = new RateLimiter(0, clock);
+    expect([l.inSlowStart, l.window]).toEqual([true, 1]);
+    await l.enter();
+    let second = false;
+    const waiting = l.enter().then(() => (second = true));
+    await flush();
+    expect(second).toBe(false);
+    l.observe(200);
+    l.leave();
+    await waiting;
+    expect(second).toBe(true);
+    for (let i = 1; i < SLOW_START_STEP; i++) l.observe(200);
+    expect(l.window).toBe(2);
+    for (let i = 0; i < SLOW_START_STEP; i++) l.observe(200);
+    expect(l.window).toBe(3);
+    // Three quiet seconds since the first enter: 2^3.
+    clock.t += 3000;
+    expect(l.window).toBe(8);
+    // Six: 64 is wider than any caller's concurrency, and slow start ends.
+    clock.t += 3000;
+    expect(l.window).toBe(Infinity);
+    expect(l.inSlowStart).toBe(false);
+  });
+
+  it('a widened window lets as many waiting requests in as it has room for', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    await l.enter();
+    let entered = 0;
+    const waiting = Array.from({ length: 5 }, () => l.enter().then(() => entered++));
+    await flush();
+    expect(entered).toBe(0);
+    clock.t += 2000; // window 4
+    l.leave();
+    await flush();
+    expect(entered).toBe(4);
+    l.leave();
+    await Promise.all(waiting);
+    expect(entered).toBe(5);
+  });
+
+  it('a 429 ends slow start, with the cap at 95 % of the rate achieved, and opens the gate to everyone waiting', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    await l.enter();
+    const waiting = Promise.all([l.enter(), l.enter(), l.enter()]);
+    for (let i = 0; i < 20; i++) l.observe(200);
+    await l.acquire();
+    l.observe(429);
+    l.onRateLimited();
+    await waiting;
+    expect(l.inSlowStart).toBe(false);
+    expect(l.currentRps).toBeCloseTo(20 * RECOVERY_SHARE, 5);
+  });
+
+  it('a 429 with fewer than 2 answered in the last second says nothing of the rate: slow start goes on', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    await l.enter();
+    await l.acquire();
+    l.observe(429);
+    l.onRateLimited();
+    expect([l.inSlowStart, l.window, l.currentRps]).toEqual([true, 1, 0]);
+  });
+
+  it('RateLimit headers end slow start (they pace from there); so does turning adaptation off', () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    l.observe(200, { limit: 20, windowMs: 1000 });
+    expect(l.inSlowStart).toBe(false);
+    const remainingOnly = new RateLimiter(0, clock);
+    remainingOnly.observe(200, { remaining: 5, resetMs: 1000 });
+    expect(remainingOnly.inSlowStart).toBe(false);
+    expect(new RateLimiter(0, clock, { adaptive: false }).inSlowStart).toBe(false);
+    expect(new RateLimiter(0, clock, { adaptive: false }).window).toBe(Infinity);
+  });
+
+  it('a request waiting for room gives up when its signal aborts, and takes no room', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    await l.enter();
+    const ac = new AbortController();
+    const waiting = l.enter(ac.signal);
+    ac.abort(new Error('stop'));
+    await expect(waiting).rejects.toThrow('stop');
+    l.leave();
+    // The aborted waiter took no room: the next enter goes in at once.
+    await l.enter();
+    await expect(Promise.race([l.enter(ac.signal), flush().then(() => 'waiting')])).rejects.toThrow('stop');
+  });
+});
+
+describe('RateLimiter adaptation (injected clock)', () => {
+  it('after slow start, a 429 lowers the cap to 90 % of the rate achieved in the last second', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock, { slowStart: false });
     for (let i = 0; i < 30; i++) {
       clock.t += 10;
       l.observe(200);
@@ -168,7 +279,7 @@ describe('RateLimiter adaptation (injected clock)', () => {
 
   it('never goes below minRps, and a 429 with under 2 recent successes only pauses', async () => {
     const clock = frozenClock();
-    const l = new RateLimiter(0, clock);
+    const l = new RateLimiter(0, clock, { slowStart: false });
     l.observe(200);
     l.onRateLimited();
     expect(l.currentRps).toBe(0);
@@ -176,7 +287,7 @@ describe('RateLimiter adaptation (injected clock)', () => {
     await l.acquire();
     l.onRateLimited();
     expect(l.currentRps).toBe(1.8);
-    const floor = new RateLimiter(0, clock, { minRps: 5 });
+    const floor = new RateLimiter(0, clock, { minRps: 5, slowStart: false });
     floor.observe(200);
     floor.observe(200);
     floor.onRateLimited();
@@ -193,7 +304,7 @@ describe('RateLimiter adaptation (injected clock)', () => {
 
   it('a cap learned from 429s recovers by 5 % per quiet 10 s to 95 % of the rate that drew the 429, then probes per quiet minute', async () => {
     const clock = frozenClock();
-    const l = new RateLimiter(20, clock);
+    const l = new RateLimiter(20, clock, { slowStart: false });
     for (let i = 0; i < 10; i++) l.observe(200);
     await l.acquire();
     l.onRateLimited();

@@ -10,8 +10,9 @@
  *   the process. 400, 401, 403, 404, 422 and other 4xx are never retried.
  * - A request-rate cap ({@link RateLimiter}), shared by the clients of one base URL and key when they
  *   get it from one {@link RateLimiterPool}: `maxRps` is an upper bound; below it the
- *   cap adapts to the server (lowered after a 429 to 90 % of the rate achieved in the last second;
- *   paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
+ *   cap adapts to the server (slow start: one request in flight, widening, until the server shows a
+ *   limit; lowered after a 429 to 90 % of the rate achieved in the last second, 95 % for slow
+ *   start's first; paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
  * - Every response body is read under a byte cap (`maxResponseBytes`): a larger `content-length` is
  *   refused before reading, and a body that crosses the cap while streaming is cut off at once
  *   ({@link ResponseTooLargeError}, never retried). Bodies of failed requests are read at most
@@ -387,27 +388,9 @@ export class ApiClient {
     label: string,
     tally?: RequestTally,
   ): Promise<JsonResponse> {
-    await this.limiter.acquire(this.opts.signal);
-    const sentSeq = this.limiter.sentCount;
-    this.stats.requests++;
-    if (tally) tally.requests++;
-    const details = { method: 'GET', path, attempts: attempt };
-    // One signal bounds the whole attempt: undici keeps it armed until the body stream closes.
-    const signal = this.opts.signal
-      ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
-      : AbortSignal.timeout(this.timeoutMs);
-    let res: Dispatcher.ResponseData;
-    try {
-      res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
-    } catch (err) {
-      this.reportAttempt(undefined, attempt);
-      throw this.transportError(path, details, err);
-    }
+    const { res, sentSeq } = await this.send(path, attempt, tally);
     const { statusCode, headers } = res;
-    this.reportAttempt(statusCode, attempt);
-    this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
-    this.limiter.observe(statusCode, parseRateLimitHeaders(headers, this.clock.now()), sentSeq);
-    if (statusCode === 429) this.limiter.onRateLimited(sentSeq);
+    const details = { method: 'GET', path, attempts: attempt };
     if (statusCode >= 200 && statusCode < 300) {
       const buf = await this.readBody(res, label, { ...details, status: statusCode });
       return { status: statusCode, body: decodeJson(buf, statusCode, path, label, context) };
@@ -420,6 +403,48 @@ export class ApiClient {
       if (tally) tally.rateLimited++;
     }
     throw statusError({ ...details, status: statusCode, retryAfterMs: parseRetryAfter(headers['retry-after'], this.clock.now()) });
+  }
+
+  /**
+   * Sends one request through the limiter (slow-start window, then spacing) and waits for its
+   * status; the limiter sees the status and headers before the body is read.
+   *
+   * @throws {@link HttpError} without status on a network error or timeout
+   */
+  private async send(path: string, attempt: number, tally?: RequestTally): Promise<{ res: Dispatcher.ResponseData; sentSeq: number }> {
+    await this.limiter.enter(this.opts.signal);
+    try {
+      await this.limiter.acquire(this.opts.signal);
+      const sentSeq = this.limiter.sentCount;
+      this.stats.requests++;
+      if (tally) tally.requests++;
+      // One signal bounds the whole attempt: undici keeps it armed until the body stream closes.
+      const signal = this.opts.signal
+        ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
+        : AbortSignal.timeout(this.timeoutMs);
+      let res: Dispatcher.ResponseData;
+      try {
+        res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
+      } catch (err) {
+        this.reportAttempt(undefined, attempt);
+        throw this.transportError(path, { method: 'GET', path, attempts: attempt }, err);
+      }
+      const { statusCode, headers } = res;
+      this.reportAttempt(statusCode, attempt);
+      this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
+      const now = this.clock.now();
+      this.limiter.observe(statusCode, parseRateLimitHeaders(headers, now), sentSeq);
+      if (statusCode === 429) {
+        // Hold everyone before the gate opens (onRateLimited may end slow start), not only once
+        // this request's retry is scheduled: else a waiting request goes out into the same refusal.
+        const retryAfter = parseRetryAfter(headers['retry-after'], now);
+        if (retryAfter !== undefined) this.limiter.pauseUntil(now + Math.min(retryAfter, this.maxRetryAfterMs));
+        this.limiter.onRateLimited(sentSeq);
+      }
+      return { res, sentSeq };
+    } finally {
+      this.limiter.leave();
+    }
   }
 
   /**

@@ -31,7 +31,28 @@ export interface AdaptiveOptions {
    * cap lowered by a spurious or transient 429 recovers. ms. @defaultValue 10000
    */
   recoverAfterMs?: number;
+  /**
+   * Slow start: until the server has shown a limit (a 429, or `RateLimit-*` headers), bound the
+   * requests in flight, starting at one and widening by one per {@link SLOW_START_STEP} responses
+   * that were not 429, and doubling per second without a 429 (see {@link RateLimiter.enter}).
+   * A limit found during slow start is therefore overrun by few requests, however fast the server
+   * answers. @defaultValue the value of `adaptive`
+   */
+  slowStart?: boolean;
 }
+
+/**
+ * Slow start widens the window of requests in flight by one per this many responses without a 429:
+ * a limit first met after n requests is overrun by at most 1 + n / 25 requests in flight.
+ */
+export const SLOW_START_STEP = 25;
+/**
+ * A cap learned from 429s recovers to this share of the rate that drew the 429 (then probes more
+ * slowly); the first 429 of slow start sets the cap there at once.
+ */
+export const RECOVERY_SHARE = 0.95;
+/** A slow-start window this wide ends slow start: callers' concurrency is far below it. */
+export const SLOW_START_MAX_WINDOW = 64;
 
 /**
  * A request-rate limiter shared by every request of one {@link ApiClient}, or of every client that
@@ -47,6 +68,11 @@ export interface AdaptiveOptions {
  *   92 % of `Limit / window`. The spacing used is that of the lower of the two caps.
  * - **Header pacing**: a response's `RateLimit-Remaining` (minus the requests sent since it was sent)
  *   is spread over its `RateLimit-Reset`; none remaining holds every request until the reset.
+ * - **Slow start** (adaptive): until the server shows a limit (a 429 or `RateLimit-*` headers), one
+ *   request in flight, widening by one per 25 answered and doubling per second without a 429
+ *   ({@link enter} / {@link leave}). A server without headers that answers 429 above 20 requests/s
+ *   thus refuses one request, not a whole burst in flight; an unlimited fast server reaches 8 in
+ *   flight after 175 responses.
  *
  * Time comes from the injected {@link Clock} (design habit 8).
  */
@@ -74,6 +100,16 @@ export class RateLimiter {
   private sent = 0;
   /** Arrival times (epoch ms) of non-429 responses in about the last second. */
   private readonly successes: number[] = [];
+  /** Slow start: true until a limit is shown or the window is wide enough not to matter. */
+  private slowStarting: boolean;
+  /** When slow start began (the first {@link enter}), epoch ms. */
+  private slowStartAt: number | undefined;
+  /** Responses other than 429 seen during slow start. */
+  private slowStartOk = 0;
+  /** Requests between {@link enter} and {@link leave}. */
+  private inFlight = 0;
+  /** Requests waiting in {@link enter} for room in the slow-start window, oldest first. */
+  private readonly gate: Array<() => void> = [];
 
   /**
    * @param rps - configured cap, requests per second; 0 means no configured cap (learned caps and
@@ -86,13 +122,81 @@ export class RateLimiter {
     opts: AdaptiveOptions = {},
   ) {
     this.configuredRps = rps > 0 ? rps : 0;
+    const adaptive = opts.adaptive ?? true;
     this.opts = {
-      adaptive: opts.adaptive ?? true,
+      adaptive,
+      slowStart: opts.slowStart ?? adaptive,
       minRps: opts.minRps ?? 1,
       backoffFactor: opts.backoffFactor ?? 0.9,
       headroom: opts.headroom ?? 0.92,
       recoverAfterMs: opts.recoverAfterMs ?? 10_000,
     };
+    this.slowStarting = this.opts.slowStart;
+  }
+
+  /**
+   * Requests allowed in flight now: during slow start `max(1 + ⌊ok / SLOW_START_STEP⌋, 2^⌊s⌋)`
+   * where `ok` counts responses other than 429 and `s` the seconds since slow start began;
+   * unbounded after it.
+   */
+  get window(): number {
+    if (!this.slowStarting) return Infinity;
+    const bySuccesses = 1 + Math.floor(this.slowStartOk / SLOW_START_STEP);
+    const seconds = this.slowStartAt === undefined ? 0 : Math.floor((this.clock.now() - this.slowStartAt) / 1000);
+    const window = Math.max(bySuccesses, 2 ** Math.min(seconds, 30));
+    if (window >= SLOW_START_MAX_WINDOW) this.endSlowStart();
+    return this.slowStarting ? window : Infinity;
+  }
+
+  /** True until the server has shown a limit (or the window grew past {@link SLOW_START_MAX_WINDOW}). */
+  get inSlowStart(): boolean {
+    return this.slowStarting;
+  }
+
+  /**
+   * Waits for room in the slow-start window (at once after slow start); call {@link leave} exactly
+   * once when the response's status is known or the request failed. Then {@link acquire} spaces it.
+   *
+   * @throws the signal's reason when `signal` aborts while waiting (nothing to {@link leave} then)
+   */
+  async enter(signal?: AbortSignal): Promise<void> {
+    this.slowStartAt ??= this.clock.now();
+    while (this.inFlight >= this.window) {
+      signal?.throwIfAborted();
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = (): void => {
+          const i = this.gate.indexOf(wake);
+          if (i >= 0) this.gate.splice(i, 1);
+          reject(signal!.reason);
+        };
+        const wake = (): void => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        this.gate.push(wake);
+        signal?.addEventListener('abort', onAbort, { once: true });
+      });
+    }
+    this.inFlight++;
+  }
+
+  /** A request let in by {@link enter} is answered (or failed): room for the next one. */
+  leave(): void {
+    this.inFlight = Math.max(0, this.inFlight - 1);
+    this.wakeGate();
+  }
+
+  private wakeGate(): void {
+    let room = this.window - this.inFlight;
+    while (room-- > 0 && this.gate.length > 0) this.gate.shift()!();
+  }
+
+  /** A limit is shown (or the window no longer matters): the gate opens for good. */
+  private endSlowStart(): void {
+    if (!this.slowStarting) return;
+    this.slowStarting = false;
+    const waiting = this.gate.splice(0);
+    for (const wake of waiting) wake();
   }
 
   /** The cap in force, requests/s: the lowest of the configured and learned caps; 0 = none. */
@@ -135,23 +239,29 @@ export class RateLimiter {
 
   /**
    * A response answered 429: lowers the learned cap to {@link AdaptiveOptions.backoffFactor} of the
-   * rate achieved (non-429 responses) in the last second, never below `minRps`, unless the request
-   * was sent before the previous lowering (a burst already in flight says nothing new). Fewer than 2
-   * successes in the last second is no evidence of a rate: only the pause applies then.
+   * rate achieved (non-429 responses) in the last second ({@link RECOVERY_SHARE} of it for the
+   * first 429 of slow start, which then ends), never below `minRps`, unless the request was sent
+   * before the previous lowering (a burst already in flight says nothing new). Fewer than 2
+   * successes in the last second is no evidence of a rate: only the pause applies then (and slow
+   * start goes on).
    *
    * @param sentSeq - {@link sentCount} read right after the request was let through
    */
   onRateLimited(sentSeq: number = this.sent): void {
-    if (!this.opts.adaptive) return;
+    if (!this.opts.adaptive) return this.endSlowStart();
     const now = this.clock.now();
     this.prune(now);
     const achieved = this.successes.length;
     if (sentSeq <= this.lowerSeq || achieved < 2) return;
-    const target = Math.max(this.opts.minRps, achieved * this.opts.backoffFactor);
+    // Slow start ramps up with few requests in flight, so the rate at its first 429 is the limit
+    // itself, not an overshoot: aim at the share the recovery climbs back to.
+    const share = this.slowStarting && this.learned429 === undefined ? RECOVERY_SHARE : this.opts.backoffFactor;
+    const target = Math.max(this.opts.minRps, achieved * share);
     if (this.learned429 === undefined || target < this.learned429) this.learned429 = target;
     this.learned429At = now;
     this.ceiling429 = achieved;
     this.lowerSeq = this.sent;
+    this.endSlowStart();
   }
 
   /**
@@ -167,7 +277,10 @@ export class RateLimiter {
     if (status !== 429) {
       this.successes.push(now);
       this.prune(now);
+      if (this.slowStarting) this.slowStartOk++;
     }
+    // Served rate-limit headers show the limit: they pace from here, not the slow-start window.
+    if (info.limit !== undefined || info.remaining !== undefined) this.endSlowStart();
     if (!this.opts.adaptive) return;
     if (info.resetMs !== undefined) this.maxResetMs = Math.max(this.maxResetMs, info.resetMs);
     if (info.limit !== undefined && info.limit > 0) {
@@ -201,7 +314,7 @@ export class RateLimiter {
     const quiet = now - this.learned429At;
     if (quiet < this.opts.recoverAfterMs) return;
     const next = this.learned429 * 1.05;
-    if (next > 0.95 * this.ceiling429 && quiet < 6 * this.opts.recoverAfterMs) return;
+    if (next > RECOVERY_SHARE * this.ceiling429 && quiet < 6 * this.opts.recoverAfterMs) return;
     this.learned429 = next;
     this.learned429At = now;
     if (this.configuredRps > 0 && this.learned429 >= this.configuredRps) this.learned429 = undefined;
