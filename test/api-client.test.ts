@@ -7,8 +7,9 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
+import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ApiClient, PER_PAGE, newTally, type ApiClientOptions } from '../src/api/client.js';
+import { ApiClient, AttemptDeadline, PER_PAGE, newTally, type ApiClientOptions } from '../src/api/client.js';
 import { RateLimiter } from '../src/api/rate-limit.js';
 import { systemClock } from '../src/clock.js';
 import { AuthError, ConfigError, ConvoMirrorError, HttpError, NotFoundError, RateLimitedError, RedirectRefusedError, SchemaError } from '../src/errors.js';
@@ -710,6 +711,56 @@ describe('ApiClient: the API key never leaks into errors', () => {
     }
     // The key was really sent (so the test could have seen it leak).
     expect(fake.requests.some((r) => r.apiKey === API_KEY)).toBe(true);
+  });
+});
+
+describe('ApiClient: nothing of a finished attempt outlives it', () => {
+  /** Signals that Node's `AbortSignal.any` keeps (weakly) on a source signal, when this Node has that set. */
+  const dependants = (signal: AbortSignal): number => {
+    const k = Object.getOwnPropertySymbols(signal).find((s) => s.description === 'kDependantSignals');
+    return k ? ((signal as unknown as Record<symbol, Set<unknown>>)[k]?.size ?? 0) : 0;
+  };
+  const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+
+  it('100 requests under a shutdown signal leave no listener, no dependent signal and no timer behind (a sync of 100,000 conversations grew by one each)', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const shutdown = new AbortController();
+    const api = client(fake.url, { signal: shutdown.signal, maxRps: 0, requestTimeoutMs: 60_000 });
+    const before = timers();
+    for (let i = 0; i < 100; i++) await api.getJson('/v1/conversations?page=1&per_page=100');
+    // A failed attempt (a 500, retried) cleans up as well.
+    fake.injectFault({ kind: 'status', status: 500 });
+    await api.getJson('/v1/conversations?page=1&per_page=100');
+    expect(fake.requests).toHaveLength(102);
+    expect(getEventListeners(shutdown.signal, 'abort')).toHaveLength(0);
+    expect(dependants(shutdown.signal)).toBe(0);
+    expect(timers() - before).toBeLessThan(10);
+  });
+
+  it('AttemptDeadline aborts with the parent or at its timeout, and dispose detaches it', async () => {
+    const parent = new AbortController();
+    const d = new AttemptDeadline(60_000, parent.signal);
+    expect(getEventListeners(parent.signal, 'abort')).toHaveLength(1);
+    d.dispose();
+    expect(getEventListeners(parent.signal, 'abort')).toHaveLength(0);
+    parent.abort(new Error('shutdown'));
+    expect(d.signal.aborted).toBe(false);
+
+    const p2 = new AbortController();
+    const d2 = new AttemptDeadline(60_000, p2.signal);
+    p2.abort(new Error('shutdown'));
+    expect(d2.signal.aborted).toBe(true);
+    expect((d2.signal.reason as Error).message).toBe('shutdown');
+    d2.dispose();
+
+    const d3 = new AttemptDeadline(1);
+    await new Promise<void>((resolve) => d3.signal.addEventListener('abort', () => resolve(), { once: true }));
+    expect((d3.signal.reason as Error).name).toBe('TimeoutError');
+    d3.dispose();
+    // Already aborted: the deadline starts aborted, with the parent's reason.
+    const d4 = new AttemptDeadline(60_000, AbortSignal.abort(new Error('gone')));
+    expect((d4.signal.reason as Error).message).toBe('gone');
+    d4.dispose();
   });
 });
 

@@ -388,21 +388,25 @@ export class ApiClient {
     label: string,
     tally?: RequestTally,
   ): Promise<JsonResponse> {
-    const { res, sentSeq } = await this.send(path, attempt, tally);
-    const { statusCode, headers } = res;
-    const details = { method: 'GET', path, attempts: attempt };
-    if (statusCode >= 200 && statusCode < 300) {
-      const buf = await this.readBody(res, label, { ...details, status: statusCode });
-      return { status: statusCode, body: decodeJson(buf, statusCode, path, label, context) };
+    const { res, deadline } = await this.send(path, attempt, tally);
+    try {
+      const { statusCode, headers } = res;
+      const details = { method: 'GET', path, attempts: attempt };
+      if (statusCode >= 200 && statusCode < 300) {
+        const buf = await this.readBody(res, label, { ...details, status: statusCode });
+        return { status: statusCode, body: decodeJson(buf, statusCode, path, label, context) };
+      }
+      // The body of a failure is never used: read a little (so a short one keeps the connection
+      // reusable), then drop it. Bounded in bytes and by the request's signal.
+      await res.body.dump({ limit: ERROR_BODY_LIMIT_BYTES }).catch(() => undefined);
+      if (statusCode === 429) {
+        this.stats.rateLimited++;
+        if (tally) tally.rateLimited++;
+      }
+      throw statusError({ ...details, status: statusCode, retryAfterMs: parseRetryAfter(headers['retry-after'], this.clock.now()) });
+    } finally {
+      deadline.dispose();
     }
-    // The body of a failure is never used: read a little (so a short one keeps the connection
-    // reusable), then drop it. Bounded in bytes and by the request's signal.
-    await res.body.dump({ limit: ERROR_BODY_LIMIT_BYTES }).catch(() => undefined);
-    if (statusCode === 429) {
-      this.stats.rateLimited++;
-      if (tally) tally.rateLimited++;
-    }
-    throw statusError({ ...details, status: statusCode, retryAfterMs: parseRetryAfter(headers['retry-after'], this.clock.now()) });
   }
 
   /**
@@ -411,21 +415,21 @@ export class ApiClient {
    *
    * @throws {@link HttpError} without status on a network error or timeout
    */
-  private async send(path: string, attempt: number, tally?: RequestTally): Promise<{ res: Dispatcher.ResponseData; sentSeq: number }> {
+  private async send(path: string, attempt: number, tally?: RequestTally): Promise<{ res: Dispatcher.ResponseData; sentSeq: number; deadline: AttemptDeadline }> {
     await this.limiter.enter(this.opts.signal);
     try {
       await this.limiter.acquire(this.opts.signal);
       const sentSeq = this.limiter.sentCount;
       this.stats.requests++;
       if (tally) tally.requests++;
-      // One signal bounds the whole attempt: undici keeps it armed until the body stream closes.
-      const signal = this.opts.signal
-        ? AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.timeoutMs)])
-        : AbortSignal.timeout(this.timeoutMs);
+      // One signal bounds the whole attempt: undici keeps it armed until the body stream closes;
+      // the caller disposes of it once the body is read.
+      const deadline = new AttemptDeadline(this.timeoutMs, this.opts.signal);
       let res: Dispatcher.ResponseData;
       try {
-        res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal });
+        res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal: deadline.signal });
       } catch (err) {
+        deadline.dispose();
         this.reportAttempt(undefined, attempt);
         throw this.transportError(path, { method: 'GET', path, attempts: attempt }, err);
       }
@@ -441,7 +445,7 @@ export class ApiClient {
         if (retryAfter !== undefined) this.limiter.pauseUntil(now + Math.min(retryAfter, this.maxRetryAfterMs));
         this.limiter.onRateLimited(sentSeq);
       }
-      return { res, sentSeq };
+      return { res, sentSeq, deadline };
     } finally {
       this.limiter.leave();
     }
@@ -516,6 +520,47 @@ export class ApiClient {
   /** Closes the connection pool. */
   async close(): Promise<void> {
     await this.pool.close();
+  }
+}
+
+/**
+ * The signal of one attempt: aborts with a `TimeoutError` after `timeoutMs`, or with the parent's
+ * reason when `parent` aborts. Unlike `AbortSignal.any([parent, AbortSignal.timeout(ms)])`,
+ * {@link dispose} clears the timer and detaches from the parent at once: with those, every request
+ * left a timer alive for the whole timeout and a weak reference on the parent signal for the life
+ * of the process, so a sync's heap grew with its request count.
+ */
+export class AttemptDeadline {
+  private readonly controller = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  private readonly onParentAbort: (() => void) | undefined;
+
+  /**
+   * @param timeoutMs - ms until the signal aborts with a `TimeoutError` (`DOMException`)
+   * @param parent - a signal whose abort aborts this one too (e.g. shutdown)
+   */
+  constructor(
+    timeoutMs: number,
+    private readonly parent?: AbortSignal,
+  ) {
+    this.timer = setTimeout(() => this.controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, 'TimeoutError')), timeoutMs);
+    if (parent?.aborted) this.controller.abort(parent.reason);
+    else if (parent) {
+      const onAbort = (): void => this.controller.abort(parent.reason);
+      parent.addEventListener('abort', onAbort, { once: true });
+      this.onParentAbort = onAbort;
+    }
+  }
+
+  /** Aborts at the deadline or with the parent. */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** The attempt is over: clears the timer and the listener on the parent. Idempotent. */
+  dispose(): void {
+    clearTimeout(this.timer);
+    if (this.onParentAbort) this.parent!.removeEventListener('abort', this.onParentAbort);
   }
 }
 
