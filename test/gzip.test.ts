@@ -137,6 +137,48 @@ describe('gzipped exports', () => {
     }
   });
 
+  it('lines longer than the write buffer and multibyte text cross the 1 MiB segments whole; the .gz holds one deflate segment per 1 MiB of characters, as before', async () => {
+    const ws = FakeWorkspace.fromCounts([8]);
+    const c = ws.list()[0]!;
+    // 2-byte characters: each of these lines is 1.4 MB of UTF-8, more than the 1 MiB + 64 KiB buffer.
+    for (const i of [1, 2, 5]) ws.editMessage(c.id, c.messages[i]!.id, `é${'é'.repeat(699_999)}`);
+    ws.editMessage(c.id, c.messages[3]!.id, `mixed ✓ 𝄞 ${'ü'.repeat(300_000)}`);
+    const plain = await start({ workspace: ws });
+    await plain.sync();
+    const gz = await start({ workspace: ws });
+    await gz.sync({ gzip: true });
+    const plainFile = ledgerFiles(plain.exportDir).find((f) => f.stream === 'messages')!;
+    const gzFile = ledgerFiles(gz.exportDir).find((f) => f.stream === 'messages')!;
+    const stored = fs.readFileSync(path.join(gz.exportDir, gzFile.path));
+    // Whole lines: each file's lines carry every message's content exactly as served.
+    const served = c.messages.map((m) => m.content);
+    const contents = (buf: Buffer): { lines: string[]; contents: string[] } => {
+      const lines = buf.toString('utf8').split('\n');
+      expect(lines.pop()).toBe('');
+      return { lines, contents: lines.map((l) => (JSON.parse(l) as { content: string }).content) };
+    };
+    expect(contents(fs.readFileSync(path.join(plain.exportDir, plainFile.path))).contents).toEqual(served);
+    const { lines, contents: gzContents } = contents(zlib.gunzipSync(stored));
+    expect(gzContents).toEqual(served);
+    expect(served.filter((t) => t.length >= 700_000)).toHaveLength(3);
+    // The segments: a new deflate segment after the line that brings the characters to 1 MiB.
+    const enc = new GzipEncoder();
+    const parts = [enc.header()];
+    let segment: string[] = [];
+    let chars = 0;
+    for (const l of lines) {
+      segment.push(`${l}\n`);
+      chars += l.length + 1;
+      if (chars >= 1 << 20) {
+        parts.push(enc.push(Buffer.from(segment.join(''), 'utf8')));
+        segment = [];
+        chars = 0;
+      }
+    }
+    parts.push(enc.push(Buffer.from(segment.join(''), 'utf8')), enc.finish());
+    expect(stored.equals(Buffer.concat(parts))).toBe(true);
+  });
+
   it('a crash between the data files and the record re-publishes byte-identical .gz files and one record', async () => {
     const ws = FakeWorkspace.fromCounts([12, 150]);
     const h = await start({ workspace: ws });

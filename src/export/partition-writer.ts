@@ -13,8 +13,11 @@ import { GzipEncoder } from './gzip.js';
 import { partitionTempName } from './paths.js';
 import { createTemp, discardTemp, existingDataFile, makeDir, renameIntoPlace, writeAll, type Target } from './publish-fs.js';
 
-/** Uncompressed bytes buffered before a write (and, gzipped, one deflate segment). */
-const CHUNK_BYTES = 1 << 20;
+/**
+ * Characters of lines buffered before a write (and, gzipped, one deflate segment: the boundaries
+ * decide the compressed bytes, so this stays as it was).
+ */
+const CHUNK_CHARS = 1 << 20;
 
 /** `<stream>/account=<id>/date=<day>`: the partition directory of a file, relative to the export directory. */
 export function partitionDir(stream: string, accountId: string, day: string): string {
@@ -36,8 +39,14 @@ export class PartitionWriter {
   private readonly gzip: GzipEncoder | undefined;
   /** Where this file's partition is and its first seq. */
   private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
-  private buffered: string[] = [];
-  private bufferedBytes = 0;
+  /**
+   * The lines buffered, as UTF-8, in one reused buffer: a line's string dies as soon as it is
+   * copied here. (An array of strings kept every line of a chunk alive across young-generation
+   * collections, so they were promoted and a publication of 80,000 lines grew the heap by 30 MB.)
+   */
+  private chunk = Buffer.allocUnsafe(CHUNK_CHARS + (64 << 10));
+  private chunkBytes = 0;
+  private bufferedChars = 0;
   private lastSeq = 0;
   private lines = 0;
   private bytes = 0;
@@ -81,18 +90,27 @@ export class PartitionWriter {
       discardTemp(this.fd, this.tmp);
       throw err;
     }
-    this.buffered.push(text);
-    this.bufferedBytes += text.length;
+    const need = Buffer.byteLength(text, 'utf8');
+    if (this.chunkBytes + need > this.chunk.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(2 * this.chunk.length, this.chunkBytes + need));
+      this.chunk.copy(bigger, 0, 0, this.chunkBytes);
+      this.chunk = bigger;
+    }
+    this.chunkBytes += this.chunk.write(text, this.chunkBytes, 'utf8');
+    this.bufferedChars += text.length;
     this.lastSeq = row.seq;
     this.lines++;
-    if (this.bufferedBytes >= CHUNK_BYTES) this.drain(false);
+    if (this.bufferedChars >= CHUNK_CHARS) this.drain(false);
   }
 
-  /** Writes what is buffered (compressed when gzipped; `last` ends the gzip stream). */
+  /**
+   * Writes what is buffered (compressed when gzipped; `last` ends the gzip stream). Everything that
+   * reads the chunk (hashes, deflate, the write) is done with it before it is reused.
+   */
   private drain(last: boolean): void {
-    const buf = Buffer.from(this.buffered.join(''), 'utf8');
-    this.buffered = [];
-    this.bufferedBytes = 0;
+    const buf = this.chunk.subarray(0, this.chunkBytes);
+    this.chunkBytes = 0;
+    this.bufferedChars = 0;
     if (!this.gzip) {
       if (buf.length > 0) this.store(buf);
       return;
