@@ -715,7 +715,10 @@ describe('ApiClient: the API key never leaks into errors', () => {
 });
 
 describe('ApiClient: nothing of a finished attempt outlives it', () => {
-  /** Signals that Node's `AbortSignal.any` keeps (weakly) on a source signal, when this Node has that set. */
+  /**
+   * Signals that Node's `AbortSignal.any` keeps (weakly) on a source signal: an internal set, read
+   * where this Node has it (0 elsewhere); the listener and timer checks below hold on any Node.
+   */
   const dependants = (signal: AbortSignal): number => {
     const k = Object.getOwnPropertySymbols(signal).find((s) => s.description === 'kDependantSignals');
     return k ? ((signal as unknown as Record<symbol, Set<unknown>>)[k]?.size ?? 0) : 0;
@@ -768,7 +771,8 @@ describe('ApiClient: rate cap', () => {
   it('with maxRps 20, 21 concurrent requests are spaced 50 ms apart: recorded waits 50, 100, ... 1000 ms', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
     const clock = frozenClock();
-    const api = client(fake.url, { maxRps: 20, clock });
+    // Spacing alone: without slow start all 21 are queued at once (slow start is tested in rate-limit.test.ts).
+    const api = client(fake.url, { maxRps: 20, clock, rateLimit: { slowStart: false } });
     const results = await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
     expect(results.every((r) => r.status === 200)).toBe(true);
     expect(fake.requests).toHaveLength(21);
@@ -777,7 +781,7 @@ describe('ApiClient: rate cap', () => {
 
   it('with maxRps 20 on the system clock, 21 concurrent requests reach the server over at least a second', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
-    const api = client(fake.url, { maxRps: 20 });
+    const api = client(fake.url, { maxRps: 20, rateLimit: { slowStart: false } });
     await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
     expect(fake.requests).toHaveLength(21);
     const span = fake.requests[20]!.at - fake.requests[0]!.at;
@@ -787,7 +791,7 @@ describe('ApiClient: rate cap', () => {
   it('with maxRps 0 there is no cap: nothing waits', async () => {
     const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
     const clock = frozenClock();
-    const api = client(fake.url, { maxRps: 0, clock });
+    const api = client(fake.url, { maxRps: 0, clock, rateLimit: { slowStart: false } });
     await Promise.all(Array.from({ length: 21 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
     expect(fake.requests).toHaveLength(21);
     expect(clock.sleeps).toEqual([]);

@@ -6,7 +6,7 @@
  * on the arrival times in the fake's request log (lower bounds), never on measured elapsed time; the
  * fake's own rate-limit window runs on an injected clock.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
 import { RECOVERY_SHARE, RateLimiter, SLOW_START_STEP, parseRateLimitHeaders } from '../src/api/rate-limit.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
@@ -252,10 +252,63 @@ describe('RateLimiter slow start (injected clock)', () => {
     const waiting = l.enter(ac.signal);
     ac.abort(new Error('stop'));
     await expect(waiting).rejects.toThrow('stop');
+    // The slot freed goes to a live request, not to the aborted one (which would keep it forever).
     l.leave();
-    // The aborted waiter took no room: the next enter goes in at once.
+    const next = await Promise.race([l.enter().then(() => 'in'), flush().then(() => 'waiting')]);
+    expect(next).toBe('in');
+    // An already aborted signal is refused at once.
+    await expect(l.enter(ac.signal)).rejects.toThrow('stop');
+  });
+
+  it('a slot freed goes to the oldest waiter: a request arriving meanwhile waits behind it', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
     await l.enter();
-    await expect(Promise.race([l.enter(ac.signal), flush().then(() => 'waiting')])).rejects.toThrow('stop');
+    const order: string[] = [];
+    const b = l.enter().then(() => order.push('b'));
+    await flush();
+    l.leave();
+    const c = l.enter().then(() => order.push('c'));
+    await flush();
+    expect(order).toEqual(['b']);
+    l.leave();
+    await Promise.all([b, c]);
+    expect(order).toEqual(['b', 'c']);
+  });
+
+  it('waiters are let in when the window doubles with time, even while the first request is still out', async () => {
+    vi.useFakeTimers();
+    try {
+      const clock = testClock({ start: Date.now(), sleep: 'real' });
+      const l = new RateLimiter(0, clock);
+      await l.enter();
+      let second = false;
+      const waiting = l.enter().then(() => (second = true));
+      await vi.advanceTimersByTimeAsync(990);
+      expect(second).toBe(false);
+      await vi.advanceTimersByTimeAsync(20);
+      await waiting;
+      expect(second).toBe(true);
+      expect(l.window).toBe(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('time paused or answered 429 is not quiet: a Retry-After of 6 s before any rate was seen leaves the window where it was', async () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    await l.enter();
+    await l.acquire();
+    l.observe(429);
+    l.pauseUntil(clock.t + 6000);
+    l.onRateLimited();
+    l.leave();
+    clock.t += 6000;
+    // Still slow start, one request at a time when the pause ends (not 2^6 = 64 at once).
+    expect([l.inSlowStart, l.window]).toEqual([true, 1]);
+    clock.t += 1000;
+    expect(l.window).toBe(2);
   });
 });
 

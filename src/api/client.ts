@@ -433,21 +433,33 @@ export class ApiClient {
         this.reportAttempt(undefined, attempt);
         throw this.transportError(path, { method: 'GET', path, attempts: attempt }, err);
       }
-      const { statusCode, headers } = res;
-      this.reportAttempt(statusCode, attempt);
-      this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
-      const now = this.clock.now();
-      this.limiter.observe(statusCode, parseRateLimitHeaders(headers, now), sentSeq);
-      if (statusCode === 429) {
-        // Hold everyone before the gate opens (onRateLimited may end slow start), not only once
-        // this request's retry is scheduled: else a waiting request goes out into the same refusal.
-        const retryAfter = parseRetryAfter(headers['retry-after'], now);
-        if (retryAfter !== undefined) this.limiter.pauseUntil(now + Math.min(retryAfter, this.maxRetryAfterMs));
-        this.limiter.onRateLimited(sentSeq);
+      try {
+        this.noteResponse(res, attempt, sentSeq);
+      } catch (err) {
+        deadline.dispose();
+        res.body.destroy();
+        throw err;
       }
       return { res, sentSeq, deadline };
     } finally {
       this.limiter.leave();
+    }
+  }
+
+  /** Counts a response's status and tells the limiter (before its body is read). */
+  private noteResponse(res: Dispatcher.ResponseData, attempt: number, sentSeq: number): void {
+    const { statusCode, headers } = res;
+    this.reportAttempt(statusCode, attempt);
+    this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
+    const now = this.clock.now();
+    this.limiter.observe(statusCode, parseRateLimitHeaders(headers, now), sentSeq);
+    if (statusCode === 429) {
+      // The pause is set here, when the 429 arrives, not only once this request's retry is
+      // scheduled (after its body is dropped): onRateLimited may end slow start and open the gate,
+      // and a waiting request would go out into the same refusal.
+      const retryAfter = parseRetryAfter(headers['retry-after'], now);
+      if (retryAfter !== undefined) this.limiter.pauseUntil(now + Math.min(retryAfter, this.maxRetryAfterMs));
+      this.limiter.onRateLimited(sentSeq);
     }
   }
 

@@ -100,16 +100,24 @@ export class RateLimiter {
   private sent = 0;
   /** Arrival times (epoch ms) of non-429 responses in about the last second. */
   private readonly successes: number[] = [];
-  /** Slow start: true until a limit is shown or the window is wide enough not to matter. */
+  /** Slow start: true until the server shows a limit (a 429 with a rate, or rate-limit headers). */
   private slowStarting: boolean;
-  /** When slow start began (the first {@link enter}), epoch ms. */
+  /**
+   * Where slow start's quiet time counts from, epoch ms: the first {@link enter}, moved to the end
+   * of a pause and to the time of a 429 (neither is a quiet second).
+   */
   private slowStartAt: number | undefined;
   /** Responses other than 429 seen during slow start. */
   private slowStartOk = 0;
   /** Requests between {@link enter} and {@link leave}. */
   private inFlight = 0;
-  /** Requests waiting in {@link enter} for room in the slow-start window, oldest first. */
+  /**
+   * Requests waiting in {@link enter} for room in the slow-start window, oldest first. Waking one
+   * hands it its slot ({@link inFlight} is counted for it), so a newcomer cannot take it first.
+   */
   private readonly gate: Array<() => void> = [];
+  /** Wakes the gate when the window next doubles by time (a plain timer: not a wait the limiter asks for). */
+  private gateTimer: NodeJS.Timeout | undefined;
 
   /**
    * @param rps - configured cap, requests per second; 0 means no configured cap (learned caps and
@@ -136,48 +144,54 @@ export class RateLimiter {
 
   /**
    * Requests allowed in flight now: during slow start `max(1 + ⌊ok / SLOW_START_STEP⌋, 2^⌊s⌋)`
-   * where `ok` counts responses other than 429 and `s` the seconds since slow start began;
-   * unbounded after it.
+   * where `ok` counts responses other than 429 and `s` the quiet seconds (see
+   * {@link slowStartAt}); unbounded after it, and once that reaches {@link SLOW_START_MAX_WINDOW}.
    */
   get window(): number {
     if (!this.slowStarting) return Infinity;
     const bySuccesses = 1 + Math.floor(this.slowStartOk / SLOW_START_STEP);
-    const seconds = this.slowStartAt === undefined ? 0 : Math.floor((this.clock.now() - this.slowStartAt) / 1000);
-    const window = Math.max(bySuccesses, 2 ** Math.min(seconds, 30));
-    if (window >= SLOW_START_MAX_WINDOW) this.endSlowStart();
-    return this.slowStarting ? window : Infinity;
+    const window = Math.max(bySuccesses, 2 ** Math.min(this.quietSeconds(), 30));
+    return window >= SLOW_START_MAX_WINDOW ? Infinity : window;
   }
 
-  /** True until the server has shown a limit (or the window grew past {@link SLOW_START_MAX_WINDOW}). */
+  /** True until the server has shown a limit, or the window grew to {@link SLOW_START_MAX_WINDOW}. */
   get inSlowStart(): boolean {
-    return this.slowStarting;
+    return this.window !== Infinity;
+  }
+
+  private quietSeconds(): number {
+    if (this.slowStartAt === undefined) return 0;
+    return Math.max(0, Math.floor((this.clock.now() - this.slowStartAt) / 1000));
   }
 
   /**
    * Waits for room in the slow-start window (at once after slow start); call {@link leave} exactly
    * once when the response's status is known or the request failed. Then {@link acquire} spaces it.
+   * Waiters are let in oldest first, as requests leave or as the window widens with time.
    *
    * @throws the signal's reason when `signal` aborts while waiting (nothing to {@link leave} then)
    */
   async enter(signal?: AbortSignal): Promise<void> {
     this.slowStartAt ??= this.clock.now();
-    while (this.inFlight >= this.window) {
-      signal?.throwIfAborted();
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = (): void => {
-          const i = this.gate.indexOf(wake);
-          if (i >= 0) this.gate.splice(i, 1);
-          reject(signal!.reason);
-        };
-        const wake = (): void => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        };
-        this.gate.push(wake);
-        signal?.addEventListener('abort', onAbort, { once: true });
-      });
+    signal?.throwIfAborted();
+    if (this.gate.length === 0 && this.inFlight < this.window) {
+      this.inFlight++;
+      return;
     }
-    this.inFlight++;
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        const i = this.gate.indexOf(wake);
+        if (i >= 0) this.gate.splice(i, 1);
+        reject(signal!.reason);
+      };
+      const wake = (): void => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      this.gate.push(wake);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.armGateTimer();
+    });
   }
 
   /** A request let in by {@link enter} is answered (or failed): room for the next one. */
@@ -186,17 +200,46 @@ export class RateLimiter {
     this.wakeGate();
   }
 
+  /** Lets in as many waiters as the window has room for, oldest first, counting each one's slot. */
   private wakeGate(): void {
-    let room = this.window - this.inFlight;
-    while (room-- > 0 && this.gate.length > 0) this.gate.shift()!();
+    const window = this.window;
+    // Wide enough not to matter: slow start is over for good (a later pause does not restart it).
+    if (window === Infinity) this.slowStarting = false;
+    while (this.gate.length > 0 && this.inFlight < window) {
+      this.inFlight++;
+      this.gate.shift()!();
+    }
+    if (this.gate.length === 0 && this.gateTimer) {
+      clearTimeout(this.gateTimer);
+      this.gateTimer = undefined;
+    }
   }
 
-  /** A limit is shown (or the window no longer matters): the gate opens for good. */
+  /**
+   * While requests wait, wakes the gate when the window next doubles by time, so a first request
+   * that takes long to answer does not hold every other one for its whole timeout.
+   */
+  private armGateTimer(): void {
+    if (this.gateTimer || this.gate.length === 0 || this.window === Infinity || this.slowStartAt === undefined) return;
+    const wait = this.slowStartAt + (this.quietSeconds() + 1) * 1000 - this.clock.now();
+    this.gateTimer = setTimeout(() => {
+      this.gateTimer = undefined;
+      this.wakeGate();
+      this.armGateTimer();
+    }, Math.max(1, wait));
+    this.gateTimer.unref();
+  }
+
+  /** A limit is shown: the gate opens for good. */
   private endSlowStart(): void {
     if (!this.slowStarting) return;
     this.slowStarting = false;
-    const waiting = this.gate.splice(0);
-    for (const wake of waiting) wake();
+    this.wakeGate();
+  }
+
+  /** During slow start, time until `untilMs` (a pause, a 429) is not quiet: the time-doubling counts from there. */
+  private notQuietUntil(untilMs: number): void {
+    if (this.inSlowStart) this.slowStartAt = Math.max(this.slowStartAt ?? untilMs, untilMs);
   }
 
   /** The cap in force, requests/s: the lowest of the configured and learned caps; 0 = none. */
@@ -235,6 +278,7 @@ export class RateLimiter {
   /** Holds every request until `untilMs` (epoch ms), e.g. after a 429 with `Retry-After`. */
   pauseUntil(untilMs: number): void {
     this.pausedUntil = Math.max(this.pausedUntil, untilMs);
+    this.notQuietUntil(untilMs);
   }
 
   /**
@@ -250,12 +294,14 @@ export class RateLimiter {
   onRateLimited(sentSeq: number = this.sent): void {
     if (!this.opts.adaptive) return this.endSlowStart();
     const now = this.clock.now();
+    const discovering = this.inSlowStart && this.learned429 === undefined;
+    this.notQuietUntil(now);
     this.prune(now);
     const achieved = this.successes.length;
     if (sentSeq <= this.lowerSeq || achieved < 2) return;
     // Slow start ramps up with few requests in flight, so the rate at its first 429 is the limit
     // itself, not an overshoot: aim at the share the recovery climbs back to.
-    const share = this.slowStarting && this.learned429 === undefined ? RECOVERY_SHARE : this.opts.backoffFactor;
+    const share = discovering ? RECOVERY_SHARE : this.opts.backoffFactor;
     const target = Math.max(this.opts.minRps, achieved * share);
     if (this.learned429 === undefined || target < this.learned429) this.learned429 = target;
     this.learned429At = now;
