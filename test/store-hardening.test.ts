@@ -448,6 +448,16 @@ describe('a conversation back from a tombstone', () => {
     expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
   });
 
+  it('liveConversationIdsNotIn: the live ids a set does not hold, sorted; tombstoned ones never', () => {
+    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
+    const ids = fill(m, 4, 1);
+    m.tombstoneConversation(ACCOUNT_ID, ids[1]!, null);
+    const sorted = [...ids].sort();
+    expect(m.liveConversationIdsNotIn(ACCOUNT_ID, new Set([ids[0]!]))).toEqual(sorted.filter((id) => id !== ids[0] && id !== ids[1]));
+    expect(m.liveConversationIdsNotIn(ACCOUNT_ID, new Set(ids))).toEqual([]);
+    expect(m.liveConversationIdsNotIn(ACCOUNT_ID, new Set())).toEqual(m.liveConversationIds(ACCOUNT_ID));
+  });
+
   it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', () => {
     const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
     const [id] = fill(m, 1, 20);

@@ -171,6 +171,13 @@ export class Conversations {
     return this.live.all(accountId).map((r) => r.id);
   }
 
+  /** Ids of live conversations not in `shown`, sorted; read row by row (the others are never kept). */
+  liveIdsNotIn(accountId: string, shown: ReadonlySet<string>): string[] {
+    const out: string[] = [];
+    for (const r of this.live.iterate(accountId)) if (!shown.has(r.id)) out.push(r.id);
+    return out;
+  }
+
   /**
    * Ids of live conversations with no completed crawl at a known change signal (never crawled to
    * the end, or their last crawl failed and forgot its baseline), sorted.

@@ -336,6 +336,14 @@ export class Mirror {
   }
 
   /**
+   * Ids of conversations mirrored and not tombstoned that `shown` does not hold (e.g. what a
+   * complete listing no longer shows), sorted. Memory: what it returns, not every live id.
+   */
+  liveConversationIdsNotIn(accountId: string, shown: ReadonlySet<string>): string[] {
+    return this.guard(() => this.conversations.liveIdsNotIn(accountId, shown));
+  }
+
+  /**
    * Ids of live conversations whose last crawl did not complete at a known change signal (never
    * crawled to the end, or failed: see {@link forgetCrawlBaseline}): an incremental listing that
    * stops early crawls them even though it did not list them.

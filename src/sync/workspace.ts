@@ -271,7 +271,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
     if (out.confirmed && !out.stoppedEarly) {
       // Mirrored conversations the final pass no longer shows: check each again, even if it was
       // crawled already (it may have been deleted since); a 404 tombstones it.
-      out.recheck = deps.mirror.liveConversationIds(opts.accountId).filter((id) => !lastPass.has(id));
+      out.recheck = deps.mirror.liveConversationIdsNotIn(opts.accountId, lastPass);
     }
   } catch (err) {
     // Credentials, a wrong base URL (the client's ConfigError for a 404 of the list), an unusable mirror.
