@@ -740,6 +740,24 @@ describe('ApiClient: nothing of a finished attempt outlives it', () => {
     expect(timers() - before).toBeLessThan(10);
   });
 
+  it('30 requests at once under one shutdown signal raise no MaxListenersExceededWarning (each waiting or in-flight request listens for shutdown)', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const shutdown = new AbortController();
+    const api = client(fake.url, { signal: shutdown.signal, maxRps: 0 });
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      await Promise.all(Array.from({ length: 30 }, () => api.getJson('/v1/conversations?page=1&per_page=100')));
+      // Warnings are emitted on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(fake.requests).toHaveLength(30);
+    expect(warnings).not.toContain('MaxListenersExceededWarning');
+  });
+
   it('AttemptDeadline aborts with the parent or at its timeout, and dispose detaches it', async () => {
     const parent = new AbortController();
     const d = new AttemptDeadline(60_000, parent.signal);

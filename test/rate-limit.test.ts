@@ -295,6 +295,19 @@ describe('RateLimiter slow start (injected clock)', () => {
     }
   });
 
+  it('a pause (a 503 with Retry-After) keeps the quiet time earned before it: the doubling resumes where it stopped', () => {
+    const clock = frozenClock();
+    const l = new RateLimiter(0, clock);
+    void l.enter();
+    clock.t += 5000;
+    expect(l.window).toBe(32);
+    l.pauseUntil(clock.t + 1000);
+    clock.t += 1000;
+    expect(l.window).toBe(32);
+    clock.t += 1000;
+    expect(l.window).toBe(Infinity);
+  });
+
   it('time paused or answered 429 is not quiet: a Retry-After of 6 s before any rate was seen leaves the window where it was', async () => {
     const clock = frozenClock();
     const l = new RateLimiter(0, clock);

@@ -19,6 +19,7 @@
  *   {@link ERROR_BODY_LIMIT_BYTES}, then dropped. The per-request timeout covers the body too.
  * - Responses are validated with zod ({@link parsePage}); pages flow out as async generators.
  */
+import { getMaxListeners, setMaxListeners } from 'node:events';
 import { Pool, type Dispatcher } from 'undici';
 import pRetry, { AbortError } from 'p-retry';
 import type { Logger } from 'pino';
@@ -222,6 +223,9 @@ export class ApiClient {
       throw new RangeError(`ApiClient: maxResponseBytes must be a positive integer, got ${this.maxResponseBytes}`);
     }
     this.limiter = opts.limiter ?? new RateLimiter(opts.maxRps ?? 10, this.clock, opts.rateLimit);
+    // Every request waiting at the limiter or in flight listens for shutdown (and removes its
+    // listener when done): more than Node's default of 10 is normal, not a leak.
+    if (opts.signal && getMaxListeners(opts.signal) < SIGNAL_LISTENERS) setMaxListeners(SIGNAL_LISTENERS, opts.signal);
     this.pool = new Pool(url.origin, {
       connections: opts.connections ?? 8,
       keepAliveTimeout: 30_000,
@@ -534,6 +538,12 @@ export class ApiClient {
     await this.pool.close();
   }
 }
+
+/**
+ * Abort listeners a client's `signal` may hold before Node warns: up to three per request (waiting
+ * at the slow-start gate, sleeping for its slot, in flight), for every client sharing the signal.
+ */
+const SIGNAL_LISTENERS = 1000;
 
 /**
  * The signal of one attempt: aborts with a `TimeoutError` after `timeoutMs`, or with the parent's

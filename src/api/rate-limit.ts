@@ -103,8 +103,9 @@ export class RateLimiter {
   /** Slow start: true until the server shows a limit (a 429 with a rate, or rate-limit headers). */
   private slowStarting: boolean;
   /**
-   * Where slow start's quiet time counts from, epoch ms: the first {@link enter}, moved to the end
-   * of a pause and to the time of a 429 (neither is a quiet second).
+   * Where slow start's quiet time counts from, epoch ms: the first {@link enter}; moved on by the
+   * length of every pause, and to the time of a 429 (or the end of its pause): a 429 starts the
+   * doubling over.
    */
   private slowStartAt: number | undefined;
   /** Responses other than 429 seen during slow start. */
@@ -182,6 +183,7 @@ export class RateLimiter {
       const onAbort = (): void => {
         const i = this.gate.indexOf(wake);
         if (i >= 0) this.gate.splice(i, 1);
+        if (this.gate.length === 0) this.clearGateTimer();
         reject(signal!.reason);
       };
       const wake = (): void => {
@@ -209,10 +211,13 @@ export class RateLimiter {
       this.inFlight++;
       this.gate.shift()!();
     }
-    if (this.gate.length === 0 && this.gateTimer) {
-      clearTimeout(this.gateTimer);
-      this.gateTimer = undefined;
-    }
+    if (this.gate.length === 0) this.clearGateTimer();
+  }
+
+  private clearGateTimer(): void {
+    if (!this.gateTimer) return;
+    clearTimeout(this.gateTimer);
+    this.gateTimer = undefined;
   }
 
   /**
@@ -237,9 +242,9 @@ export class RateLimiter {
     this.wakeGate();
   }
 
-  /** During slow start, time until `untilMs` (a pause, a 429) is not quiet: the time-doubling counts from there. */
-  private notQuietUntil(untilMs: number): void {
-    if (this.inSlowStart) this.slowStartAt = Math.max(this.slowStartAt ?? untilMs, untilMs);
+  /** A 429 during slow start: the time-doubling starts over, from the end of any pause in force. */
+  private restartQuietTime(now: number): void {
+    if (this.inSlowStart) this.slowStartAt = Math.max(now, this.pausedUntil);
   }
 
   /** The cap in force, requests/s: the lowest of the configured and learned caps; 0 = none. */
@@ -277,8 +282,10 @@ export class RateLimiter {
 
   /** Holds every request until `untilMs` (epoch ms), e.g. after a 429 with `Retry-After`. */
   pauseUntil(untilMs: number): void {
+    // During slow start, paused time is not quiet time: the doubling clock is moved on by it.
+    const added = untilMs - Math.max(this.clock.now(), this.pausedUntil);
+    if (added > 0 && this.inSlowStart && this.slowStartAt !== undefined) this.slowStartAt += added;
     this.pausedUntil = Math.max(this.pausedUntil, untilMs);
-    this.notQuietUntil(untilMs);
   }
 
   /**
@@ -295,7 +302,7 @@ export class RateLimiter {
     if (!this.opts.adaptive) return this.endSlowStart();
     const now = this.clock.now();
     const discovering = this.inSlowStart && this.learned429 === undefined;
-    this.notQuietUntil(now);
+    this.restartQuietTime(now);
     this.prune(now);
     const achieved = this.successes.length;
     if (sentSeq <= this.lowerSeq || achieved < 2) return;

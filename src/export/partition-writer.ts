@@ -40,11 +40,12 @@ export class PartitionWriter {
   /** Where this file's partition is and its first seq. */
   private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
   /**
-   * The lines buffered, as UTF-8, in one reused buffer: a line's string dies as soon as it is
+   * The lines buffered, as UTF-8, in one reused buffer (64 KiB at first, doubled as a chunk needs
+   * it, so a one-line file holds little): a line's string dies as soon as it is
    * copied here. (An array of strings kept every line of a chunk alive across young-generation
    * collections, so they were promoted and a publication of 80,000 lines grew the heap by 30 MB.)
    */
-  private chunk = Buffer.allocUnsafe(CHUNK_CHARS + (64 << 10));
+  private chunk = Buffer.allocUnsafe(64 << 10);
   private chunkBytes = 0;
   private bufferedChars = 0;
   private lastSeq = 0;
