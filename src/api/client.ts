@@ -419,7 +419,7 @@ export class ApiClient {
    *
    * @throws {@link HttpError} without status on a network error or timeout
    */
-  private async send(path: string, attempt: number, tally?: RequestTally): Promise<{ res: Dispatcher.ResponseData; sentSeq: number; deadline: AttemptDeadline }> {
+  private async send(path: string, attempt: number, tally?: RequestTally): Promise<{ res: Dispatcher.ResponseData; deadline: AttemptDeadline }> {
     await this.limiter.enter(this.opts.signal);
     try {
       await this.limiter.acquire(this.opts.signal);
@@ -427,24 +427,22 @@ export class ApiClient {
       this.stats.requests++;
       if (tally) tally.requests++;
       // One signal bounds the whole attempt: undici keeps it armed until the body stream closes;
-      // the caller disposes of it once the body is read.
+      // the caller disposes of it once the body is read (here, if anything fails before that).
       const deadline = new AttemptDeadline(this.timeoutMs, this.opts.signal);
-      let res: Dispatcher.ResponseData;
+      let res: Dispatcher.ResponseData | undefined;
       try {
         res = await this.pool.request({ path: this.basePath + path, method: 'GET', headers: this.headers, signal: deadline.signal });
+        this.noteResponse(res, attempt, sentSeq);
+        return { res, deadline };
       } catch (err) {
         deadline.dispose();
+        if (res) {
+          res.body.destroy();
+          throw err;
+        }
         this.reportAttempt(undefined, attempt);
         throw this.transportError(path, { method: 'GET', path, attempts: attempt }, err);
       }
-      try {
-        this.noteResponse(res, attempt, sentSeq);
-      } catch (err) {
-        deadline.dispose();
-        res.body.destroy();
-        throw err;
-      }
-      return { res, sentSeq, deadline };
     } finally {
       this.limiter.leave();
     }
