@@ -415,6 +415,98 @@ describe('edits and unchanged rows', () => {
   });
 });
 
+describe('set-wise page commits', () => {
+  const msg = (conversationId: string, id: string, content: string) => ({
+    id,
+    conversation_id: conversationId,
+    content,
+    visibility: 'public',
+    sender: { id: 'u1', name: 'Ana', type: 'agent' },
+    created_at: '2026-01-01T00:00:00Z',
+  });
+  const page = (objs: Record<string, unknown>[], n = 1, total = objs.length): Page<Message> => ({
+    page: n,
+    data: objs as unknown as Message[],
+    raw: objs,
+    meta: { current_page: n, total_pages: Math.max(1, Math.ceil(total / 100)), total_count: total },
+  });
+  type Row = { id: string; position: number; raw: string; first_seen_at: string; updated_at: string; deleted_at: string | null };
+  const rows = (m: Mirror) => new Map(sqlAll<Row>(m, `SELECT id, position, raw, first_seen_at, updated_at, deleted_at FROM messages`).map((r) => [r.id, r]));
+  const changeRows = (m: Mirror) =>
+    sqlAll<{ seq: number; op: string; record_id: string; record: string }>(
+      m,
+      `SELECT l.seq, l.op, l.record_id, p.record FROM change_log l JOIN change_payloads p USING (seq) WHERE l.stream = 'messages' ORDER BY l.seq`,
+    );
+
+  it('one page mixing new, unchanged, moved, edited and re-served tombstoned messages: the counts, rows, changes and history of one-by-one upserts', () => {
+    const clock = movingClock();
+    const m = openMirror(dbFile(), clock);
+    const C = 'c1';
+    const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((id) => msg(C, id, `text of ${id}`)) as Record<string, unknown>[];
+    expect(m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!, d!]), null)).toEqual({ inserted: 4, updated: 0, unchanged: 0, deleted: 0 });
+    m.completeCrawl(ACCOUNT_ID, C, null);
+    const t1 = rows(m);
+    clock.advance(HOUR);
+    // d is no longer served: tombstoned by the complete crawl.
+    m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!]), null);
+    expect(m.completeCrawl(ACCOUNT_ID, C, null).deleted).toBe(1);
+    clock.advance(HOUR);
+    const a2 = { ...a!, content: 'edited a' };
+    const before = changeRows(m).at(-1)!.seq;
+    // b moved to 0 (unchanged), a edited (position 1), c unchanged, d served again, e new.
+    expect(m.commitMessagesPage(ACCOUNT_ID, C, page([b!, a2, c!, d!, e!]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 2, deleted: 0 });
+    const now = new Date(clock.now()).toISOString();
+    const t3 = rows(m);
+    expect(t3.get('b')).toEqual({ ...t1.get('b'), position: 0 });
+    expect(t3.get('c')).toEqual(t1.get('c'));
+    expect(t3.get('a')).toEqual({ ...t1.get('a'), position: 1, raw: JSON.stringify(a2), updated_at: now });
+    expect(t3.get('d')).toEqual({ ...t1.get('d'), position: 3, updated_at: now, deleted_at: null });
+    expect(t3.get('e')).toEqual({ id: 'e', position: 4, raw: JSON.stringify(e), first_seen_at: now, updated_at: now, deleted_at: null });
+    // Changes in page order with consecutive seqs, each with its record.
+    const changes = changeRows(m).filter((r) => r.seq > before);
+    expect(changes).toEqual([
+      { seq: before + 1, op: 'update', record_id: 'a', record: JSON.stringify(a2) },
+      { seq: before + 2, op: 'insert', record_id: 'd', record: JSON.stringify(d) },
+      { seq: before + 3, op: 'insert', record_id: 'e', record: JSON.stringify(e) },
+    ]);
+    expect(sqlAll(m, `SELECT id, raw, valid_from, valid_to, replaced_by_seq FROM message_history`)).toEqual([
+      { id: 'a', raw: JSON.stringify(a), valid_from: t1.get('a')!.updated_at, valid_to: now, replaced_by_seq: before + 1 },
+    ]);
+  });
+
+  it('a page of more than 100 messages is written whole, and its seqs continue above every seq ever handed out', () => {
+    const m = openMirror(dbFile(), movingClock());
+    m.commitMessagesPage(ACCOUNT_ID, 'c1', page([msg('c1', 'first', 'x')]), null);
+    // A seq handed out before and no longer present (as after a rolled-back or pruned tail) is not reused.
+    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
+    sqlRun(m, `UPDATE sqlite_sequence SET seq = ? WHERE name = 'change_log'`, top + 500);
+    const objs = Array.from({ length: 250 }, (_, i) => msg('c2', `m${String(i).padStart(3, '0')}`, `body ${i} ✅ "quoted" \\ \u0000`));
+    expect(m.commitMessagesPage(ACCOUNT_ID, 'c2', page(objs, 1, 250), null)).toMatchObject({ inserted: 250 });
+    const changes = changeRows(m).filter((r) => r.record_id !== 'first');
+    // top + 501 went to the new conversation's own change (the page made its row).
+    expect(sqlValue(m, `SELECT seq FROM change_log WHERE stream = 'conversations' AND record_id = 'c2'`)).toBe(top + 501);
+    expect(changes.map((r) => r.seq)).toEqual(Array.from({ length: 250 }, (_, i) => top + 502 + i));
+    expect(changes.map((r) => r.record)).toEqual(objs.map((o) => JSON.stringify(o)));
+    const stored = rows(m);
+    objs.forEach((o, i) => expect(stored.get(o.id)).toMatchObject({ position: i, raw: JSON.stringify(o) }));
+    expect(sqlValue(m, `SELECT seq FROM sqlite_sequence WHERE name = 'change_log'`)).toBe(top + 751);
+  });
+
+  it('a page that repeats an id is written one message at a time: the second copy updates the first', () => {
+    const m = openMirror(dbFile(), movingClock());
+    const x1 = msg('c1', 'x', 'one');
+    const x2 = msg('c1', 'x', 'two');
+    expect(m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('c1', 'y', 'y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
+    expect(changeRows(m).map((r) => [r.op, r.record_id])).toEqual([
+      ['insert', 'x'],
+      ['insert', 'y'],
+      ['update', 'x'],
+    ]);
+    expect(rows(m).get('x')).toMatchObject({ raw: JSON.stringify(x2), position: 2 });
+    expect(sqlAll(m, `SELECT id, raw FROM message_history`)).toEqual([{ id: 'x', raw: JSON.stringify(x1) }]);
+  });
+});
+
 describe('export lag', () => {
   it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
     const ws = FakeWorkspace.fromCounts([3, 2]);

@@ -23,10 +23,45 @@ export interface RunChanges {
   conversations: { inserted: number; updated: number; deleted: number };
 }
 
+/**
+ * Rows one multi-row INSERT writes at most. A page's rows go in one statement (one call into
+ * SQLite instead of one per row: most of a page commit's cost was the calls, not the rows), and
+ * the statements prepared for each row count stay bounded (1 to this).
+ */
+export const ROWS_PER_STATEMENT = 100;
+
+/**
+ * Prepared multi-row statements by row count: `make(n)` builds the SQL of `n` rows; counts above
+ * {@link ROWS_PER_STATEMENT} are the caller's to split.
+ */
+export class MultiRowStatements<P extends unknown[] = unknown[], R = unknown> {
+  private readonly byCount = new Map<number, Statement<P, R>>();
+  constructor(
+    private readonly db: Db,
+    private readonly make: (rows: number) => string,
+  ) {}
+  /** The statement of `rows` rows (1 to {@link ROWS_PER_STATEMENT}). */
+  of(rows: number): Statement<P, R> {
+    if (rows < 1 || rows > ROWS_PER_STATEMENT) throw new RangeError(`a multi-row statement takes 1 to ${ROWS_PER_STATEMENT} rows, not ${rows}`);
+    let stmt = this.byCount.get(rows);
+    if (!stmt) {
+      stmt = this.db.prepare<P, R>(this.make(rows));
+      this.byCount.set(rows, stmt);
+    }
+    return stmt;
+  }
+}
+
+/** `(?, ?, …)` repeated `rows` times, comma-separated: the VALUES of a multi-row INSERT of `columns` columns. */
+export const valuesList = (rows: number, columns: number): string => Array(rows).fill(`(${Array(columns).fill('?').join(', ')})`).join(', ');
+
 /** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {
   private readonly insert: Statement<Omit<NewChange, 'record'>>;
   private readonly insertPayload: Statement<[seq: number, record: string]>;
+  private readonly insertMany: MultiRowStatements;
+  private readonly insertPayloads: MultiRowStatements;
+  private readonly nextSeq: Statement<[], { seq: number }>;
   private readonly ofRun: Statement<[number], { stream: Exclude<ChangeStream, 'runs'>; op: ChangeOp; n: number }>;
   private readonly runLogged: Statement<[number], { n: number }>;
 
@@ -40,6 +75,15 @@ export class ChangeLog {
        VALUES (@stream, @op, @account_id, @conversation_id, @record_id, @synced_at, @run_id)`,
     );
     this.insertPayload = db.prepare(`INSERT INTO change_payloads (seq, record) VALUES (?, ?)`);
+    this.insertMany = new MultiRowStatements(
+      db,
+      (n) => `INSERT INTO change_log (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id) VALUES ${valuesList(n, 8)}`,
+    );
+    this.insertPayloads = new MultiRowStatements(db, (n) => `INSERT INTO change_payloads (seq, record) VALUES ${valuesList(n, 2)}`);
+    // What AUTOINCREMENT would hand out next: above every seq ever given (sqlite_sequence) and
+    // every seq present, so a seq is never given twice.
+    this.nextSeq = db.prepare(`SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'change_log'), 0),
+                                           coalesce((SELECT max(seq) FROM change_log), 0)) + 1 AS seq`);
   }
 
   /**
@@ -64,6 +108,31 @@ export class ChangeLog {
   appendRun(runId: number, accountId: string, record: string, endedAt: string): number {
     const op = (this.runLogged.get(runId)?.n ?? 0) > 0 ? 'update' : 'insert';
     return this.append({ stream: 'runs', op, account_id: accountId, conversation_id: '', record_id: String(runId), synced_at: endedAt, run_id: runId, record });
+  }
+
+  /**
+   * Appends `changes` and their payloads in their order, with consecutive seqs, a few statements
+   * for them all (see {@link ROWS_PER_STATEMENT}); returns their seqs. The seqs are those
+   * AUTOINCREMENT would give them one by one: above every seq ever handed out, never reused.
+   * Call inside the transaction that changes the records.
+   */
+  appendAll(changes: readonly NewChange[]): number[] {
+    const seqs: number[] = [];
+    if (changes.length === 0) return seqs;
+    let seq = this.nextSeq.get()!.seq;
+    for (let from = 0; from < changes.length; from += ROWS_PER_STATEMENT) {
+      const chunk = changes.slice(from, from + ROWS_PER_STATEMENT);
+      const rows: unknown[] = [];
+      const payloads: unknown[] = [];
+      for (const c of chunk) {
+        rows.push(seq, c.stream, c.op, c.account_id, c.conversation_id, c.record_id, c.synced_at, c.run_id);
+        payloads.push(seq, c.record);
+        seqs.push(seq++);
+      }
+      this.insertMany.of(chunk.length).run(rows);
+      this.insertPayloads.of(chunk.length).run(payloads);
+    }
+    return seqs;
   }
 
   /** Appends `change` and its payload; returns its seq. */

@@ -6,7 +6,7 @@
  */
 import type { Db, Statement } from './sqlite.js';
 import { PER_PAGE, type Message, type Page } from '../api/schemas.js';
-import type { ChangeLog } from './change-log.js';
+import { MultiRowStatements, ROWS_PER_STATEMENT, valuesList, type ChangeLog, type NewChange } from './change-log.js';
 import { zeroCounts } from './conversations.js';
 import type { ChangeOp, Checkpoint, WriteCounts } from './types.js';
 
@@ -14,6 +14,7 @@ type Crawl = [accountId: string, conversationId: string];
 type MessageKey = [accountId: string, conversationId: string, id: string];
 
 interface StoredMessage {
+  id: string;
   raw: string;
   position: number;
   deleted_at: string | null;
@@ -48,9 +49,27 @@ class MessageStatements {
   readonly idAt: Statement<[...Crawl, position: number], { id: string }>;
   readonly idsBefore: Statement<[...Crawl, position: number], { id: string }>;
   readonly liveCount: Statement<[accountId: string], { n: number }>;
+  /** The stored rows of up to {@link ROWS_PER_STATEMENT} ids of one conversation: `(account, conversation, ...ids)`. */
+  readonly getMany: MultiRowStatements<unknown[], StoredMessage>;
+  /**
+   * Writes up to {@link ROWS_PER_STATEMENT} rows whose values the caller decided, 7 per row:
+   * account, conversation, id, position, raw, first_seen_at (kept by an existing row), updated_at.
+   */
+  readonly writeMany: MultiRowStatements;
 
   constructor(db: Db) {
-    this.get = db.prepare(`SELECT raw, position, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`);
+    this.get = db.prepare(`SELECT id, raw, position, deleted_at, updated_at FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`);
+    this.getMany = new MultiRowStatements(
+      db,
+      (n) => `SELECT id, raw, position, deleted_at, updated_at FROM messages
+              WHERE account_id = ? AND conversation_id = ? AND id IN (${Array(n).fill('?').join(', ')})`,
+    );
+    this.writeMany = new MultiRowStatements(
+      db,
+      (n) => `INSERT INTO messages (account_id, conversation_id, id, position, raw, first_seen_at, updated_at) VALUES ${valuesList(n, 7)}
+              ON CONFLICT (account_id, conversation_id, id) DO UPDATE SET
+                position = excluded.position, raw = excluded.raw, updated_at = excluded.updated_at, deleted_at = NULL`,
+    );
     this.upsert = db.prepare(`
       INSERT INTO messages (account_id, conversation_id, id, position, raw, first_seen_at, updated_at, deleted_at)
       VALUES (@account_id, @conversation_id, @id, @position, @raw, @now, @now, NULL)
@@ -124,18 +143,81 @@ export class Messages {
   /**
    * Writes one page's messages, its ids and the checkpoint (see `Mirror.commitMessagesPage`); the
    * conversation must have a live row. Call inside a transaction.
+   *
+   * The page is written set-wise: one read of the stored rows of its ids, one multi-row upsert of
+   * the rows that changed, one multi-row append of their changes (a handful of calls into SQLite
+   * per page instead of four per message). A page that repeats an id is written one message at a
+   * time instead, each seeing the one before, as the upsert of one message always did.
    */
   commitPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null, now: string): WriteCounts {
-    const counts = zeroCounts();
     const offset = (page.page - 1) * PER_PAGE;
-    const ids: string[] = [];
-    page.data.forEach((m, i) => {
-      ids.push(m.id);
-      const outcome = this.upsertOne(accountId, conversationId, m.id, page.raw[i]!, offset + i, runId, now);
-      counts[outcome]++;
-    });
+    const ids = page.data.map((m) => m.id);
+    let counts: WriteCounts;
+    if (new Set(ids).size === ids.length) {
+      counts = this.upsertPage(accountId, conversationId, ids, page.raw, offset, runId, now);
+    } else {
+      counts = zeroCounts();
+      ids.forEach((id, i) => counts[this.upsertOne(accountId, conversationId, id, page.raw[i]!, offset + i, runId, now)]++);
+    }
     this.c.savePage.run(accountId, conversationId, page.page, JSON.stringify(ids));
     this.c.saveCheckpoint.run(accountId, conversationId, page.page + 1, page.meta.total_count, now, runId, now);
+    return counts;
+  }
+
+  /** The stored rows of `ids` (distinct) of one conversation, by id. */
+  private stored(accountId: string, conversationId: string, ids: readonly string[]): Map<string, StoredMessage> {
+    const out = new Map<string, StoredMessage>();
+    for (let from = 0; from < ids.length; from += ROWS_PER_STATEMENT) {
+      const chunk = ids.slice(from, from + ROWS_PER_STATEMENT);
+      for (const row of this.m.getMany.of(chunk.length).all(accountId, conversationId, ...chunk)) out.set(row.id, row);
+    }
+    return out;
+  }
+
+  /**
+   * Upserts a page's served messages (distinct `ids`, `objs` in the same order) with the rules of
+   * {@link upsertOne}, set-wise: unchanged rows are not written, a moved position alone is written
+   * but is no change, an insert or update appends its change, an update keeps the superseded
+   * version in `message_history`.
+   */
+  private upsertPage(
+    accountId: string,
+    conversationId: string,
+    ids: readonly string[],
+    objs: readonly Record<string, unknown>[],
+    offset: number,
+    runId: number | null,
+    now: string,
+  ): WriteCounts {
+    const counts = zeroCounts();
+    const prevById = this.stored(accountId, conversationId, ids);
+    const rows: unknown[][] = [];
+    const changes: NewChange[] = [];
+    const superseded: (StoredMessage | undefined)[] = [];
+    ids.forEach((id, i) => {
+      const raw = JSON.stringify(objs[i]);
+      const position = offset + i;
+      const prev = prevById.get(id);
+      if (prev && prev.raw === raw && prev.deleted_at === null) {
+        // Only the position moved (an earlier message was deleted): written, but no change of the record.
+        if (prev.position !== position) rows.push([accountId, conversationId, id, position, raw, now, prev.updated_at]);
+        counts.unchanged++;
+        return;
+      }
+      rows.push([accountId, conversationId, id, position, raw, now, now]);
+      const op: ChangeOp = !prev || prev.deleted_at !== null ? 'insert' : 'update';
+      changes.push({ stream: 'messages', op, account_id: accountId, conversation_id: conversationId, record_id: id, synced_at: now, run_id: runId, record: raw });
+      superseded.push(op === 'update' ? prev : undefined);
+      counts[op === 'insert' ? 'inserted' : 'updated']++;
+    });
+    for (let from = 0; from < rows.length; from += ROWS_PER_STATEMENT) {
+      const chunk = rows.slice(from, from + ROWS_PER_STATEMENT);
+      this.m.writeMany.of(chunk.length).run(chunk.flat());
+    }
+    const seqs = this.changes.appendAll(changes);
+    superseded.forEach((prev, k) => {
+      if (prev) this.m.insertHistory.run(accountId, conversationId, prev.id, prev.raw, prev.updated_at, now, seqs[k]!);
+    });
     return counts;
   }
 
