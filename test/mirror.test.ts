@@ -507,6 +507,67 @@ describe('set-wise page commits', () => {
   });
 });
 
+describe('reading a batch for export', () => {
+  const msg = (id: string) => ({ id, content: `text of ${id}`, visibility: 'public', sender: { id: 'u1', name: 'Ana', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' });
+  const page = (ids: string[], n = 1): Page<Message> => {
+    const objs = ids.map(msg);
+    return { page: n, data: objs as unknown as Message[], raw: objs, meta: { current_page: n, total_pages: 1, total_count: ids.length } };
+  };
+  const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(4, '0')}`);
+
+  it('gives every row of the batch once, in file order (stream, account, day, seq), across interleaved accounts, days, seq gaps and partitions longer than a read', () => {
+    const clock = movingClock();
+    const m = openMirror(dbFile(), clock);
+    // Day 1: accounts A and B interleaved page by page; a seq gap; a partition of 1,500 rows.
+    m.commitMessagesPage('A', 'a1', page(ids('x', 60)), null);
+    m.commitMessagesPage('B', 'b1', page(ids('y', 40)), null);
+    m.commitMessagesPage('A', 'a1', page(ids('z', 30), 2), null);
+    sqlRun(m, `UPDATE sqlite_sequence SET seq = seq + 100 WHERE name = 'change_log'`);
+    for (let p = 0; p < 15; p++) m.commitMessagesPage('A', `a${p + 2}`, page(ids(`p${p}-`, 100)), null);
+    clock.advance(24 * HOUR);
+    // Day 2: both accounts again.
+    m.commitMessagesPage('B', 'b1', page(ids('w', 20), 2), null);
+    m.commitMessagesPage('A', 'a1', page(ids('v', 10), 3), null);
+    const seqs = (first: number, last: number) =>
+      [...m.changesOf({ first_seq: first, last_seq: last })].map((c) => [c.stream, c.account_id, c.day, c.seq, c.record_id, c.op, c.record]);
+    const reference = (first: number, last: number) =>
+      sqlAll<Record<string, unknown>>(
+        m,
+        `SELECT c.stream, c.account_id, substr(c.synced_at, 1, 10) AS day, c.seq, c.record_id, c.op, p.record
+         FROM change_log c LEFT JOIN change_payloads p USING (seq) WHERE c.seq BETWEEN ? AND ? ORDER BY 1, 2, 3, 4`,
+        first,
+        last,
+      ).map(Object.values);
+    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
+    expect(sqlValue(m, `SELECT count(*) FROM change_log`)).toBe(60 + 40 + 30 + 1500 + 20 + 10 + 2 + 15);
+    expect(seqs(1, top)).toEqual(reference(1, top));
+    // A batch that starts and ends inside runs of rows of one partition.
+    expect(seqs(75, top - 5)).toEqual(reference(75, top - 5));
+    expect(seqs(500, 700)).toEqual(reference(500, 700));
+    expect(seqs(top + 1, top + 10)).toEqual([]);
+  });
+
+  it('a publication prunes the payloads of its batch and keeps those committed after the batch was planned', () => {
+    const m = openMirror(dbFile(), movingClock());
+    const exportDir = path.join(path.dirname(m.file), 'exports');
+    m.commitMessagesPage('A', 'a1', page(ids('x', 30)), null);
+    let committedMeanwhile = 0;
+    const res = publishChanges(m, {
+      exportDir,
+      failpoint: (point) => {
+        // After the batch's files, before its record: a page committed meanwhile (as the daemon does).
+        if (point === 'before-record' && committedMeanwhile === 0) committedMeanwhile = m.commitMessagesPage('A', 'a1', page(ids('y', 5), 2), null).inserted;
+      },
+    });
+    expect(committedMeanwhile).toBe(5);
+    expect(res.lines).toBe(31);
+    expect(sqlAll(m, `SELECT c.record_id FROM change_payloads p JOIN change_log c USING (seq) ORDER BY seq`)).toEqual(ids('y', 5).map((record_id) => ({ record_id })));
+    expect(publishChanges(m, { exportDir }).lines).toBe(5);
+    expect(sqlValue(m, `SELECT count(*) FROM change_payloads`)).toBe(0);
+    expect(verifyExports(m, exportDir)).toEqual([]);
+  });
+});
+
 describe('export lag', () => {
   it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
     const ws = FakeWorkspace.fromCounts([3, 2]);

@@ -166,13 +166,15 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
 function writeBatchFiles(mirror: Mirror, target: Target, plan: ExportBatch, maxLines: number): ExportFile[] {
   const files: ExportFile[] = [];
   let open: PartitionWriter | undefined;
-  for (const row of mirror.changesOf(plan) as Iterable<ExportChange>) {
-    if (open && !open.accepts(row, maxLines)) {
-      files.push(open.publish());
-      open = undefined;
+  for (const chunk of mirror.changeChunksOf(plan)) {
+    for (const row of chunk) {
+      if (open && !open.accepts(row, maxLines)) {
+        files.push(open.publish());
+        open = undefined;
+      }
+      open ??= new PartitionWriter(target, row, plan.id, plan.gzip);
+      open.write(row);
     }
-    open ??= new PartitionWriter(target, row, plan.id, plan.gzip);
-    open.write(row);
   }
   if (open) files.push(open.publish());
   return files;

@@ -7,7 +7,6 @@
 import type { Db, Statement } from './sqlite.js';
 import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, PublishedFile } from './types.js';
 
-type SeqRange = [firstSeq: number, lastSeq: number];
 
 /** What a genesis record of a migrated export directory covers: everything published before the ledger. */
 export interface LedgerGenesis {
@@ -20,6 +19,9 @@ export interface LedgerGenesis {
 }
 
 /** Compares strings by code unit, as SQLite's BINARY collation orders these ASCII keys. */
+/** Change-log rows read in one call when a batch is exported (bounded memory: about 1 KiB each). */
+const READ_CHUNK = 1000;
+
 const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 /** Typed statements of the export ledger. */
@@ -28,11 +30,16 @@ export class ExportLedger {
   private readonly pending: Statement<[], { id: number; first_seq: number; last_seq: number; planned_at: string; run_id: number | null; gzip: number }>;
   private readonly maxSeq: Statement<[], { m: number }>;
   private readonly insertBatch: Statement<[firstSeq: number, lastSeq: number, plannedAt: string, runId: number | null, gzip: number]>;
-  private readonly partitionKeys: Statement<SeqRange, { seq: number; stream: string; account_id: string; day: string }>;
-  private readonly changes: Statement<{ first: number; last: number; stream: string; account_id: string; day: string }, ExportChange>;
+  private readonly runStarts: Statement<{ first: number; after: number; last: number }, [seq: number, stream: string, account_id: string, day: string]>;
+  private readonly changes: Statement<
+    { after: number; last: number; stream: string; account_id: string; day: string },
+    [seq: number, op: ExportChange['op'], conversation_id: string, record_id: string, synced_at: string, record: string | null, line: string | null]
+  >;
   private readonly insertFile: Statement<PublishedFile & { now: string }>;
   private readonly markPublished: Statement<[publishedAt: string, batchId: number]>;
   private readonly prune: Statement<[lastSeq: number]>;
+  private readonly pruneAll: Statement<[]>;
+  private readonly payloadAbove: Statement<[lastSeq: number], { n: number }>;
   private readonly setWatermark: Statement<[watermark: number]>;
   private readonly files: Statement<[], PublishedFile>;
   private readonly fileTotals: Statement<[], { files: number; lines: number }>;
@@ -50,15 +57,37 @@ export class ExportLedger {
     );
     this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
     this.insertBatch = db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id, gzip) VALUES (?, ?, ?, ?, ?)`);
-    this.partitionKeys = db.prepare(`SELECT seq, stream, account_id, substr(synced_at, 1, 10) AS day FROM change_log WHERE seq BETWEEN ? AND ? ORDER BY seq`);
+    // Where a run of rows of one partition starts: the first row of the range, and each row whose
+    // predecessor (seq - 1) is absent or of another partition. A pass over the range's keys in
+    // SQLite, no sort, returning only the starts; read in chunks (keyset: after the last seq read).
+    this.runStarts = db
+      .prepare<{ first: number; after: number; last: number }, [seq: number, stream: string, account_id: string, day: string]>(
+        `SELECT c.seq, c.stream, c.account_id, substr(c.synced_at, 1, 10)
+         FROM change_log c LEFT JOIN change_log p ON p.seq = c.seq - 1
+         WHERE c.seq > @after AND c.seq <= @last
+           AND (c.seq = @first OR p.seq IS NULL OR p.stream IS NOT c.stream OR p.account_id IS NOT c.account_id
+                OR substr(p.synced_at, 1, 10) IS NOT substr(c.synced_at, 1, 10))
+         ORDER BY c.seq LIMIT ${READ_CHUNK}`,
+      )
+      .raw(true);
     // One partition, in seq order: a range of the primary key, no sort.
-    this.changes = db.prepare(
-      `SELECT c.seq, c.stream, c.op, c.account_id, c.conversation_id, c.record_id, c.synced_at, substr(c.synced_at, 1, 10) AS day, p.record, p.line
-       FROM change_log c LEFT JOIN change_payloads p ON p.seq = c.seq
-       WHERE c.seq BETWEEN @first AND @last AND c.stream = @stream AND c.account_id = @account_id AND substr(c.synced_at, 1, 10) = @day
-       ORDER BY c.seq`,
-    );
+    // Rows as arrays, without the partition's own keys: building a JS object per row in the native
+    // binding cost more than SQLite's whole read.
+    this.changes = db
+      .prepare<
+        { after: number; last: number; stream: string; account_id: string; day: string },
+        [seq: number, op: ExportChange['op'], conversation_id: string, record_id: string, synced_at: string, record: string | null, line: string | null]
+      >(
+        `SELECT c.seq, c.op, c.conversation_id, c.record_id, c.synced_at, p.record, p.line
+         FROM change_log c LEFT JOIN change_payloads p ON p.seq = c.seq
+         WHERE c.seq > @after AND c.seq <= @last AND c.stream = @stream AND c.account_id = @account_id AND substr(c.synced_at, 1, 10) = @day
+         ORDER BY c.seq LIMIT ${READ_CHUNK}`,
+      )
+      .raw(true);
     this.prune = db.prepare(`DELETE FROM change_payloads WHERE seq <= ?`);
+    // No WHERE: SQLite frees the table's pages whole instead of deleting row by row.
+    this.pruneAll = db.prepare(`DELETE FROM change_payloads`);
+    this.payloadAbove = db.prepare(`SELECT count(*) AS n FROM (SELECT 1 FROM change_payloads WHERE seq > ? LIMIT 1)`);
     this.insertFile = db.prepare(`INSERT OR REPLACE INTO export_files (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
                                   VALUES (@path, @batch_id, @stream, @account_id, @date, @first_seq, @last_seq, @lines, @bytes, @sha256, @now)`);
     this.markPublished = db.prepare(`UPDATE export_batches SET published_at = ? WHERE id = ?`);
@@ -99,21 +128,43 @@ export class ExportLedger {
   }
 
   /**
-   * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), as a lazy
-   * iterator. No SQL sort over the batch (SQLite would hold the sorted rows, payloads included, in
-   * memory up to its cache size): one pass over the range's keys finds each partition's seq range,
-   * then each partition is read in seq order from its own range. Memory: one entry per partition.
+   * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), in chunks
+   * of at most {@link READ_CHUNK} rows. No SQL sort over the batch (SQLite would hold the sorted
+   * rows, payloads included, in memory up to its cache size): one pass in SQLite finds where each
+   * run of rows of one partition starts, then each partition is read in seq order from its own
+   * range of the primary key. Memory: one entry per partition, one chunk of rows.
    */
-  *changesBetween(first: number, last: number): Generator<ExportChange> {
+  *chunksBetween(first: number, last: number): Generator<ExportChange[]> {
     const partitions = new Map<string, { stream: string; account_id: string; day: string; first: number; last: number }>();
-    for (const k of this.partitionKeys.iterate(first, last)) {
-      const key = JSON.stringify([k.stream, k.account_id, k.day]);
-      const p = partitions.get(key);
-      if (p) p.last = k.seq;
-      else partitions.set(key, { stream: k.stream, account_id: k.account_id, day: k.day, first: k.seq, last: k.seq });
+    let open: { last: number } | undefined;
+    for (let after = first - 1; after < last; ) {
+      const starts = this.runStarts.all({ first, after, last });
+      if (starts.length === 0) break;
+      for (const [seq, stream, account_id, day] of starts) {
+        // The run before ends where this one starts.
+        if (open) open.last = Math.max(open.last, seq - 1);
+        // stream and day hold no NUL and the account id comes last: the key is unambiguous.
+        const key = `${stream}\0${day}\0${account_id}`;
+        let p = partitions.get(key);
+        if (!p) {
+          p = { stream, account_id, day, first: seq, last: seq };
+          partitions.set(key, p);
+        }
+        open = p;
+      }
+      after = starts[starts.length - 1]![0];
     }
+    if (open) open.last = last;
     const ordered = [...partitions.values()].sort((a, b) => cmp(a.stream, b.stream) || cmp(a.account_id, b.account_id) || cmp(a.day, b.day));
-    for (const p of ordered) yield* this.changes.iterate(p);
+    for (const p of ordered) {
+      for (let after = p.first - 1; after < p.last; ) {
+        const rows = this.changes.all({ after, last: p.last, stream: p.stream, account_id: p.account_id, day: p.day });
+        if (rows.length === 0) break;
+        const { stream, account_id, day } = p as { stream: ExportChange['stream']; account_id: string; day: string };
+        yield rows.map(([seq, op, conversation_id, record_id, synced_at, record, line]) => ({ seq, stream, op, account_id, conversation_id, record_id, synced_at, day, record, line }));
+        after = rows[rows.length - 1]![0];
+      }
+    }
   }
 
   /**
@@ -127,7 +178,9 @@ export class ExportLedger {
     this.insertEntry.run({ ...entry, published_at: publishedAt });
     this.markPublished.run(publishedAt, batch.id);
     this.setWatermark.run(batch.last_seq);
-    this.prune.run(batch.last_seq);
+    // Usually nothing was committed after the batch was planned: then every payload goes at once.
+    if (this.payloadAbove.get(batch.last_seq)!.n === 0) this.pruneAll.run();
+    else this.prune.run(batch.last_seq);
   }
 
   /**

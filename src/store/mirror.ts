@@ -522,14 +522,17 @@ export class Mirror {
    * export line of either.
    */
   *changesOf(batch: Pick<ExportBatch, 'first_seq' | 'last_seq'>): Generator<ExportChange> {
-    const rows = this.guard(() => this.ledger.changesBetween(batch.first_seq, batch.last_seq));
-    // Each step reads pages too: a damaged one surfaces here, converted like any other read. A
-    // reader that stops early (a failed write) must release the statement, or the connection stays busy.
-    try {
-      for (let r = this.guard(() => rows.next()); !r.done; r = this.guard(() => rows.next())) yield r.value;
-    } finally {
-      rows.return?.(undefined);
-    }
+    for (const chunk of this.changeChunksOf(batch)) yield* chunk;
+  }
+
+  /**
+   * {@link changesOf} in chunks of up to 1,000 rows, for the exporter (one step per chunk instead
+   * of one per row). Each chunk is read whole, so a reader that stops early holds no statement.
+   */
+  *changeChunksOf(batch: Pick<ExportBatch, 'first_seq' | 'last_seq'>): Generator<ExportChange[]> {
+    const chunks = this.guard(() => this.ledger.chunksBetween(batch.first_seq, batch.last_seq));
+    // Each step reads pages too: a damaged one surfaces here, converted like any other read.
+    for (let r = this.guard(() => chunks.next()); !r.done; r = this.guard(() => chunks.next())) yield r.value;
   }
 
   /**
