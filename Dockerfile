@@ -29,4 +29,4 @@ ENV CONVO_MIRROR_DB=/app/data/mirror.sqlite \
     CONVO_MIRROR_HTTP_PORT=9464
 # /healthz, /readyz, /metrics
 EXPOSE 9464
-CMD ["node", "dist/src/cli/index.js", "daemon"]
+CMD ["node", "--optimize-for-size", "dist/src/cli/index.js", "daemon"]

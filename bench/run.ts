@@ -76,6 +76,18 @@ const skipHostile = process.argv.includes('--skip-hostile') && !hostileOnly;
 const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : listingOnly ? 'listing.json' : limitedOnly ? 'limited.json' : memoryOnly ? 'memory.json' : 'latest.json'));
 const LIMIT_RPS = 20;
 
+/**
+ * The Node flags the `convo-mirror` command runs with: those its shebang passes
+ * (`#!/usr/bin/env -S node <flags>`; the npm scripts and the Docker image pass the same), so the
+ * bench starts the CLI and the daemon as users do. `npm run bench` runs this process with them too.
+ */
+function cliNodeFlags(): string[] {
+  const first = fs.readFileSync(cliJs, 'utf8').split('\n', 1)[0]!;
+  const m = /^#!\/usr\/bin\/env -S node((?: --[\w-]+(?:=\S+)?)*)$/.exec(first);
+  if (!m) throw new Error(`${cliJs}: a first line of #!/usr/bin/env -S node [flags] expected, found ${first}`);
+  return m[1]!.trim().split(/\s+/).filter(Boolean);
+}
+
 // ------------------------------------------------------------------ helpers
 
 const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
@@ -396,7 +408,7 @@ async function cliSync(url: string, timeoutMs = 60_000): Promise<CliRun> {
     CONVO_MIRROR_BENCH_RSS_FILE: rssFile,
   };
   const t0 = performance.now();
-  const child = spawn(process.execPath, ['--import', pathToFileURL(rssProbeJs).href, cliJs, 'sync'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, [...cliNodeFlags(), '--import', pathToFileURL(rssProbeJs).href, cliJs, 'sync'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr!.on('data', (b: Buffer) => {
     stderr = (stderr + b.toString()).slice(-4096);
@@ -487,7 +499,7 @@ async function idleDaemonRss(): Promise<IdleRss> {
     CONVO_MIRROR_QUEUE_PREFIX: `bench-idle-${process.pid}`,
     LOG_LEVEL: 'info',
   };
-  const child = spawn(process.execPath, [cliJs, 'daemon'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, [...cliNodeFlags(), cliJs, 'daemon'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   try {
     const ready = await new Promise<boolean>((resolve) => {
@@ -598,6 +610,8 @@ interface Machine {
   memoryGb: number;
   platform: string;
   node: string;
+  /** The Node flags this bench process runs with (the CLI's, see {@link cliNodeFlags}, under `npm run bench`). */
+  nodeFlags: string[];
   date: string;
 }
 
@@ -814,8 +828,11 @@ async function main(): Promise<void> {
     memoryGb: round(os.totalmem() / 1024 ** 3, 1),
     platform: `${os.type()} ${os.release()} ${os.arch()}`,
     node: process.version,
+    nodeFlags: process.execArgv,
     date: startedAt.toISOString(),
   };
+  const missing = cliNodeFlags().filter((f) => !process.execArgv.includes(f));
+  if (missing.length > 0) log(`note: this process runs without ${missing.join(' ')}, which the CLI runs with (npm run bench passes it): in-process figures differ from the CLI's`);
 
   if (hostileOnly || publicationOnly || listingOnly || limitedOnly || memoryOnly) {
     await oneSection(machine);
@@ -858,7 +875,7 @@ function writeReport(report: unknown, rows: [string, string, string][], title: s
   const w1 = Math.max(...rows.map((r) => r[1].length), 5);
   const out: string[] = [];
   out.push(title);
-  out.push(`machine: ${machine.cpus} × ${machine.model}, ${machine.memoryGb} GB, ${machine.platform}, node ${machine.node}, ${machine.date}`);
+  out.push(`machine: ${machine.cpus} × ${machine.model}, ${machine.memoryGb} GB, ${machine.platform}, node ${machine.node}${machine.nodeFlags.length > 0 ? ` ${machine.nodeFlags.join(' ')}` : ''}, ${machine.date}`);
   out.push('');
   out.push(`${'metric'.padEnd(w0)}  ${'value'.padEnd(w1)}  note`);
   out.push(`${'-'.repeat(w0)}  ${'-'.repeat(w1)}  ${'-'.repeat(20)}`);

@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --optimize-for-size
 /**
  * convo-mirror command line (commander): a thin shell over src/, one module per command in this
  * directory (program.ts lists them; flags.ts generates the configuration flags from config/).
