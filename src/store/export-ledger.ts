@@ -18,45 +18,21 @@ export interface LedgerGenesis {
   last_seq: number;
 }
 
-/** Compares strings by code unit, as SQLite's BINARY collation orders these ASCII keys. */
 /** Change-log rows read in one call when a batch is exported (bounded memory: about 1 KiB each). */
 const READ_CHUNK = 1000;
 
+/** Compares strings by code unit, as SQLite's BINARY collation orders these ASCII keys. */
 const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
-/** Typed statements of the export ledger. */
-export class ExportLedger {
-  private readonly watermarkOf: Statement<[], { watermark: number }>;
-  private readonly pending: Statement<[], { id: number; first_seq: number; last_seq: number; planned_at: string; run_id: number | null; gzip: number }>;
-  private readonly maxSeq: Statement<[], { m: number }>;
-  private readonly insertBatch: Statement<[firstSeq: number, lastSeq: number, plannedAt: string, runId: number | null, gzip: number]>;
+/** Reads a batch's change-log rows back in file order, for its export files. */
+class BatchReader {
   private readonly runStarts: Statement<{ first: number; after: number; last: number }, [seq: number, stream: string, account_id: string, day: string]>;
   private readonly changes: Statement<
     { after: number; last: number; stream: string; account_id: string; day: string },
     [seq: number, op: ExportChange['op'], conversation_id: string, record_id: string, synced_at: string, record: string | null, line: string | null]
   >;
-  private readonly insertFile: Statement<PublishedFile & { now: string }>;
-  private readonly markPublished: Statement<[publishedAt: string, batchId: number]>;
-  private readonly prune: Statement<[lastSeq: number]>;
-  private readonly pruneAll: Statement<[]>;
-  private readonly payloadAbove: Statement<[lastSeq: number], { n: number }>;
-  private readonly setWatermark: Statement<[watermark: number]>;
-  private readonly files: Statement<[], PublishedFile>;
-  private readonly fileTotals: Statement<[], { files: number; lines: number }>;
-  private readonly publishedBatches: Statement<[], { n: number }>;
-  private readonly lag: Statement<[], { n: number }>;
-  private readonly headOf: Statement<[], LedgerHead>;
-  private readonly insertEntry: Statement<LedgerEntry & { published_at: string }>;
-  private readonly entries: Statement<[], LedgerEntry>;
-  private readonly genesisOf: Statement<[], { batch_id: number | null; published_at: string | null; n: number }>;
 
   constructor(db: Db) {
-    this.watermarkOf = db.prepare(`SELECT watermark FROM export_state WHERE id = 1`);
-    this.pending = db.prepare(
-      `SELECT id, first_seq, last_seq, planned_at, run_id, gzip FROM export_batches WHERE published_at IS NULL ORDER BY id LIMIT 1`,
-    );
-    this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
-    this.insertBatch = db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id, gzip) VALUES (?, ?, ?, ?, ?)`);
     // Where a run of rows of one partition starts: the first row of the range, and each row whose
     // predecessor (seq - 1) is absent or of another partition. A pass over the range's keys in
     // SQLite, no sort, returning only the starts; read in chunks (keyset: after the last seq read).
@@ -84,6 +60,79 @@ export class ExportLedger {
          ORDER BY c.seq LIMIT ${READ_CHUNK}`,
       )
       .raw(true);
+  }
+
+  /**
+   * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), in chunks
+   * of at most {@link READ_CHUNK} rows. No SQL sort over the batch (SQLite would hold the sorted
+   * rows, payloads included, in memory up to its cache size): one pass in SQLite finds where each
+   * run of rows of one partition starts, then each partition is read in seq order from its own
+   * range of the primary key. Memory: one entry per partition, one chunk of rows.
+   */
+  *chunks(first: number, last: number): Generator<ExportChange[]> {
+    const partitions = new Map<string, { stream: string; account_id: string; day: string; first: number; last: number }>();
+    let open: { last: number } | undefined;
+    for (let after = first - 1; after < last; ) {
+      const starts = this.runStarts.all({ first, after, last });
+      if (starts.length === 0) break;
+      for (const [seq, stream, account_id, day] of starts) {
+        // The run before ends where this one starts.
+        if (open) open.last = Math.max(open.last, seq - 1);
+        // stream and day hold no NUL and the account id comes last: the key is unambiguous.
+        const key = `${stream}\0${day}\0${account_id}`;
+        let p = partitions.get(key);
+        if (!p) {
+          p = { stream, account_id, day, first: seq, last: seq };
+          partitions.set(key, p);
+        }
+        open = p;
+      }
+      after = starts[starts.length - 1]![0];
+    }
+    if (open) open.last = last;
+    const ordered = [...partitions.values()].sort((a, b) => cmp(a.stream, b.stream) || cmp(a.account_id, b.account_id) || cmp(a.day, b.day));
+    for (const p of ordered) {
+      for (let after = p.first - 1; after < p.last; ) {
+        const rows = this.changes.all({ after, last: p.last, stream: p.stream, account_id: p.account_id, day: p.day });
+        if (rows.length === 0) break;
+        const { stream, account_id, day } = p as { stream: ExportChange['stream']; account_id: string; day: string };
+        yield rows.map(([seq, op, conversation_id, record_id, synced_at, record, line]) => ({ seq, stream, op, account_id, conversation_id, record_id, synced_at, day, record, line }));
+        after = rows[rows.length - 1]![0];
+      }
+    }
+  }
+}
+
+/** Typed statements of the export ledger. */
+export class ExportLedger {
+  private readonly watermarkOf: Statement<[], { watermark: number }>;
+  private readonly pending: Statement<[], { id: number; first_seq: number; last_seq: number; planned_at: string; run_id: number | null; gzip: number }>;
+  private readonly maxSeq: Statement<[], { m: number }>;
+  private readonly insertBatch: Statement<[firstSeq: number, lastSeq: number, plannedAt: string, runId: number | null, gzip: number]>;
+  private readonly reader: BatchReader;
+  private readonly insertFile: Statement<PublishedFile & { now: string }>;
+  private readonly markPublished: Statement<[publishedAt: string, batchId: number]>;
+  private readonly prune: Statement<[lastSeq: number]>;
+  private readonly pruneAll: Statement<[]>;
+  private readonly payloadAbove: Statement<[lastSeq: number], { n: number }>;
+  private readonly setWatermark: Statement<[watermark: number]>;
+  private readonly files: Statement<[], PublishedFile>;
+  private readonly fileTotals: Statement<[], { files: number; lines: number }>;
+  private readonly publishedBatches: Statement<[], { n: number }>;
+  private readonly lag: Statement<[], { n: number }>;
+  private readonly headOf: Statement<[], LedgerHead>;
+  private readonly insertEntry: Statement<LedgerEntry & { published_at: string }>;
+  private readonly entries: Statement<[], LedgerEntry>;
+  private readonly genesisOf: Statement<[], { batch_id: number | null; published_at: string | null; n: number }>;
+
+  constructor(db: Db) {
+    this.watermarkOf = db.prepare(`SELECT watermark FROM export_state WHERE id = 1`);
+    this.pending = db.prepare(
+      `SELECT id, first_seq, last_seq, planned_at, run_id, gzip FROM export_batches WHERE published_at IS NULL ORDER BY id LIMIT 1`,
+    );
+    this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
+    this.insertBatch = db.prepare(`INSERT INTO export_batches (first_seq, last_seq, planned_at, run_id, gzip) VALUES (?, ?, ?, ?, ?)`);
+    this.reader = new BatchReader(db);
     this.prune = db.prepare(`DELETE FROM change_payloads WHERE seq <= ?`);
     // No WHERE: SQLite frees the table's pages whole instead of deleting row by row.
     this.pruneAll = db.prepare(`DELETE FROM change_payloads`);
@@ -127,44 +176,9 @@ export class ExportLedger {
     return { id: Number(r.lastInsertRowid), first_seq: wm + 1, last_seq: max, planned_at: plannedAt, run_id: runId, gzip, resumed: false };
   }
 
-  /**
-   * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), in chunks
-   * of at most {@link READ_CHUNK} rows. No SQL sort over the batch (SQLite would hold the sorted
-   * rows, payloads included, in memory up to its cache size): one pass in SQLite finds where each
-   * run of rows of one partition starts, then each partition is read in seq order from its own
-   * range of the primary key. Memory: one entry per partition, one chunk of rows.
-   */
-  *chunksBetween(first: number, last: number): Generator<ExportChange[]> {
-    const partitions = new Map<string, { stream: string; account_id: string; day: string; first: number; last: number }>();
-    let open: { last: number } | undefined;
-    for (let after = first - 1; after < last; ) {
-      const starts = this.runStarts.all({ first, after, last });
-      if (starts.length === 0) break;
-      for (const [seq, stream, account_id, day] of starts) {
-        // The run before ends where this one starts.
-        if (open) open.last = Math.max(open.last, seq - 1);
-        // stream and day hold no NUL and the account id comes last: the key is unambiguous.
-        const key = `${stream}\0${day}\0${account_id}`;
-        let p = partitions.get(key);
-        if (!p) {
-          p = { stream, account_id, day, first: seq, last: seq };
-          partitions.set(key, p);
-        }
-        open = p;
-      }
-      after = starts[starts.length - 1]![0];
-    }
-    if (open) open.last = last;
-    const ordered = [...partitions.values()].sort((a, b) => cmp(a.stream, b.stream) || cmp(a.account_id, b.account_id) || cmp(a.day, b.day));
-    for (const p of ordered) {
-      for (let after = p.first - 1; after < p.last; ) {
-        const rows = this.changes.all({ after, last: p.last, stream: p.stream, account_id: p.account_id, day: p.day });
-        if (rows.length === 0) break;
-        const { stream, account_id, day } = p as { stream: ExportChange['stream']; account_id: string; day: string };
-        yield rows.map(([seq, op, conversation_id, record_id, synced_at, record, line]) => ({ seq, stream, op, account_id, conversation_id, record_id, synced_at, day, record, line }));
-        after = rows[rows.length - 1]![0];
-      }
-    }
+  /** See {@link BatchReader.chunks}. */
+  chunksBetween(first: number, last: number): Generator<ExportChange[]> {
+    return this.reader.chunks(first, last);
   }
 
   /**
