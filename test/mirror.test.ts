@@ -492,6 +492,36 @@ describe('set-wise page commits', () => {
     expect(sqlValue(m, `SELECT seq FROM sqlite_sequence WHERE name = 'change_log'`)).toBe(top + 751);
   });
 
+  it('pages of any size are written whole and in order, whatever pieces the multi-row statements take', () => {
+    const m = openMirror(dbFile(), movingClock());
+    for (const n of [1, 2, 3, 7, 46, 63, 64, 65, 99, 100, 101, 163, 250]) {
+      const conv = `n${n}`;
+      const objs = Array.from({ length: n }, (_, i) => msg(conv, `${conv}-${i}`, `body ${i}`));
+      const before = sqlValue(m, `SELECT coalesce(max(seq), 0) FROM change_log`);
+      expect(m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: n, updated: 0, unchanged: 0 });
+      const changes = changeRows(m).filter((r) => r.seq > before);
+      expect(changes.map((r) => r.record_id)).toEqual(objs.map((o) => o.id));
+      expect(changes.map((r) => r.seq)).toEqual(objs.map((_, i) => before + 2 + i)); // before + 1: the conversation's own row
+      const stored = sqlAll<{ id: string; position: number }>(m, `SELECT id, position FROM messages WHERE conversation_id = ? ORDER BY position`, conv);
+      expect(stored).toEqual(objs.map((o, i) => ({ id: o.id, position: i })));
+      // The same page again: every message found, nothing written.
+      expect(m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: 0, updated: 0, unchanged: n });
+    }
+  });
+
+  it('an id holding a lone surrogate is found again on the next crawl: no false insert, no rewritten updated_at', () => {
+    const clock = movingClock();
+    const m = openMirror(dbFile(), clock);
+    // SQLite keeps such an id as bytes that read back as U+FFFD: looked up by the text read back, it would never match.
+    const objs = [msg('c1', 'm\ud800', 'lone'), msg('c1', 'm\udc00x', 'lone too'), msg('c1', 'ok', 'fine')];
+    expect(m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toMatchObject({ inserted: 3 });
+    const first = sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`);
+    clock.advance(HOUR);
+    expect(m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toEqual({ inserted: 0, updated: 0, unchanged: 3, deleted: 0 });
+    expect(sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`)).toEqual(first);
+    expect(changeRows(m)).toHaveLength(3);
+  });
+
   it('a page that repeats an id is written one message at a time: the second copy updates the first', () => {
     const m = openMirror(dbFile(), movingClock());
     const x1 = msg('c1', 'x', 'one');
@@ -545,6 +575,39 @@ describe('reading a batch for export', () => {
     expect(seqs(75, top - 5)).toEqual(reference(75, top - 5));
     expect(seqs(500, 700)).toEqual(reference(500, 700));
     expect(seqs(top + 1, top + 10)).toEqual([]);
+  });
+
+  it('reads at most 8 MiB of payload at once (one larger record alone), whatever the records\' size', () => {
+    const m = openMirror(dbFile(), movingClock());
+    const big = (id: string, mib: number) => ({ ...msg(id), content: 'x'.repeat(mib * 1024 * 1024) });
+    const objs = [...Array.from({ length: 20 }, (_, i) => big(`b${String(i).padStart(2, '0')}`, 1)), big('huge', 9), msg('small')];
+    m.commitMessagesPage('A', 'a1', { page: 1, data: objs as unknown as Message[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: objs.length } }, null);
+    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
+    const chunks = [...m.changeChunksOf({ first_seq: 1, last_seq: top })];
+    const bytes = (c: { record: string | null }[]) => c.reduce((n, r) => n + Buffer.byteLength(r.record ?? ''), 0);
+    for (const c of chunks) expect(c.length === 1 || bytes(c) <= 8 * 1024 * 1024, `${c.length} rows, ${bytes(c)} bytes`).toBe(true);
+    expect(chunks.flat().map((r) => r.record_id)).toEqual(['a1', ...objs.map((o) => o.id)]);
+    expect(chunks.map((c) => c.length)).toContain(1); // the 9 MiB record
+  });
+
+  it('an open-ended read gives the rows there were when it started, in every partition alike, whatever is committed while it runs', () => {
+    const m = openMirror(dbFile(), movingClock());
+    m.commitMessagesPage('B', 'b1', page(ids('y', 10)), null);
+    for (let p = 0; p < 15; p++) m.commitMessagesPage('A', `a${p}`, page(ids(`p${p}-`, 100)), null);
+    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
+    const seen: number[] = [];
+    let committed = false;
+    for (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) {
+      seen.push(c.seq);
+      if (!committed && seen.length === 1500) {
+        // Mid-read: rows for both accounts, committed after the read began.
+        m.commitMessagesPage('A', 'a99', page(ids('late-a', 5)), null);
+        m.commitMessagesPage('B', 'b2', page(ids('late-b', 5)), null);
+        committed = true;
+      }
+    }
+    expect(committed).toBe(true);
+    expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: top }, (_, i) => i + 1));
   });
 
   it('a publication prunes the payloads of its batch and keeps those committed after the batch was planned', () => {

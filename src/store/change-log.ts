@@ -24,31 +24,57 @@ export interface RunChanges {
 }
 
 /**
- * Rows one multi-row INSERT writes at most. A page's rows go in one statement (one call into
- * SQLite instead of one per row: most of a page commit's cost was the calls, not the rows), and
- * the statements prepared for each row count stay bounded (1 to this).
+ * The row counts multi-row statements are prepared for, largest first. A page's rows go in a few
+ * statements (calls into SQLite, not rows, were most of a page commit's cost: one per row before),
+ * and each kind of statement is prepared at most this many times (each costs memory: every count
+ * from 1 to 100 took 12 MiB for the four kinds).
  */
-export const ROWS_PER_STATEMENT = 100;
+export const STATEMENT_ROWS = [100, 64, 32, 16, 8, 4, 2, 1] as const;
+
+/** Rows one multi-row statement takes at most. */
+export const ROWS_PER_STATEMENT = STATEMENT_ROWS[0];
 
 /**
- * Prepared multi-row statements by row count: `make(n)` builds the SQL of `n` rows; counts above
- * {@link ROWS_PER_STATEMENT} are the caller's to split.
+ * Prepared multi-row statements, one per count of {@link STATEMENT_ROWS}: `make(n)` builds the SQL
+ * of `n` rows (or of an `IN` list of `n` values).
  */
-export class MultiRowStatements<P extends unknown[] = unknown[], R = unknown> {
-  private readonly byCount = new Map<number, Statement<P, R>>();
+export class MultiRowStatements<R = unknown> {
+  private readonly byCount = new Map<number, Statement<unknown[], R>>();
   constructor(
     private readonly db: Db,
     private readonly make: (rows: number) => string,
   ) {}
-  /** The statement of `rows` rows (1 to {@link ROWS_PER_STATEMENT}). */
-  of(rows: number): Statement<P, R> {
-    if (rows < 1 || rows > ROWS_PER_STATEMENT) throw new RangeError(`a multi-row statement takes 1 to ${ROWS_PER_STATEMENT} rows, not ${rows}`);
+
+  /** The statement of `rows` rows, one of {@link STATEMENT_ROWS}. */
+  private of(rows: number): Statement<unknown[], R> {
     let stmt = this.byCount.get(rows);
     if (!stmt) {
-      stmt = this.db.prepare<P, R>(this.make(rows));
+      if (!(STATEMENT_ROWS as readonly number[]).includes(rows)) throw new RangeError(`no multi-row statement of ${rows} rows (${STATEMENT_ROWS.join(', ')})`);
+      stmt = this.db.prepare<unknown[], R>(this.make(rows));
       this.byCount.set(rows, stmt);
     }
     return stmt;
+  }
+
+  /** Runs the statement over `rows` (each a row's values in column order), in pieces of the prepared counts, in order. */
+  run(rows: readonly (readonly unknown[])[]): void {
+    for (let i = 0; i < rows.length; ) {
+      const size = STATEMENT_ROWS.find((n) => n <= rows.length - i)!;
+      this.of(size).run(rows.slice(i, i + size).flat());
+      i += size;
+    }
+  }
+
+  /**
+   * Runs a query whose `IN` list takes `values` (1 to {@link ROWS_PER_STATEMENT}, after the
+   * `leading` parameters) in one call: the list is padded to a prepared count by repeating its
+   * first value, which an `IN` list ignores.
+   */
+  all(leading: readonly unknown[], values: readonly unknown[]): R[] {
+    if (values.length < 1 || values.length > ROWS_PER_STATEMENT) throw new RangeError(`an IN list of 1 to ${ROWS_PER_STATEMENT} values, not ${values.length}`);
+    const size = [...STATEMENT_ROWS].reverse().find((n) => n >= values.length)!;
+    const padded = values.concat(Array<unknown>(size - values.length).fill(values[0]));
+    return this.of(size).all(...leading, ...padded);
   }
 }
 
@@ -112,7 +138,7 @@ export class ChangeLog {
 
   /**
    * Appends `changes` and their payloads in their order, with consecutive seqs, a few statements
-   * for them all (see {@link ROWS_PER_STATEMENT}); returns their seqs. The seqs are those
+   * for them all (see {@link STATEMENT_ROWS}); returns their seqs. The seqs are those
    * AUTOINCREMENT would give them one by one: above every seq ever handed out, never reused.
    * Call inside the transaction that changes the records.
    */
@@ -120,18 +146,15 @@ export class ChangeLog {
     const seqs: number[] = [];
     if (changes.length === 0) return seqs;
     let seq = this.nextSeq.get()!.seq;
-    for (let from = 0; from < changes.length; from += ROWS_PER_STATEMENT) {
-      const chunk = changes.slice(from, from + ROWS_PER_STATEMENT);
-      const rows: unknown[] = [];
-      const payloads: unknown[] = [];
-      for (const c of chunk) {
-        rows.push(seq, c.stream, c.op, c.account_id, c.conversation_id, c.record_id, c.synced_at, c.run_id);
-        payloads.push(seq, c.record);
-        seqs.push(seq++);
-      }
-      this.insertMany.of(chunk.length).run(rows);
-      this.insertPayloads.of(chunk.length).run(payloads);
+    const rows: unknown[][] = [];
+    const payloads: unknown[][] = [];
+    for (const c of changes) {
+      rows.push([seq, c.stream, c.op, c.account_id, c.conversation_id, c.record_id, c.synced_at, c.run_id]);
+      payloads.push([seq, c.record]);
+      seqs.push(seq++);
     }
+    this.insertMany.run(rows);
+    this.insertPayloads.run(payloads);
     return seqs;
   }
 

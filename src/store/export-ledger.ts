@@ -18,8 +18,13 @@ export interface LedgerGenesis {
   last_seq: number;
 }
 
-/** Change-log rows read in one call when a batch is exported (bounded memory: about 1 KiB each). */
+/** Change-log rows read in one call when a batch is exported, at most. */
 const READ_CHUNK = 1000;
+/**
+ * Payload bytes read in one call when a batch is exported, at most (a single larger payload is
+ * read alone): a chunk's memory is bounded whatever the records' size (a page may be 32 MiB).
+ */
+const READ_CHUNK_BYTES = 8 * 1024 * 1024;
 
 /** Compares strings by code unit, as SQLite's BINARY collation orders these ASCII keys. */
 const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
@@ -27,6 +32,8 @@ const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 /** Reads a batch's change-log rows back in file order, for its export files. */
 class BatchReader {
   private readonly runStarts: Statement<{ first: number; after: number; last: number }, [seq: number, stream: string, account_id: string, day: string]>;
+  private readonly sizes: Statement<{ after: number; last: number; stream: string; account_id: string; day: string }, [seq: number, bytes: number]>;
+  private readonly maxSeq: Statement<[], { m: number }>;
   private readonly changes: Statement<
     { after: number; last: number; stream: string; account_id: string; day: string },
     [seq: number, op: ExportChange['op'], conversation_id: string, record_id: string, synced_at: string, record: string | null, line: string | null]
@@ -60,16 +67,42 @@ class BatchReader {
          ORDER BY c.seq LIMIT ${READ_CHUNK}`,
       )
       .raw(true);
+    // The payload sizes of the next chunk's rows, from the records' headers (no payload is copied).
+    this.sizes = db
+      .prepare<{ after: number; last: number; stream: string; account_id: string; day: string }, [seq: number, bytes: number]>(
+        `SELECT c.seq, coalesce(octet_length(p.record), 0) + coalesce(octet_length(p.line), 0)
+         FROM change_log c LEFT JOIN change_payloads p ON p.seq = c.seq
+         WHERE c.seq > @after AND c.seq <= @last AND c.stream = @stream AND c.account_id = @account_id AND substr(c.synced_at, 1, 10) = @day
+         ORDER BY c.seq LIMIT ${READ_CHUNK}`,
+      )
+      .raw(true);
+    this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
+  }
+
+  /** The last seq of the next chunk of a partition after `after`: up to {@link READ_CHUNK} rows and {@link READ_CHUNK_BYTES} of payload (one row at least); undefined when none is left. */
+  private chunkEnd(p: { stream: string; account_id: string; day: string; last: number }, after: number): number | undefined {
+    const sizes = this.sizes.all({ after, last: p.last, stream: p.stream, account_id: p.account_id, day: p.day });
+    if (sizes.length === 0) return undefined;
+    let end = sizes[0]![0];
+    let bytes = sizes[0]![1];
+    for (let i = 1; i < sizes.length && bytes + sizes[i]![1] <= READ_CHUNK_BYTES; i++) {
+      bytes += sizes[i]![1];
+      end = sizes[i]![0];
+    }
+    return end;
   }
 
   /**
    * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), in chunks
-   * of at most {@link READ_CHUNK} rows. No SQL sort over the batch (SQLite would hold the sorted
+   * of at most {@link READ_CHUNK} rows and {@link READ_CHUNK_BYTES} of payload. An open-ended
+   * `last` stops at the highest seq there is when the read starts, so rows committed meanwhile are
+   * left out of every partition alike. No SQL sort over the batch (SQLite would hold the sorted
    * rows, payloads included, in memory up to its cache size): one pass in SQLite finds where each
    * run of rows of one partition starts, then each partition is read in seq order from its own
    * range of the primary key. Memory: one entry per partition, one chunk of rows.
    */
-  *chunks(first: number, last: number): Generator<ExportChange[]> {
+  *chunks(first: number, lastAsked: number): Generator<ExportChange[]> {
+    const last = Math.min(lastAsked, this.maxSeq.get()!.m);
     const partitions = new Map<string, { stream: string; account_id: string; day: string; first: number; last: number }>();
     let open: { last: number } | undefined;
     for (let after = first - 1; after < last; ) {
@@ -93,7 +126,9 @@ class BatchReader {
     const ordered = [...partitions.values()].sort((a, b) => cmp(a.stream, b.stream) || cmp(a.account_id, b.account_id) || cmp(a.day, b.day));
     for (const p of ordered) {
       for (let after = p.first - 1; after < p.last; ) {
-        const rows = this.changes.all({ after, last: p.last, stream: p.stream, account_id: p.account_id, day: p.day });
+        const end = this.chunkEnd(p, after);
+        if (end === undefined) break;
+        const rows = this.changes.all({ after, last: end, stream: p.stream, account_id: p.account_id, day: p.day });
         if (rows.length === 0) break;
         const { stream, account_id, day } = p as { stream: ExportChange['stream']; account_id: string; day: string };
         yield rows.map(([seq, op, conversation_id, record_id, synced_at, record, line]) => ({ seq, stream, op, account_id, conversation_id, record_id, synced_at, day, record, line }));

@@ -7,6 +7,9 @@
 import type { Db, Statement } from './sqlite.js';
 import { PER_PAGE, type Message, type Page } from '../api/schemas.js';
 import { MultiRowStatements, ROWS_PER_STATEMENT, valuesList, type ChangeLog, type NewChange } from './change-log.js';
+
+/** A lone UTF-16 surrogate: SQLite stores it as bytes that read back as U+FFFD, so such an id is not looked up by its text read back. */
+const LONE_SURROGATE = /\p{Cs}/u;
 import { zeroCounts } from './conversations.js';
 import type { ChangeOp, Checkpoint, WriteCounts } from './types.js';
 
@@ -50,7 +53,7 @@ class MessageStatements {
   readonly idsBefore: Statement<[...Crawl, position: number], { id: string }>;
   readonly liveCount: Statement<[accountId: string], { n: number }>;
   /** The stored rows of up to {@link ROWS_PER_STATEMENT} ids of one conversation: `(account, conversation, ...ids)`. */
-  readonly getMany: MultiRowStatements<unknown[], StoredMessage>;
+  readonly getMany: MultiRowStatements<StoredMessage>;
   /**
    * Writes up to {@link ROWS_PER_STATEMENT} rows whose values the caller decided, 7 per row:
    * account, conversation, id, position, raw, first_seen_at (kept by an existing row), updated_at.
@@ -147,13 +150,14 @@ export class Messages {
    * The page is written set-wise: one read of the stored rows of its ids, one multi-row upsert of
    * the rows that changed, one multi-row append of their changes (a handful of calls into SQLite
    * per page instead of four per message). A page that repeats an id is written one message at a
-   * time instead, each seeing the one before, as the upsert of one message always did.
+   * time instead, each seeing the one before, as the upsert of one message always did; so is a
+   * page with an id holding a lone surrogate (its stored row reads back under another id).
    */
   commitPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null, now: string): WriteCounts {
     const offset = (page.page - 1) * PER_PAGE;
     const ids = page.data.map((m) => m.id);
     let counts: WriteCounts;
-    if (new Set(ids).size === ids.length) {
+    if (new Set(ids).size === ids.length && !ids.some((id) => LONE_SURROGATE.test(id))) {
       counts = this.upsertPage(accountId, conversationId, ids, page.raw, offset, runId, now);
     } else {
       counts = zeroCounts();
@@ -169,7 +173,7 @@ export class Messages {
     const out = new Map<string, StoredMessage>();
     for (let from = 0; from < ids.length; from += ROWS_PER_STATEMENT) {
       const chunk = ids.slice(from, from + ROWS_PER_STATEMENT);
-      for (const row of this.m.getMany.of(chunk.length).all(accountId, conversationId, ...chunk)) out.set(row.id, row);
+      for (const row of this.m.getMany.all([accountId, conversationId], chunk)) out.set(row.id, row);
     }
     return out;
   }
@@ -210,10 +214,7 @@ export class Messages {
       superseded.push(op === 'update' ? prev : undefined);
       counts[op === 'insert' ? 'inserted' : 'updated']++;
     });
-    for (let from = 0; from < rows.length; from += ROWS_PER_STATEMENT) {
-      const chunk = rows.slice(from, from + ROWS_PER_STATEMENT);
-      this.m.writeMany.of(chunk.length).run(chunk.flat());
-    }
+    this.m.writeMany.run(rows);
     const seqs = this.changes.appendAll(changes);
     superseded.forEach((prev, k) => {
       if (prev) this.m.insertHistory.run(accountId, conversationId, prev.id, prev.raw, prev.updated_at, now, seqs[k]!);
