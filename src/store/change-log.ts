@@ -8,6 +8,7 @@
  * `change_log` row itself (seq, keys, op, times) stays.
  */
 import type { Db, Statement } from './sqlite.js';
+import { MultiRowStatements, valuesList } from './multi-row.js';
 import type { ChangeOp, ChangeStream, ExportChange } from './types.js';
 
 /** A change to append: a change-log row's facts (its seq, day and legacy line come later). */
@@ -22,64 +23,6 @@ export interface RunChanges {
   messages: { inserted: number; updated: number; deleted: number };
   conversations: { inserted: number; updated: number; deleted: number };
 }
-
-/**
- * The row counts multi-row statements are prepared for, largest first. A page's rows go in a few
- * statements (calls into SQLite, not rows, were most of a page commit's cost: one per row before),
- * and each kind of statement is prepared at most this many times (each costs memory: every count
- * from 1 to 100 took 12 MiB for the four kinds).
- */
-export const STATEMENT_ROWS = [100, 64, 32, 16, 8, 4, 2, 1] as const;
-
-/** Rows one multi-row statement takes at most. */
-export const ROWS_PER_STATEMENT = STATEMENT_ROWS[0];
-
-/**
- * Prepared multi-row statements, one per count of {@link STATEMENT_ROWS}: `make(n)` builds the SQL
- * of `n` rows (or of an `IN` list of `n` values).
- */
-export class MultiRowStatements<R = unknown> {
-  private readonly byCount = new Map<number, Statement<unknown[], R>>();
-  constructor(
-    private readonly db: Db,
-    private readonly make: (rows: number) => string,
-  ) {}
-
-  /** The statement of `rows` rows, one of {@link STATEMENT_ROWS}. */
-  private of(rows: number): Statement<unknown[], R> {
-    let stmt = this.byCount.get(rows);
-    if (!stmt) {
-      if (!(STATEMENT_ROWS as readonly number[]).includes(rows)) throw new RangeError(`no multi-row statement of ${rows} rows (${STATEMENT_ROWS.join(', ')})`);
-      stmt = this.db.prepare<unknown[], R>(this.make(rows));
-      this.byCount.set(rows, stmt);
-    }
-    return stmt;
-  }
-
-  /** Runs the statement over `rows` (each a row's values in column order), in pieces of the prepared counts, in order. */
-  run(rows: readonly (readonly unknown[])[]): void {
-    for (let i = 0; i < rows.length; ) {
-      const size = STATEMENT_ROWS.find((n) => n <= rows.length - i)!;
-      this.of(size).run(rows.slice(i, i + size).flat());
-      i += size;
-    }
-  }
-
-  /**
-   * Runs a query whose `IN` list takes `values` (1 to {@link ROWS_PER_STATEMENT}, after the
-   * `leading` parameters) in one call: the list is padded to a prepared count by repeating its
-   * first value, which an `IN` list ignores.
-   */
-  all(leading: readonly unknown[], values: readonly unknown[]): R[] {
-    if (values.length < 1 || values.length > ROWS_PER_STATEMENT) throw new RangeError(`an IN list of 1 to ${ROWS_PER_STATEMENT} values, not ${values.length}`);
-    const size = [...STATEMENT_ROWS].reverse().find((n) => n >= values.length)!;
-    const padded = values.concat(Array<unknown>(size - values.length).fill(values[0]));
-    return this.of(size).all(...leading, ...padded);
-  }
-}
-
-/** `(?, ?, …)` repeated `rows` times, comma-separated: the VALUES of a multi-row INSERT of `columns` columns. */
-export const valuesList = (rows: number, columns: number): string => Array(rows).fill(`(${Array(columns).fill('?').join(', ')})`).join(', ');
 
 /** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {
@@ -138,7 +81,7 @@ export class ChangeLog {
 
   /**
    * Appends `changes` and their payloads in their order, with consecutive seqs, a few statements
-   * for them all (see {@link STATEMENT_ROWS}); returns their seqs. The seqs are those
+   * for them all (see `STATEMENT_ROWS` in multi-row.ts); returns their seqs. The seqs are those
    * AUTOINCREMENT would give them one by one: above every seq ever handed out, never reused.
    * Call inside the transaction that changes the records.
    */

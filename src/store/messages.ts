@@ -6,7 +6,8 @@
  */
 import type { Db, Statement } from './sqlite.js';
 import { PER_PAGE, type Message, type Page } from '../api/schemas.js';
-import { MultiRowStatements, ROWS_PER_STATEMENT, valuesList, type ChangeLog, type NewChange } from './change-log.js';
+import type { ChangeLog, NewChange } from './change-log.js';
+import { MultiRowStatements, ROWS_PER_STATEMENT, valuesList } from './multi-row.js';
 
 /** A lone UTF-16 surrogate: SQLite stores it as bytes that read back as U+FFFD, so such an id is not looked up by its text read back. */
 const LONE_SURROGATE = /\p{Cs}/u;
