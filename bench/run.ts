@@ -81,11 +81,14 @@ const LIMIT_RPS = 20;
  * (`#!/usr/bin/env -S node <flags>`; the npm scripts and the Docker image pass the same), so the
  * bench starts the CLI and the daemon as users do. `npm run bench` runs this process with them too.
  */
+let cliFlags: string[] | undefined;
 function cliNodeFlags(): string[] {
+  if (cliFlags) return cliFlags;
   const first = fs.readFileSync(cliJs, 'utf8').split('\n', 1)[0]!;
   const m = /^#!\/usr\/bin\/env -S node((?: --[\w-]+(?:=\S+)?)*)$/.exec(first);
   if (!m) throw new Error(`${cliJs}: a first line of #!/usr/bin/env -S node [flags] expected, found ${first}`);
-  return m[1]!.trim().split(/\s+/).filter(Boolean);
+  cliFlags = m[1]!.trim().split(/\s+/).filter(Boolean);
+  return cliFlags;
 }
 
 // ------------------------------------------------------------------ helpers

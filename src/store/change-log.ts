@@ -26,8 +26,6 @@ export interface RunChanges {
 
 /** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {
-  private readonly insert: Statement<Omit<NewChange, 'record'>>;
-  private readonly insertPayload: Statement<[seq: number, record: string]>;
   private readonly insertMany: MultiRowStatements;
   private readonly insertPayloads: MultiRowStatements;
   private readonly nextSeq: Statement<[], { seq: number }>;
@@ -39,11 +37,6 @@ export class ChangeLog {
     this.ofRun = db.prepare<[number], { stream: Exclude<ChangeStream, 'runs'>; op: ChangeOp; n: number }>(
       `SELECT stream, op, count(*) AS n FROM change_log WHERE run_id = ? AND stream IN ('messages', 'conversations') GROUP BY stream, op`,
     );
-    this.insert = db.prepare<Omit<NewChange, 'record'>>(
-      `INSERT INTO change_log (stream, op, account_id, conversation_id, record_id, synced_at, run_id)
-       VALUES (@stream, @op, @account_id, @conversation_id, @record_id, @synced_at, @run_id)`,
-    );
-    this.insertPayload = db.prepare(`INSERT INTO change_payloads (seq, record) VALUES (?, ?)`);
     this.insertMany = new MultiRowStatements(
       db,
       (n) => `INSERT INTO change_log (seq, stream, op, account_id, conversation_id, record_id, synced_at, run_id) VALUES ${valuesList(n, 8)}`,
@@ -101,11 +94,8 @@ export class ChangeLog {
     return seqs;
   }
 
-  /** Appends `change` and its payload; returns its seq. */
+  /** Appends `change` and its payload (see {@link appendAll}); returns its seq. */
   append(change: NewChange): number {
-    const { record, ...row } = change;
-    const seq = Number(this.insert.run(row).lastInsertRowid);
-    this.insertPayload.run(seq, record);
-    return seq;
+    return this.appendAll([change])[0]!;
   }
 }

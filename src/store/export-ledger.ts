@@ -33,7 +33,6 @@ const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 class BatchReader {
   private readonly runStarts: Statement<{ first: number; after: number; last: number }, [seq: number, stream: string, account_id: string, day: string]>;
   private readonly sizes: Statement<{ after: number; last: number; stream: string; account_id: string; day: string }, [seq: number, bytes: number]>;
-  private readonly maxSeq: Statement<[], { m: number }>;
   private readonly changes: Statement<
     { after: number; last: number; stream: string; account_id: string; day: string },
     [seq: number, op: ExportChange['op'], conversation_id: string, record_id: string, synced_at: string, record: string | null, line: string | null]
@@ -76,7 +75,6 @@ class BatchReader {
          ORDER BY c.seq LIMIT ${READ_CHUNK}`,
       )
       .raw(true);
-    this.maxSeq = db.prepare(`SELECT coalesce(max(seq), 0) AS m FROM change_log`);
   }
 
   /** The last seq of the next chunk of a partition after `after`: up to {@link READ_CHUNK} rows and {@link READ_CHUNK_BYTES} of payload (one row at least); undefined when none is left. */
@@ -94,15 +92,13 @@ class BatchReader {
 
   /**
    * The change-log rows of `[first, last]` in file order (stream, account, UTC day, seq), in chunks
-   * of at most {@link READ_CHUNK} rows and {@link READ_CHUNK_BYTES} of payload. An open-ended
-   * `last` stops at the highest seq there is when the read starts, so rows committed meanwhile are
-   * left out of every partition alike. No SQL sort over the batch (SQLite would hold the sorted
+   * of at most {@link READ_CHUNK} rows and {@link READ_CHUNK_BYTES} of payload. `last` must not
+   * exceed the highest seq there is (see `ExportLedger.chunksBetween`). No SQL sort over the batch (SQLite would hold the sorted
    * rows, payloads included, in memory up to its cache size): one pass in SQLite finds where each
    * run of rows of one partition starts, then each partition is read in seq order from its own
    * range of the primary key. Memory: one entry per partition, one chunk of rows.
    */
-  *chunks(first: number, lastAsked: number): Generator<ExportChange[]> {
-    const last = Math.min(lastAsked, this.maxSeq.get()!.m);
+  *chunks(first: number, last: number): Generator<ExportChange[]> {
     const partitions = new Map<string, { stream: string; account_id: string; day: string; first: number; last: number }>();
     let open: { last: number } | undefined;
     for (let after = first - 1; after < last; ) {
@@ -211,9 +207,12 @@ export class ExportLedger {
     return { id: Number(r.lastInsertRowid), first_seq: wm + 1, last_seq: max, planned_at: plannedAt, run_id: runId, gzip, resumed: false };
   }
 
-  /** See {@link BatchReader.chunks}. */
+  /**
+   * See {@link BatchReader.chunks}. An open-ended `last` stops at the highest seq there is when the
+   * read starts, so rows committed meanwhile are left out of every partition alike.
+   */
   chunksBetween(first: number, last: number): Generator<ExportChange[]> {
-    return this.reader.chunks(first, last);
+    return this.reader.chunks(first, Math.min(last, this.maxSeq.get()?.m ?? 0));
   }
 
   /**

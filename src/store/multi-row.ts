@@ -13,6 +13,9 @@ import type { Db, Statement } from './sqlite.js';
  */
 export const STATEMENT_ROWS = [100, 64, 32, 16, 8, 4, 2, 1] as const;
 
+/** {@link STATEMENT_ROWS} smallest first: the first count at least as large as an IN list pads it. */
+const ASCENDING_ROWS = [...STATEMENT_ROWS].reverse();
+
 /** Rows one multi-row statement takes at most. */
 export const ROWS_PER_STATEMENT = STATEMENT_ROWS[0];
 
@@ -56,7 +59,7 @@ export class MultiRowStatements<R = unknown> {
    */
   all(leading: readonly unknown[], values: readonly unknown[]): R[] {
     if (values.length < 1 || values.length > ROWS_PER_STATEMENT) throw new RangeError(`an IN list of 1 to ${ROWS_PER_STATEMENT} values, not ${values.length}`);
-    const size = [...STATEMENT_ROWS].reverse().find((n) => n >= values.length)!;
+    const size = ASCENDING_ROWS.find((n) => n >= values.length)!;
     const padded = values.concat(Array<unknown>(size - values.length).fill(values[0]));
     return this.of(size).all(...leading, ...padded);
   }
