@@ -76,12 +76,14 @@ const skipHostile = process.argv.includes('--skip-hostile') && !hostileOnly;
 const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : listingOnly ? 'listing.json' : limitedOnly ? 'limited.json' : memoryOnly ? 'memory.json' : 'latest.json'));
 const LIMIT_RPS = 20;
 
+/** {@link cliNodeFlags}, once read. */
+let cliFlags: string[] | undefined;
+
 /**
  * The Node flags the `convo-mirror` command runs with: those its shebang passes
  * (`#!/usr/bin/env -S node <flags>`; the npm scripts and the Docker image pass the same), so the
  * bench starts the CLI and the daemon as users do. `npm run bench` runs this process with them too.
  */
-let cliFlags: string[] | undefined;
 function cliNodeFlags(): string[] {
   if (cliFlags) return cliFlags;
   const first = fs.readFileSync(cliJs, 'utf8').split('\n', 1)[0]!;
