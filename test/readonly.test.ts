@@ -254,19 +254,53 @@ describe('writerIsLive', () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
     Mirror.open(file).close();
-    // A child holds a SHARED lock on <db>.lock (what a probe holds for microseconds) for 50 ms.
-    const script = `
-      const Database = (await import(${JSON.stringify(fileURLToPath(new URL('../node_modules/better-sqlite3/lib/index.js', import.meta.url)))})).default;
-      const db = new Database(${JSON.stringify(`${file}.lock`)}, { readonly: true, fileMustExist: true });
-      db.exec('BEGIN');
-      db.prepare('SELECT count(*) FROM sqlite_master').get();
-      process.stdout.write('reading\\n');
-      setTimeout(() => { db.exec('COMMIT'); db.close(); }, 50);
-    `;
-    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-    children.push(child);
-    await within(new Promise<void>((resolve) => child.stdout!.on('data', (x) => String(x).includes('reading') && resolve())), 20_000, 'the reading child');
-    const w = track(Mirror.open(file));
+    // A reader child holds a SHARED lock on <db>.lock (what a probe holds for microseconds) until it
+    // is told to let go, and it is told only once the writer child is about to take the lock (a
+    // test hook): the writer meets the held lock however slow the machine; no timer decides.
+    const reader = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `const Database = (await import(${JSON.stringify(fileURLToPath(new URL('../node_modules/better-sqlite3/lib/index.js', import.meta.url)))})).default;
+         const db = new Database(${JSON.stringify(`${file}.lock`)}, { readonly: true, fileMustExist: true });
+         db.exec('BEGIN');
+         db.prepare('SELECT count(*) FROM sqlite_master').get();
+         process.stdout.write('reading\\n');
+         process.stdin.once('data', () => { db.exec('COMMIT'); db.close(); process.exit(0); });`,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    children.push(reader);
+    await within(new Promise<void>((resolve) => reader.stdout!.on('data', (x) => String(x).includes('reading') && resolve())), 20_000, 'the reading child');
+    const writer = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `import fs from 'node:fs';
+         const { Mirror } = await import(${JSON.stringify(fileURLToPath(new URL('../dist/src/store/mirror.js', import.meta.url)))});
+         const m = Mirror.open(${JSON.stringify(file)}, { onLockAttempt: () => fs.writeSync(1, 'locking\\n') });
+         fs.writeSync(1, m.access + '\\n');
+         m.close();`,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    children.push(writer);
+    let out = '';
+    let err = '';
+    writer.stderr!.on('data', (x) => (err += String(x)));
+    const exited = new Promise<number | null>((resolve) => writer.once('exit', (code) => resolve(code)));
+    const locking = new Promise<void>((resolve) =>
+      writer.stdout!.on('data', (x) => {
+        out += String(x);
+        if (out.includes('locking')) resolve();
+      }),
+    );
+    await within(locking, 20_000, 'the writer child to take the lock');
+    reader.stdin!.end('release\n');
+    expect(await within(exited, 20_000, 'the writer child'), err).toBe(0);
+    const w = { access: out.split('\n')[1] };
     expect(w.access).toBe('read-write');
   });
 });

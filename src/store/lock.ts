@@ -46,11 +46,12 @@ function createIfMissing(file: string, modes: FileModes): void {
  *
  * @param dbFile - the mirror's path (made absolute here)
  * @param modes - permission bits of the files created. @defaultValue {@link PRIVATE_MODES}
+ * @param onAttempt - test hook, see `MirrorOptions.onLockAttempt`
  * @returns a function that releases it (idempotent) and removes `<dbFile>.lock.json`
  * @throws {@link StoreError} naming the file and, when known, the holder, if another process
  *   holds it; {@link StoreError} naming the lock file when it cannot be created or opened
  */
-export function acquireWriterLock(dbFile: string, modes: FileModes = PRIVATE_MODES): () => void {
+export function acquireWriterLock(dbFile: string, modes: FileModes = PRIVATE_MODES, onAttempt?: () => void): () => void {
   const abs = path.resolve(dbFile);
   const lockFile = `${abs}.lock`;
   const ownerFile = `${lockFile}.json`;
@@ -72,6 +73,7 @@ export function acquireWriterLock(dbFile: string, modes: FileModes = PRIVATE_MOD
     throw new StoreError(`cannot open the lock ${lockFile}: ${(err as Error).message}`, { file: lockFile }, err);
   }
   try {
+    onAttempt?.();
     lockDb.exec('BEGIN EXCLUSIVE');
   } catch (err) {
     lockDb.close();

@@ -81,7 +81,7 @@ function openWriter<M>(abs: string, opts: MirrorOptions, wrap: Wrap<M>): M {
   } catch (err) {
     throw new StoreError(`cannot create the directory of the mirror ${abs}: ${(err as Error).message}`, { file: abs }, err);
   }
-  const release = opts.lock !== false ? acquireWriterLock(abs, modes) : () => {};
+  const release = opts.lock !== false ? acquireWriterLock(abs, modes, opts.onLockAttempt) : () => {};
   let db: Db | undefined;
   try {
     createMirrorFile(abs, opts);

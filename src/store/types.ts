@@ -240,6 +240,11 @@ export interface MirrorOptions {
    * durable). Never set in production.
    */
   onPlanCommit?: (synchronous: number) => void;
+  /**
+   * Test hook: called when the writer lock is about to be taken (the lock file open, just before
+   * `BEGIN EXCLUSIVE` waits for it). Never set in production.
+   */
+  onLockAttempt?: () => void;
 }
 
 /**
