@@ -8,7 +8,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
-import { RECOVERY_SHARE, RateLimiter, SLOW_START_STEP, parseRateLimitHeaders } from '../src/api/rate-limit.js';
+import { RECOVERY_SHARE, RateLimiter, SLOW_START_STEP, WINDOW_MARGIN_MS, parseRateLimitHeaders } from '../src/api/rate-limit.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 import { frozenClock, testClock, type TestClock } from './helpers.js';
 
@@ -132,7 +132,7 @@ describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', ()
     return statuses.slice(first, next < 0 ? undefined : next);
   };
 
-  it('without headers: slow start meets the limit with one request in flight, so one 429 opens the pause, then pacing at 95 % of the limit', async () => {
+  it('without headers: slow start meets the limit with one request in flight, so one 429 opens the pause, then pacing at 97.5 % of the limit', async () => {
     const fake = await fakeApi({ rateLimit: { rps: 20, headers: false } });
     const { api, clock } = client(fake.url);
     await hammer(api, 60);
@@ -143,7 +143,7 @@ describe('adaptive rate limiting against a 20 requests/s server (real HTTP)', ()
     expect(statuses.indexOf(429)).toBe(20);
     expect(openingOverrun(fake)).toEqual([429]);
     expect(clock.sleeps).toContain(1000);
-    // The cap: 95 % of the 20 answered in the second before the 429 (19 requests/s).
+    // The cap: 97.5 % of the 20 answered in the second before the 429 (19.5 requests/s).
     expect(api.rateCap).toBeGreaterThan(15);
     expect(api.rateCap).toBeLessThanOrEqual(20 * RECOVERY_SHARE);
   });
@@ -214,7 +214,7 @@ describe('RateLimiter slow start (injected clock)', () => {
     expect(entered).toBe(5);
   });
 
-  it('a 429 ends slow start, with the cap at 95 % of the rate achieved, and opens the gate to everyone waiting', async () => {
+  it('a 429 ends slow start, with the cap at 97.5 % of the rate achieved, and opens the gate to everyone waiting', async () => {
     const clock = frozenClock();
     const l = new RateLimiter(0, clock);
     await l.enter();
@@ -374,7 +374,7 @@ describe('RateLimiter adaptation (injected clock)', () => {
     expect(stale.currentRps).toBe(0);
   });
 
-  it('a cap learned from 429s recovers by 5 % per quiet 10 s to 95 % of the rate that drew the 429, then probes per quiet minute', async () => {
+  it('a cap learned from 429s recovers by 5 % per quiet 10 s to 97.5 % of the rate that drew the 429, then probes per quiet minute', async () => {
     const clock = frozenClock();
     const l = new RateLimiter(20, clock, { slowStart: false });
     for (let i = 0; i < 10; i++) l.observe(200);
@@ -384,7 +384,7 @@ describe('RateLimiter adaptation (injected clock)', () => {
     clock.t += 10_000;
     expect(l.currentRps).toBeCloseTo(9.45, 5);
     clock.t += 10_000;
-    expect(l.currentRps).toBeCloseTo(9.45, 5); // 9.92 would pass 95 % of 10
+    expect(l.currentRps).toBeCloseTo(9.45, 5); // 9.92 would pass 97.5 % of 10
     clock.t += 50_000;
     expect(l.currentRps).toBeCloseTo(9.9225, 5);
     for (let i = 0; i < 30; i++) {
@@ -404,6 +404,37 @@ describe('RateLimiter adaptation (injected clock)', () => {
     const capped = new RateLimiter(5, clock);
     capped.observe(200, { limit: 20, windowMs: 1000 });
     expect(capped.currentRps).toBe(5);
+  });
+
+  it('under a cap learned from 429s, a timer that fires late delays the requests after it: never more than the cap in 1 s of actual send times', async () => {
+    // Virtual time that moves by each wait, plus 40 ms for the 5th wait after the 429 (a busy loop).
+    const clock = testClock({ sleep: 'advance' });
+    const sleep = clock.sleep;
+    let waits = 0;
+    clock.sleep = async (ms, signal) => {
+      await sleep(ms, signal);
+      if (++waits === 5) clock.t += 40;
+    };
+    const l = new RateLimiter(0, clock);
+    await l.enter();
+    for (let i = 0; i < 20; i++) l.observe(200);
+    await l.acquire();
+    const sent = [clock.now()];
+    l.onRateLimited();
+    expect(l.currentRps).toBeCloseTo(19.5, 5);
+    for (let i = 0; i < 60; i++) {
+      await l.acquire();
+      sent.push(clock.now());
+    }
+    // The grid alone (51.3 ms apart) would send the 25th 985.6 ms after the late 5th: 21 in a second.
+    for (let i = 0; i + 20 < sent.length; i++) expect(sent[i + 20]! - sent[i]!).toBeGreaterThanOrEqual(1000 + WINDOW_MARGIN_MS);
+    // What it costs is the lateness, not the pace: 61 requests in 60 intervals of the grid plus 40 ms.
+    expect(sent.at(-1)! - sent[0]!).toBeLessThanOrEqual((60 * 1000) / 19.5 + 40 + 1);
+    // Without a 429 there is no guard: a configured cap is paced by its grid alone.
+    const configured = new RateLimiter(20, testClock({ sleep: 'advance' }), { slowStart: false });
+    const waited = [];
+    for (let i = 0; i < 30; i++) waited.push(await configured.acquire());
+    expect(waited.slice(1).every((w) => Math.abs(w - 50) < 1e-9)).toBe(true);
   });
 
   it('spreads Remaining over Reset, and holds everyone until Reset when nothing remains', async () => {

@@ -11,8 +11,8 @@
  * - A request-rate cap ({@link RateLimiter}), shared by the clients of one base URL and key when they
  *   get it from one {@link RateLimiterPool}: `maxRps` is an upper bound; below it the
  *   cap adapts to the server (slow start: one request in flight, widening, until the server shows a
- *   limit; lowered after a 429 to 90 % of the rate achieved in the last second, 95 % for slow
- *   start's first; paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
+ *   limit; lowered after a 429 to 90 % of the rate achieved in the last second, 97.5 % for slow
+ *   start's first, never more than that many in any second of actual send times; paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
  * - Every response body is read under a byte cap (`maxResponseBytes`): a larger `content-length` is
  *   refused before reading, and a body that crosses the cap while streaming is cut off at once
  *   ({@link ResponseTooLargeError}, never retried). Bodies of failed requests are read at most

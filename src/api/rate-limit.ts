@@ -50,7 +50,14 @@ export const SLOW_START_STEP = 25;
  * A cap learned from 429s recovers to this share of the rate that drew the 429 (then probes more
  * slowly); the first 429 of slow start sets the cap there at once.
  */
-export const RECOVERY_SHARE = 0.95;
+export const RECOVERY_SHARE = 0.975;
+/**
+ * The window guard's margin, ms: under a cap learned from 429s, at most ⌈cap⌉ requests leave in any
+ * window of 1000 ms + this margin, measured on the actual send times. A timer that fires late then
+ * delays the requests after it instead of squeezing more than the server's count into its 1 s
+ * window; the margin covers how much the arrival times at the server may differ from the send times.
+ */
+export const WINDOW_MARGIN_MS = 25;
 /** A slow-start window this wide ends slow start: callers' concurrency is far below it. */
 export const SLOW_START_MAX_WINDOW = 64;
 
@@ -66,6 +73,9 @@ export const SLOW_START_MAX_WINDOW = 64;
  *   of the rate actually achieved (non-429 responses) in the last second, never below 1 request/s;
  *   when the server serves `RateLimit-Limit` with a window (`RateLimit-Policy: 20;w=1`), the cap is
  *   92 % of `Limit / window`. The spacing used is that of the lower of the two caps.
+ * - **Window guard**: under a cap learned from 429s, at most ⌈cap⌉ requests leave in any window of
+ *   1000 + {@link WINDOW_MARGIN_MS} ms of actual send times, so a timer that fires late (a busy event
+ *   loop) delays the requests after it rather than putting one too many in the server's second.
  * - **Header pacing**: a response's `RateLimit-Remaining` (minus the requests sent since it was sent)
  *   is spread over its `RateLimit-Reset`; none remaining holds every request until the reset.
  * - **Slow start** (adaptive): until the server shows a limit (a 429 or `RateLimit-*` headers), one
@@ -100,6 +110,8 @@ export class RateLimiter {
   private sent = 0;
   /** Arrival times (epoch ms) of non-429 responses in about the last second. */
   private readonly successes: number[] = [];
+  /** Send times (epoch ms) of the requests let through in the last 1000 + {@link WINDOW_MARGIN_MS} ms, oldest first. */
+  private readonly sends: number[] = [];
   /** Slow start: true until the server shows a limit (a 429 with a rate, or rate-limit headers). */
   private slowStarting: boolean;
   /**
@@ -259,25 +271,51 @@ export class RateLimiter {
     return this.sent;
   }
 
-  /** Waits until this request may be sent; resolves with the ms waited; rejects if `signal` aborts. */
+  /**
+   * Waits until this request may be sent: its slot on the evenly spaced grid of the cap in force,
+   * after any pause, and within the window guard ({@link WINDOW_MARGIN_MS}). Resolves with the ms
+   * waited; rejects with the signal's reason if `signal` aborts.
+   */
   async acquire(signal?: AbortSignal): Promise<number> {
     let waited = 0;
-    // A pause may arrive while we wait (another request's 429): then queue again behind it.
+    let slot: number | undefined;
+    // A sleep until `at` means it is at least `at` (a timer may fire a little early on the clock).
+    let awake = 0;
     for (;;) {
-      const now = this.clock.now();
-      const rps = this.currentRps;
-      let interval = rps > 0 ? 1000 / rps : 0;
-      if (now < this.headerIntervalUntil) interval = Math.max(interval, this.headerIntervalMs);
-      const slot = Math.max(now, this.nextSlot, this.pausedUntil);
-      this.nextSlot = slot + interval;
-      const wait = slot - now;
-      if (wait <= 0) break;
-      waited += wait;
-      await this.clock.sleep(wait, signal);
-      if (this.pausedUntil <= slot) break;
+      const now = Math.max(this.clock.now(), awake);
+      // A pause that arrived while we waited (another request's 429): queue again behind it.
+      if (slot === undefined || this.pausedUntil > slot) {
+        const rps = this.currentRps;
+        let interval = rps > 0 ? 1000 / rps : 0;
+        if (now < this.headerIntervalUntil) interval = Math.max(interval, this.headerIntervalMs);
+        slot = Math.max(now, this.nextSlot, this.pausedUntil);
+        this.nextSlot = slot + interval;
+      }
+      // Checked again on waking: requests ahead of this one may have left later than their slots.
+      const at = Math.max(slot, this.guardedUntil());
+      if (at <= now) break;
+      waited += at - now;
+      await this.clock.sleep(at - now, signal);
+      awake = at;
     }
     this.sent++;
+    this.recordSend(Math.max(this.clock.now(), awake));
     return waited;
+  }
+
+  /**
+   * The window guard: under a cap learned from 429s, the time before which one more send would put
+   * more than ⌈cap⌉ actual sends in a window of 1000 + {@link WINDOW_MARGIN_MS} ms; 0 otherwise.
+   */
+  private guardedUntil(): number {
+    if (this.learned429 === undefined) return 0;
+    const n = Math.ceil(this.learned429);
+    return this.sends.length < n ? 0 : this.sends[this.sends.length - n]! + 1000 + WINDOW_MARGIN_MS;
+  }
+
+  private recordSend(now: number): void {
+    this.sends.push(now);
+    while (this.sends[0]! <= now - 1000 - WINDOW_MARGIN_MS) this.sends.shift();
   }
 
   /** Holds every request until `untilMs` (epoch ms), e.g. after a 429 with `Retry-After`. */
@@ -357,7 +395,7 @@ export class RateLimiter {
   }
 
   /**
-   * A cap learned from 429s grows by 5 % per quiet `recoverAfterMs`, up to 95 % of the rate that
+   * A cap learned from 429s grows by 5 % per quiet `recoverAfterMs`, up to {@link RECOVERY_SHARE} (97.5 %) of the rate that
    * drew the 429; beyond that (probing whether the server's limit rose) only per quiet 6 ×
    * `recoverAfterMs`.
    */
