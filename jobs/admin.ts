@@ -1,21 +1,42 @@
 /**
  * Queue administration for the CLI (`status`, `enqueue`, `retry-failed`): the only BullMQ the
  * commands need, kept beside the queue it administers so src/ never imports bullmq.
+ *
+ * Every command here is bounded: Redis is probed first (a few seconds), and each command after
+ * that fails when Redis does not answer it within {@link ANSWER_MS} instead of waiting for Redis to
+ * come back. `status` writes nothing to Redis.
  */
-import { Job, QueueEvents } from 'bullmq';
-import { describeError } from '../src/errors.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Job, QueueEvents, type JobState, type Queue } from 'bullmq';
+import { maskUserInfo } from '../config/index.js';
+import { ConfigError, describeError } from '../src/errors.js';
 import {
-  QUEUE_NAME,
   assertRedisReachable,
   conversationDedupId,
   enqueueConversation,
   enqueueWorkspace,
+  QUEUE_NAME,
   openQueue,
+  redisCause,
   redisConnection,
   redisHost,
+  redisProblem,
   type JobPolicy,
   type QueueSettings,
 } from './queue.js';
+
+/** How long one Redis command of a CLI command may go unanswered before it fails, ms. */
+export const ANSWER_MS = 5000;
+/**
+ * How often `enqueue --wait` reads the state of the job it follows, ms, at most: the job's
+ * `completed` or `failed` event wakes it at once.
+ */
+export const POLL_MS = 500;
+/**
+ * How often `enqueue --wait` checks that a worker (a daemon) serves the queue, ms; it also checks
+ * at once. A queue no worker serves fails the wait within this long.
+ */
+export const WORKER_CHECK_MS = 2000;
 
 /** Queue figures for `status`, or why they are missing. */
 export type QueueStatus =
@@ -28,9 +49,38 @@ export type QueueStatus =
     }
   | { redis: string; error: string };
 
+/** An error of the Redis connection (not answering, closed, refused), as ioredis and BullMQ word it. */
+function isConnectionError(err: unknown): boolean {
+  return /timed out|max retries per request|Connection is closed|Stream isn't writeable|ECONN|EPIPE|ETIMEDOUT|EHOSTUNREACH/i.test(describeError(err));
+}
+
+/**
+ * A Redis that stopped answering midway, as a {@link ConfigError} naming REDIS_URL (the URL with its
+ * user and password masked); any other error is returned as is.
+ */
+function redisLost(settings: QueueSettings, err: unknown): unknown {
+  if (err instanceof ConfigError || !isConnectionError(err)) return err; // ours already, or not Redis's
+  const where = `${redisHost(settings.redisUrl)} (${maskUserInfo(settings.redisUrl)})`;
+  return new ConfigError('REDIS_URL', `Redis at ${where} stopped answering: ${redisProblem(err, ANSWER_MS)}; check that it runs, or set REDIS_URL`, redisCause(err));
+}
+
+/**
+ * Closes a queue or its events: politely, disconnected after {@link ANSWER_MS} at most, or at once
+ * when Redis stopped answering (`lost`). Closing is asked for in both cases: it stops their loops.
+ */
+async function closeQueue(queue: Pick<Queue, 'close' | 'disconnect'>, lost: boolean): Promise<void> {
+  const closed = queue.close().then(
+    () => true,
+    () => false,
+  );
+  if (!(await Promise.race([closed, sleep(lost ? 0 : ANSWER_MS, false, { ref: false })]))) await queue.disconnect().catch(() => {});
+}
+
 /**
  * The queue's job counts, its schedulers with their next run, and the last 10 failed jobs (the
- * dead letter list). Never throws for an unreachable Redis (1.5 s probe): returns why instead.
+ * dead letter list). Read-only: writes nothing to Redis (not even BullMQ's queue metadata), so a
+ * prefix never used stays without a key. Never throws for an unreachable Redis (1.5 s probe) or
+ * one that stops answering: returns why instead.
  */
 export async function queueStatus(settings: QueueSettings): Promise<QueueStatus> {
   const redis = redisHost(settings.redisUrl);
@@ -39,27 +89,37 @@ export async function queueStatus(settings: QueueSettings): Promise<QueueStatus>
   } catch (err) {
     return { redis, error: describeError(err) };
   }
-  const queue = openQueue(settings);
+  const queue = openQueue(settings, { readOnly: true, answerWithinMs: ANSWER_MS });
+  let lost = false;
   try {
-    const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed', 'waiting-children', 'prioritized');
-    const schedulers = (await queue.getJobSchedulers()).map((j) => ({
-      id: j.key,
-      pattern: j.pattern,
-      tz: j.tz,
-      next: j.next ? new Date(j.next).toISOString() : undefined,
-    }));
-    const failed = (await queue.getFailed(0, 9)).map((j) => ({
-      id: j.id,
-      name: j.name,
-      conversation_id: (j.data as { conversationId?: string } | undefined)?.conversationId,
-      attempts: j.attemptsMade,
-      reason: j.failedReason,
-      failed_at: j.finishedOn ? new Date(j.finishedOn).toISOString() : undefined,
-    }));
-    return { redis, prefix: settings.prefix, counts, schedulers, failed };
+    return { redis, prefix: settings.prefix, ...(await readQueue(queue)) };
+  } catch (err) {
+    lost = isConnectionError(err);
+    if (!lost) throw err;
+    return { redis, error: describeError(redisLost(settings, err)) };
   } finally {
-    await queue.close();
+    await closeQueue(queue, lost);
   }
+}
+
+/** The figures of {@link queueStatus}, read (only read) from `queue`. */
+async function readQueue(queue: Queue): Promise<Omit<Extract<QueueStatus, { counts: unknown }>, 'redis' | 'prefix'>> {
+  const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed', 'waiting-children', 'prioritized');
+  const schedulers = (await queue.getJobSchedulers()).map((j) => ({
+    id: j.key,
+    pattern: j.pattern,
+    tz: j.tz,
+    next: j.next ? new Date(j.next).toISOString() : undefined,
+  }));
+  const failed = (await queue.getFailed(0, 9)).map((j) => ({
+    id: j.id,
+    name: j.name,
+    conversation_id: (j.data as { conversationId?: string } | undefined)?.conversationId,
+    attempts: j.attemptsMade,
+    reason: j.failedReason,
+    failed_at: j.finishedOn ? new Date(j.finishedOn).toISOString() : undefined,
+  }));
+  return { counts, schedulers, failed };
 }
 
 /** How one awaited job ended. */
@@ -69,6 +129,24 @@ export interface JobOutcome {
   ok: boolean;
   /** One line: `completed`, `completed, run partial`, or the failure. */
   message: string;
+}
+
+/** A job `enqueue --wait` stopped following before it finished, and its BullMQ state then. */
+export interface UnfinishedJob {
+  id: string;
+  /** `waiting`, `active`, `delayed`, `prioritized`, `waiting-children`. */
+  state: string;
+}
+
+/** What {@link enqueueJobs} saw. */
+export interface EnqueueResult {
+  /** Every awaited job that finished completed with a successful run (always true without `wait`). */
+  ok: boolean;
+  /**
+   * Set when the wait ended before every job finished: no worker serves the queue (none at the
+   * start, or it went away), or `timeoutMs` passed. The jobs stay queued.
+   */
+  unfinished?: { reason: 'no-worker' | 'timeout'; jobs: UnfinishedJob[] };
 }
 
 /** Options of {@link enqueueJobs}. */
@@ -85,60 +163,198 @@ export interface EnqueueOptions {
   wait?: { timeoutMs: number; onOutcome: (o: JobOutcome) => void };
 }
 
+/** A job followed by the wait; `dedupKey` for a conversation job, whose follow-up run is followed too. */
+interface Followed {
+  id: string;
+  dedupKey?: string;
+}
+
 /**
  * Queues on-demand jobs (named conversations, deduplicated per conversation, or a workspace sync)
  * and, with `wait`, follows each to its outcome. A conversation asked for while its job runs is
  * answered by deduplication with the running job; the run asked for starts when that one ends,
  * under another id, so the deduplication key is followed until no newer run is pending.
  *
- * @returns true when every awaited job completed with a successful run (always true without `wait`)
- * @throws {@link ConfigError} naming REDIS_URL when Redis is unreachable
+ * The wait reads the followed job's state when its end event comes, else every {@link POLL_MS}. It
+ * stops early, the jobs left queued, when no worker serves the queue (checked at once, then every
+ * {@link WORKER_CHECK_MS}) or when `timeoutMs` passes; the result says which, with each unfinished
+ * job's state.
+ *
+ * @throws {@link ConfigError} naming REDIS_URL when Redis is unreachable or stops answering
  */
-export async function enqueueJobs(settings: QueueSettings, o: EnqueueOptions): Promise<boolean> {
+export async function enqueueJobs(settings: QueueSettings, o: EnqueueOptions): Promise<EnqueueResult> {
   await assertRedisReachable(settings.redisUrl);
-  const queue = openQueue(settings);
+  const queue = openQueue(settings, { answerWithinMs: ANSWER_MS });
   const events = o.wait ? new QueueEvents(QUEUE_NAME, { connection: redisConnection(settings.redisUrl), prefix: settings.prefix }) : undefined;
+  events?.on('error', () => {}); // its commands are bounded by the queue's: a lost Redis fails those
+  let lost = false;
   try {
-    if (events) await events.waitUntilReady();
-    const jobs: { id: string; dedupKey?: string }[] = [];
-    if (o.conversationIds?.length) {
-      for (const id of new Set(o.conversationIds)) {
-        jobs.push({ id: await enqueueConversation(queue, id, { accountId: o.accountId, full: o.full, policy: o.policy }), dedupKey: conversationDedupId(o.accountId, id) });
-      }
-    } else {
-      jobs.push({ id: await enqueueWorkspace(queue, { accountId: o.accountId, full: o.full, policy: o.policy }) });
-    }
+    const wake = events ? await FinishWake.listen(events) : undefined; // before adding: no event missed
+    const jobs = await addJobs(queue, o);
     o.onQueued(jobs.map((j) => j.id));
-    if (!events || !o.wait) return true;
-    const deadline = Date.now() + o.wait.timeoutMs;
-    let ok = true;
-    for (const j of jobs) {
-      for (let id: string | null = j.id; id; ) {
-        const job = await Job.fromId(queue, id);
-        if (job) {
-          const outcome = await waitFor(job, id, events, deadline);
-          ok &&= outcome.ok;
-          o.wait.onOutcome(outcome);
-        }
-        const next: string | null = j.dedupKey ? await queue.getDeduplicationJobId(j.dedupKey) : null;
-        id = next && next !== id ? next : null;
-      }
-    }
-    return ok;
+    return o.wait && wake ? await followJobs(queue, jobs, o.wait, wake) : { ok: true };
+  } catch (err) {
+    lost = isConnectionError(err);
+    throw redisLost(settings, err);
   } finally {
-    await events?.close();
-    await queue.close();
+    if (events) await closeQueue(events, lost);
+    await closeQueue(queue, lost);
   }
 }
 
-/** Waits for one job until `deadline` (epoch ms). A workspace job completes with its run's status. */
-async function waitFor(job: Job, id: string, events: QueueEvents, deadline: number): Promise<JobOutcome> {
+/**
+ * Wakes the wait early when the job it watches ends (its `completed` or `failed` event), so the
+ * conversation's follow-up run is read from the deduplication key at once: a quick follow-up run
+ * could otherwise end, and take the key with it, between two polls.
+ */
+class FinishWake {
+  private watched: string | undefined;
+  private ended = false;
+  private wakeUp: (() => void) | undefined;
+
+  private constructor(events: QueueEvents) {
+    const onEnd = ({ jobId }: { jobId: string }) => {
+      if (jobId !== this.watched) return;
+      this.ended = true;
+      this.wakeUp?.();
+    };
+    events.on('completed', onEnd);
+    events.on('failed', onEnd);
+  }
+
+  /** Listens to `events` once they are ready (bounded by {@link ANSWER_MS}). */
+  static async listen(events: QueueEvents): Promise<FinishWake> {
+    const ready = await Promise.race([events.waitUntilReady().then(() => true), sleep(ANSWER_MS, false, { ref: false })]);
+    if (!ready) throw new Error('the queue events timed out');
+    return new FinishWake(events);
+  }
+
+  /** Watches job `id` from now on (an event of it before this is not seen). */
+  watch(id: string): void {
+    if (id !== this.watched) this.ended = false;
+    this.watched = id;
+  }
+
+  /** Sleeps `ms`, or less when the watched job ended meanwhile (or already had, since {@link watch}). */
+  async sleep(ms: number): Promise<void> {
+    if (!this.ended) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        this.wakeUp = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+    this.wakeUp = undefined;
+    this.ended = false;
+  }
+}
+
+/** Adds the jobs {@link enqueueJobs} asks for. */
+async function addJobs(queue: Queue, o: EnqueueOptions): Promise<Followed[]> {
+  const jobs: Followed[] = [];
+  if (o.conversationIds?.length) {
+    for (const id of new Set(o.conversationIds)) {
+      jobs.push({ id: await enqueueConversation(queue, id, { accountId: o.accountId, full: o.full, policy: o.policy }), dedupKey: conversationDedupId(o.accountId, id) });
+    }
+  } else {
+    jobs.push({ id: await enqueueWorkspace(queue, { accountId: o.accountId, full: o.full, policy: o.policy }) });
+  }
+  return jobs;
+}
+
+/** A state a job leaves no more: `unknown` is a job no longer in the queue (removed). */
+const isFinished = (state: JobState | 'unknown'): boolean => state === 'completed' || state === 'failed' || state === 'unknown';
+
+/**
+ * Follows `jobs` in order (and each conversation's follow-up run) until all finished, no worker
+ * serves the queue, or `w.timeoutMs` passed.
+ */
+async function followJobs(queue: Queue, jobs: Followed[], w: NonNullable<EnqueueOptions['wait']>, wake: FinishWake): Promise<EnqueueResult> {
+  const deadline = Date.now() + w.timeoutMs;
+  const pending = [...jobs];
+  let ok = true;
+  let checkWorkersAt = 0; // at once
+  while (pending.length > 0) {
+    const head = pending[0]!;
+    wake.watch(head.id);
+    const state = await queue.getJobState(head.id);
+    if (isFinished(state)) {
+      ok = (await reportOutcome(queue, head.id, state, w.onOutcome)) && ok;
+      pending.splice(0, 1, ...(await followUp(queue, head)));
+      continue;
+    }
+    const now = Date.now();
+    let stop: 'no-worker' | 'timeout' | undefined = now >= deadline ? 'timeout' : undefined;
+    if (!stop && now >= checkWorkersAt) {
+      if (!(await workerServes(queue))) stop = 'no-worker';
+      checkWorkersAt = now + WORKER_CHECK_MS;
+    }
+    if (stop) {
+      const rest = await settleRest(queue, pending, w.onOutcome);
+      return { ok: ok && rest.ok, ...(rest.unfinished.length > 0 ? { unfinished: { reason: stop, jobs: rest.unfinished } } : {}) };
+    }
+    await wake.sleep(Math.max(1, Math.min(POLL_MS, deadline - now)));
+  }
+  return { ok };
+}
+
+/**
+ * When the wait stops: reports the jobs of `pending` that finished meanwhile (and follows their
+ * follow-up runs), and returns the others with their state.
+ */
+async function settleRest(queue: Queue, pending: Followed[], onOutcome: (o: JobOutcome) => void): Promise<{ ok: boolean; unfinished: UnfinishedJob[] }> {
+  const unfinished: UnfinishedJob[] = [];
+  let ok = true;
+  for (let i = 0; i < pending.length; i++) {
+    const job = pending[i]!;
+    const state = await queue.getJobState(job.id);
+    if (!isFinished(state)) {
+      unfinished.push({ id: job.id, state });
+      continue;
+    }
+    ok = (await reportOutcome(queue, job.id, state, onOutcome)) && ok;
+    pending.splice(i + 1, 0, ...(await followUp(queue, job)));
+  }
+  return { ok, unfinished };
+}
+
+/** Reports a finished job's outcome; returns whether it is a success. */
+async function reportOutcome(queue: Queue, id: string, state: JobState | 'unknown', onOutcome: (o: JobOutcome) => void): Promise<boolean> {
+  const outcome = await outcomeOf(queue, id, state);
+  onOutcome(outcome);
+  return outcome.ok;
+}
+
+/** A finished job's outcome. A workspace job completes with its run's status. */
+async function outcomeOf(queue: Queue, id: string, state: JobState | 'unknown'): Promise<JobOutcome> {
+  const job = state === 'unknown' ? undefined : await Job.fromId(queue, id);
+  if (!job) return { id, ok: false, message: 'no longer in the queue: removed before it was seen finishing' };
+  if (state === 'failed') return { id, ok: false, message: job.failedReason || 'failed' };
+  const value = job.returnvalue as { status?: string } | undefined;
+  if (value?.status !== undefined && value.status !== 'succeeded') return { id, ok: false, message: `completed, run ${value.status}` };
+  return { id, ok: true, message: 'completed' };
+}
+
+/** The follow-up run of a finished conversation job (asked for while it ran), if one is pending. */
+async function followUp(queue: Queue, job: Followed): Promise<Followed[]> {
+  if (!job.dedupKey) return [];
+  const next = await queue.getDeduplicationJobId(job.dedupKey);
+  return next && next !== job.id ? [{ id: next, dedupKey: job.dedupKey }] : [];
+}
+
+/**
+ * Whether a worker serves the queue (BullMQ `getWorkersCount`: the clients named after the queue).
+ * A Redis that refuses `CLIENT LIST` to this user cannot tell: then true (the wait goes on to its
+ * timeout).
+ */
+async function workerServes(queue: Queue): Promise<boolean> {
   try {
-    const value = (await job.waitUntilFinished(events, Math.max(1, deadline - Date.now()))) as { status?: string } | undefined;
-    if (value?.status !== undefined && value.status !== 'succeeded') return { id, ok: false, message: `completed, run ${value.status}` };
-    return { id, ok: true, message: 'completed' };
+    return (await queue.getWorkersCount()) > 0;
   } catch (err) {
-    return { id, ok: false, message: describeError(err) };
+    if (/NOPERM/i.test(describeError(err))) return true;
+    throw err;
   }
 }
 
@@ -146,16 +362,20 @@ async function waitFor(job: Job, id: string, events: QueueEvents, deadline: numb
  * Re-queues every failed job (the dead letter list).
  *
  * @returns the ids re-queued
- * @throws {@link ConfigError} naming REDIS_URL when Redis is unreachable
+ * @throws {@link ConfigError} naming REDIS_URL when Redis is unreachable or stops answering
  */
 export async function retryFailed(settings: QueueSettings): Promise<string[]> {
   await assertRedisReachable(settings.redisUrl);
-  const queue = openQueue(settings);
+  const queue = openQueue(settings, { answerWithinMs: ANSWER_MS });
+  let lost = false;
   try {
     const failed = await queue.getFailed(0, -1);
     for (const job of failed) await job.retry('failed');
     return failed.map((j) => j.id ?? '');
+  } catch (err) {
+    lost = isConnectionError(err);
+    throw redisLost(settings, err);
   } finally {
-    await queue.close();
+    await closeQueue(queue, lost);
   }
 }

@@ -6,6 +6,7 @@
  */
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
+import { maskUserInfo } from '../config/index.js';
 import { ConfigError } from '../src/errors.js';
 import type { ListingFigures, RunSummary } from '../src/run/index.js';
 import type { RunFailureRecord } from '../src/store/mirror.js';
@@ -151,22 +152,55 @@ export function redisConnection(url: string): RedisOptions {
   };
 }
 
+/** A Redis that did not answer within the time allowed. */
+class RedisTimeout extends Error {}
+
 /**
- * Checks that Redis answers, quickly (one attempt, `timeoutMs`).
+ * Why Redis could not be used, in our words (the library's text stays in the error's `cause`):
+ * refused, host not found, no answer within `timeoutMs`, a refused password, not Redis, TLS.
+ */
+export function redisProblem(err: unknown, timeoutMs: number): string {
+  const code = String((err as { code?: unknown } | undefined)?.code ?? '');
+  const text = err instanceof Error ? err.message : String(err);
+  if (code === 'ECONNREFUSED') return 'connection refused';
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'host not found';
+  if (code === 'ETIMEDOUT' || err instanceof RedisTimeout || /timed out/i.test(text)) return `no answer within ${timeoutMs / 1000} s`;
+  if (/^(WRONGPASS|NOAUTH|NOPERM)/.test(text)) return 'the user name or password was refused';
+  if (/DB index is out of range/i.test(text)) return 'the database number in the URL does not exist';
+  if (/^Protocol error/.test(text)) return 'what answers there is not Redis';
+  if (/SSL|TLS|CERT|EPROTO/i.test(`${code} ${text}`)) return 'the TLS handshake failed';
+  if (code === 'ECONNRESET' || /Connection is closed|max retries per request|Stream isn't writeable/i.test(text)) return 'the connection was lost';
+  return 'it did not answer as Redis does';
+}
+
+/**
+ * The message and code of a Redis error, for an error's `cause` (the debug log): ioredis errors
+ * carry the command they answer, and AUTH's arguments are the password.
+ */
+export function redisCause(err: unknown): Error {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return Object.assign(new Error(err instanceof Error ? err.message : String(err)), typeof code === 'string' ? { code } : {});
+}
+
+/**
+ * Checks that Redis answers, quickly: one attempt, bounded in all by `timeoutMs` (a server that
+ * accepts the connection and never answers included).
  *
- * @throws {@link ConfigError} naming REDIS_URL and the host (never the password)
+ * @throws {@link ConfigError} naming REDIS_URL, the host and the URL with its user and password masked
  */
 export async function assertRedisReachable(url: string, timeoutMs = 3000): Promise<void> {
-  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, enableOfflineQueue: false });
+  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, commandTimeout: timeoutMs, enableOfflineQueue: false, disconnectTimeout: 200 });
   let socketError: Error | undefined;
   probe.on('error', (err: Error) => (socketError ??= err));
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new RedisTimeout()), timeoutMs)));
   try {
-    await probe.connect();
-    await probe.ping();
+    await Promise.race([probe.connect().then(() => probe.ping()), timedOut]);
   } catch (err) {
-    const why = (socketError ?? (err as Error)).message;
-    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${why}); start Redis or set REDIS_URL`);
+    const why = socketError ?? err;
+    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${maskUserInfo(url)}): ${redisProblem(why, timeoutMs)}; start Redis there or set REDIS_URL`, redisCause(why));
   } finally {
+    clearTimeout(timer);
     probe.disconnect();
   }
 }
@@ -196,10 +230,26 @@ export async function claimQueuePrefix(settings: QueueSettings, mirrorId: string
   }
 }
 
+/** Options of {@link openQueue}. */
+export interface OpenQueueOptions {
+  /**
+   * Write nothing on opening: BullMQ's Queue otherwise writes its version into `<prefix>:sync:meta`
+   * (`skipMetasUpdate`). For readers (`status`).
+   */
+  readOnly?: boolean;
+  /**
+   * A command not answered within this long (ms) fails (ioredis `commandTimeout`, one retry)
+   * instead of waiting for Redis to come back, and a dead connection is dropped after 200 ms on
+   * closing: for the CLI, never for a daemon's long-lived queue.
+   */
+  answerWithinMs?: number;
+}
+
 /** Opens the queue (its own connection). Close it with `queue.close()`. */
-export function openQueue(settings: QueueSettings): Queue {
-  const connection = redisConnection(settings.redisUrl);
-  const queue = new Queue(QUEUE_NAME, { connection, prefix: settings.prefix });
+export function openQueue(settings: QueueSettings, o: OpenQueueOptions = {}): Queue {
+  const bounded = o.answerWithinMs !== undefined ? { commandTimeout: o.answerWithinMs, maxRetriesPerRequest: 1, disconnectTimeout: 200 } : {};
+  const connection = { ...redisConnection(settings.redisUrl), ...bounded };
+  const queue = new Queue(QUEUE_NAME, { connection, prefix: settings.prefix, ...(o.readOnly ? { skipMetasUpdate: true } : {}) });
   queue.on('error', () => {}); // reported by the callers' awaits; avoid unhandled 'error' events
   return queue;
 }

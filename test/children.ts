@@ -4,6 +4,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -38,6 +40,16 @@ export interface Started {
   done: Promise<Ran>;
 }
 
+/**
+ * The working directory of every child: an empty directory of its own, so the CLI finds no `.env`
+ * (the one in a developer's checkout would change what the tests see) and relative default paths
+ * land nowhere that matters.
+ */
+export const CHILD_CWD = fs.mkdtempSync(path.join(os.tmpdir(), 'convo-mirror-cwd-'));
+// Enterable by the other users some tests run the CLI as (setpriv): it stays empty.
+fs.chmodSync(CHILD_CWD, 0o711);
+process.once('exit', () => fs.rmSync(CHILD_CWD, { recursive: true, force: true }));
+
 /** Children still running; {@link killLeftovers} SIGKILLs them (call it in afterEach). */
 const live = new Set<ChildProcess>();
 
@@ -53,7 +65,8 @@ export function start(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000
 export function startCommand(argv: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Started {
   const t0 = Date.now();
   const label = argv[1] === CLI ? `convo-mirror ${argv.slice(2).join(' ')}` : argv.join(' ');
-  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // A neutral working directory: a developer's `.env` in the checkout must not reach the children.
+  const child = spawn(argv[0]!, argv.slice(1), { env, cwd: CHILD_CWD, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);
   let stdout = '';
   let stderr = '';
@@ -142,4 +155,44 @@ export async function within<T>(p: Promise<T>, ms: number, what: string): Promis
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** A port on 127.0.0.1 where nothing listens now (bound, then closed): a closed port, or one to listen on. */
+export async function closedPort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const port = (srv.address() as net.AddressInfo).port;
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  return port;
+}
+
+/** This process's environment without any setting of ours (nor LOG_LEVEL, REDIS_URL), plus `extra`. */
+export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of Object.keys(env)) if (name.toUpperCase().startsWith('CONVO_MIRROR_') || name === 'LOG_LEVEL' || name === 'REDIS_URL') delete env[name];
+  return { ...env, ...extra };
+}
+
+/** Runs `convo-mirror ...args` with `dir` as its working directory (the spawn of {@link runCommand}, via sh for the cd). */
+export function runIn(dir: string, args: string[], env: NodeJS.ProcessEnv): Promise<Ran> {
+  return runCommand(['/bin/sh', '-c', 'cd "$0" && exec "$@"', dir, process.execPath, CLI, ...args], env);
+}
+
+/**
+ * Working directories for CLI children, each removed by `cleanup` (call it in afterEach); `make`
+ * writes `dotenv`, when given, to the new directory's `.env`.
+ */
+export function workDirs(prefix: string): { make(dotenv?: string): string; cleanup(): void } {
+  const dirs: string[] = [];
+  return {
+    make(dotenv) {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+      dirs.push(dir);
+      if (dotenv !== undefined) fs.writeFileSync(path.join(dir, '.env'), dotenv);
+      return dir;
+    },
+    cleanup() {
+      for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
+    },
+  };
 }

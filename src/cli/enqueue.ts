@@ -1,14 +1,19 @@
 /**
  * `convo-mirror enqueue`: on-demand jobs for the daemon (named conversations, or a workspace sync);
- * prints their ids, and with `--wait` each outcome.
+ * prints their ids, and with `--wait` each outcome; a wait that cannot end (no daemon serves the
+ * queue, `--timeout`) stops with exit 3, the jobs left queued.
  */
 import type { Command } from 'commander';
-import { loadConfig, workspacesFileAccounts, type Config } from '../../config/index.js';
-import type { JobOutcome } from '../../jobs/admin.js';
-import { ConfigError } from '../errors.js';
+import { CONFIG_FIELDS, loadConfig, maskUserInfo, workspacesFileAccounts, type Config } from '../../config/index.js';
+import type { JobOutcome, UnfinishedJob } from '../../jobs/admin.js';
+import { ConfigError, describeError } from '../errors.js';
+import { createLogger } from '../logger.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
-import { EXIT, settle, type SetExit } from './exit.js';
+import { EXIT, fail, settle, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, conversationIdsFrom, queueSettings, requireBullmq } from './flags.js';
+
+/** `--timeout` when not given: 10 minutes, ms. */
+export const DEFAULT_WAIT_TIMEOUT_MS = 600_000;
 
 /** What to enqueue, from the command line. */
 interface EnqueueRequest {
@@ -21,10 +26,14 @@ interface EnqueueRequest {
   timeoutMs: number;
 }
 
-/** Adds the jobs, prints their ids, optionally waits for their outcome; returns the exit code. */
+/**
+ * Adds the jobs, prints their ids, optionally waits for their outcome; returns the exit code: 0 all
+ * completed, 1 any failed, 3 (with a one-line message) the wait stopped early, no worker serving the
+ * queue or `--timeout` passed: the jobs stay queued.
+ */
 async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
   const { enqueueJobs } = await import('../../jobs/admin.js'); // the queue's libraries load only here
-  const ok = await enqueueJobs(queueSettings(config), {
+  const result = await enqueueJobs(queueSettings(config), {
     accountId: o.accountId,
     conversationIds: o.conversationIds,
     full: o.full,
@@ -33,8 +42,47 @@ async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
       for (const id of ids) process.stdout.write(`${id}\n`);
     },
     ...(o.wait ? { wait: { timeoutMs: o.timeoutMs, onOutcome: (j: JobOutcome) => void process.stderr.write(`job ${j.id}: ${j.message}\n`) } } : {}),
+  }).catch((err: unknown) => {
+    debugLog(config, err);
+    throw err;
   });
-  return ok ? EXIT.OK : EXIT.FAILURES;
+  const code = result.ok ? EXIT.OK : EXIT.FAILURES;
+  if (!result.unfinished) return code;
+  const { reason, jobs } = result.unfinished;
+  fail(EXIT.UNFINISHED, reason === 'no-worker' ? noWorkerMessage(config, jobs) : timeoutMessage(o.timeoutMs, jobs));
+  return worstExit([code, EXIT.UNFINISHED]);
+}
+
+/**
+ * Logs at debug level the library's own error behind `err` (its message and code only: ioredis
+ * errors carry the command, and AUTH's arguments are the password). The user reads the one line.
+ */
+function debugLog(config: Config, err: unknown): void {
+  const cause = err instanceof Error && err.cause !== undefined ? err.cause : err;
+  const code = (cause as { code?: unknown } | undefined)?.code;
+  createLogger({ level: config.logLevel }).debug({ error: describeError(cause), ...(typeof code === 'string' ? { code } : {}) }, 'enqueue failed');
+}
+
+/** `job 12 (waiting) stays`, `job 12 (waiting) and job 13 (active) stay`. */
+function jobsStay(jobs: readonly UnfinishedJob[]): string {
+  const named = jobs.map((j) => `job ${j.id} (${j.state})`);
+  const list = named.length > 1 ? `${named.slice(0, -1).join(', ')} and ${named.at(-1)!}` : named.join('');
+  return `${list} ${named.length > 1 ? 'stay' : 'stays'}`;
+}
+
+/**
+ * The one line when no worker serves the queue: the prefix, the Redis URL (user and password
+ * masked), and what to start; the jobs stay queued.
+ */
+export function noWorkerMessage(config: Pick<Config, 'queuePrefix' | 'redisUrl'>, jobs: readonly UnfinishedJob[]): string {
+  const where = `queue prefix "${config.queuePrefix}" on ${maskUserInfo(config.redisUrl)}`;
+  const settings = `${CONFIG_FIELDS.redisUrl.env} and ${CONFIG_FIELDS.queuePrefix.env}`;
+  return `no worker serves ${where} (no convo-mirror daemon is running there): ${jobsStay(jobs)} queued; start convo-mirror daemon with the same ${settings} to run them`;
+}
+
+/** The one line when `--timeout` passed: each unfinished job with its state; they stay queued. */
+export function timeoutMessage(timeoutMs: number, jobs: readonly UnfinishedJob[]): string {
+  return `gave up waiting after ${timeoutMs} ms (--timeout): ${jobsStay(jobs)} queued, not finished; convo-mirror status shows the queue`;
 }
 
 /**
@@ -73,13 +121,13 @@ export function addEnqueueCommand(program: Command, setExit: SetExit): void {
     .option('--conversation <id...>', 'conversations to sync now (repeatable); without it, the whole workspace')
     .option('--account <id>', 'the workspace (its account id) the jobs are for; needed when several are configured')
     .option('--full', 'full refresh: re-read every page')
-    .option('--wait', 'wait until the jobs finish; exit 0 if all completed, 1 otherwise')
-    .option('--timeout <ms>', 'with --wait, give up after this long (ms)', '600000');
+    .option('--wait', 'wait until the jobs finish: exit 0 if all completed, 1 if any failed, 3 if no daemon serves the queue or --timeout passes (the jobs stay queued)')
+    .option('--timeout <ms>', `with --wait, give up after this long, ms (default ${DEFAULT_WAIT_TIMEOUT_MS}, 10 minutes)`);
   addConfigFlags(cmd, 'enqueue').action((o) =>
     settle(setExit, async () => {
       const config = loadConfig(process.env, configFlagsOf(o, 'enqueue'), { needsApi: false });
       requireBullmq(config, 'enqueue');
-      const timeoutMs = timeoutFrom(o.timeout);
+      const timeoutMs = timeoutFrom(o.timeout ?? DEFAULT_WAIT_TIMEOUT_MS);
       return enqueue(config, { accountId: accountFor(config, o.account as string | undefined), conversationIds: conversationIdsFrom(o.conversation), full: o.full === true, wait: o.wait === true, timeoutMs });
     }),
   );

@@ -9,8 +9,16 @@ import { AuthError, ConfigError, RunError, StoreError, describeError } from '../
 import type { RunSummary } from '../run/index.js';
 import { printSummary, reportFailures } from './summary.js';
 
-/** Exit codes of every command. */
-export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, INTERRUPTED: 130 } as const;
+/**
+ * Exit codes of every command, one meaning each:
+ * - 0 `OK`: done, nothing failed;
+ * - 1 `FAILURES`: finished, but something failed (conversations after retries, a check, a job);
+ * - 2 `CONFIG`: configuration or usage: a setting, flag, path, key or account to fix; nothing was retried;
+ * - 3 `UNFINISHED`: gave up waiting on something outside (no worker on the queue, a `--timeout`):
+ *   what was asked may still happen later;
+ * - 130 `INTERRUPTED`: stopped by SIGINT or SIGTERM.
+ */
+export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, UNFINISHED: 3, INTERRUPTED: 130 } as const;
 
 /** Sets the process exit code of the command being run (the program's caller owns the process). */
 export type SetExit = (code: number) => void;
@@ -44,13 +52,24 @@ export function verdictOf(err: unknown): ErrorVerdict {
 }
 
 /**
+ * A run stopped by a configuration or key error before it mirrored anything (nothing listening, a
+ * refused key): its summary would be all zeros, so the one line naming the setting is enough (the
+ * run stays recorded in the mirror).
+ */
+function stoppedAtFirstContact(err: RunError): boolean {
+  const s = err.summary as RunSummary;
+  const fatal = err.cause instanceof ConfigError || err.cause instanceof AuthError;
+  return fatal && s.messages.served === 0 && s.conversations.synced === 0 && s.conversations.listed === 0;
+}
+
+/**
  * Maps an error to its exit code and one-line message. A {@link RunError} prints the run's summary
  * and failures first, then is judged by its cause.
  *
  * @param label - with several workspaces, `account <id>`: prefixes the summary, failures and message
  */
 export function exitFor(err: unknown, label?: string): number {
-  if (err instanceof RunError) {
+  if (err instanceof RunError && !stoppedAtFirstContact(err)) {
     const s = err.summary as RunSummary;
     printSummary(s, false, label);
     reportFailures(s, label);
@@ -65,7 +84,7 @@ export function exitFor(err: unknown, label?: string): number {
  * authentication or mirror error (2) needs fixing before anything else; failed conversations (1)
  * need a re-run; an interruption (130) was asked for; 0 is all synced.
  */
-export const EXIT_ORDER: readonly number[] = [EXIT.CONFIG, EXIT.FAILURES, EXIT.INTERRUPTED, EXIT.OK];
+export const EXIT_ORDER: readonly number[] = [EXIT.CONFIG, EXIT.FAILURES, EXIT.UNFINISHED, EXIT.INTERRUPTED, EXIT.OK];
 
 /** The worst of `codes` by {@link EXIT_ORDER} (an unknown code counts as 1); 0 for none. */
 export function worstExit(codes: readonly number[]): number {

@@ -1,6 +1,7 @@
 /**
  * `convo-mirror status`: counts per table, the last runs and their failures, and the job queue,
- * read without the writer lock.
+ * read without the writer lock. Read-only in Redis too: the queue is read without writing a key
+ * (jobs/admin.ts `queueStatus`), so a prefix never used stays empty.
  */
 import type { Command } from 'commander';
 import { EXIT, type SetExit } from './exit.js';
