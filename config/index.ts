@@ -1,6 +1,7 @@
 /**
  * convo-mirror configuration: parsed once with zod from the environment, overridable by command-line
  * flags, frozen, and passed down. This is the only module that reads `process.env` (design: config/).
+ * The CLI first fills the environment from `.env` (env-file.ts: flags > environment > `.env` > default).
  *
  * A missing or malformed value throws {@link ConfigError} naming the variable; the CLI turns that
  * into a one-line message and exit code 2.
@@ -10,6 +11,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
+import { OTHER_KNOWN_VARIABLES } from './env-file.js';
 
 /** Log levels accepted by `LOG_LEVEL` / `--log-level` (pino's). */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -163,16 +165,16 @@ export type FieldKey = Exclude<keyof Config, 'workspaces'>;
 export type ConfigFlags = Partial<Record<keyof Config, string | number | boolean | undefined>>;
 
 /** Commands that take configuration flags (`fake-api` and `demo` have their own). */
-export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' | 'retry-failed';
+export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' | 'retry-failed' | 'check' | 'conversations' | 'config';
 
 /** Commands that call the API. */
-const API: readonly ConfigCommand[] = ['sync', 'daemon'];
+const API: readonly ConfigCommand[] = ['sync', 'daemon', 'check', 'config'];
 /** Commands that open the mirror and its exports. */
-const MIRROR: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon'];
+const MIRROR: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'check', 'conversations', 'config'];
 /** Commands that reach the job queue. */
-const QUEUE: readonly ConfigCommand[] = ['status', 'daemon', 'enqueue', 'retry-failed'];
+const QUEUE: readonly ConfigCommand[] = ['status', 'daemon', 'enqueue', 'retry-failed', 'check', 'config'];
 /** Every command that takes configuration flags. */
-const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
+const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed', 'check', 'conversations', 'config'];
 
 /**
  * One configuration field: where it comes from (flag, env), how it is validated, its default, and
@@ -285,7 +287,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'JSON file listing the workspaces, each with its account_id, api_key_env (the variable holding its key) and optional base_url',
     helpNote: 'instead of --account-id',
-    commands: ['sync', 'daemon'],
+    commands: ['sync', 'daemon', 'check'],
   },
   concurrency: {
     env: 'CONVO_MIRROR_CONCURRENCY',
@@ -482,7 +484,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.enum(['bullmq', 'local'], { error: 'must be bullmq (Redis) or local (in-process, no Redis)' }),
     defaultValue: 'bullmq',
     help: 'bullmq: schedules and queue in Redis (scales out; enqueue and retry-failed need it); local: node-cron and an in-process queue, no Redis',
-    commands: ['daemon', 'enqueue', 'retry-failed'],
+    commands: ['daemon', 'enqueue', 'retry-failed', 'check'],
   },
   webhookSecret: {
     env: 'CONVO_MIRROR_WEBHOOK_SECRET',
@@ -623,6 +625,14 @@ function rawOf(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags): { raw
   return { raw, name: fromFlag !== undefined ? flagName(def) : def.env };
 }
 
+/** A given raw value of a field, validated: the parsed value, or what is wrong (one line, never the value). */
+function parseField(key: FieldKey, raw: unknown): { ok: true; value: unknown } | { ok: false; issue: string } {
+  // A blank value would coerce to 0 (e.g. "no rate cap"): refuse it rather than guess.
+  if (typeof raw === 'string' && raw.trim() === '') return { ok: false, issue: 'must not be blank' };
+  const parsed = CONFIG_FIELDS[key].schema.safeParse(raw);
+  return parsed.success ? { ok: true, value: parsed.data } : { ok: false, issue: parsed.error.issues[0]?.message ?? 'is invalid' };
+}
+
 /**
  * One field's value: validated raw value, else its default, else undefined.
  * @throws {@link ConfigError} naming the flag or variable; `required` and absent: naming the variable
@@ -630,24 +640,83 @@ function rawOf(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags): { raw
 function fieldValue(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags, required: boolean): unknown {
   const def = CONFIG_FIELDS[key];
   const { raw, name } = rawOf(key, env, flags);
-  if (typeof raw === 'string' && raw.trim() === '') {
-    // A blank value would coerce to 0 (e.g. "no rate cap"): refuse it rather than guess.
-    throw new ConfigError(name, 'must not be blank');
-  }
+  if (typeof raw === 'string' && raw.trim() === '') throw new ConfigError(name, 'must not be blank');
   if (raw === undefined) {
     if (def.defaultValue !== undefined) return def.defaultValue;
     if (required) throw new ConfigError(def.env, `is required (set it in the environment or pass ${flagName(def)})`);
     return undefined;
   }
-  const parsed = def.schema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]?.message ?? 'is invalid';
+  const parsed = parseField(key, raw);
+  if (!parsed.ok) {
+    const issue = parsed.issue;
     // Never echo secrets: the fields marked secret, a Redis URL (it may carry a password), or a base URL's
     // user info (shown with it masked).
     const shown = def.secret === true || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
     throw new ConfigError(name, `${issue}${shown}`);
   }
-  return parsed.data;
+  return parsed.value;
+}
+
+/** Where a setting's value comes from, as `convo-mirror config` says it; `unset` when from nowhere. */
+export type SettingSource = 'flag' | 'environment' | '.env' | 'default' | 'unset';
+
+/** One setting as `convo-mirror config` reports it ({@link settingReport}). */
+export interface SettingReport {
+  key: FieldKey;
+  /** Its environment variable, e.g. `CONVO_MIRROR_DB`. */
+  env: string;
+  source: SettingSource;
+  /** A secret (`secret: true` in {@link CONFIG_FIELDS}): show only whether it is set, never its value. */
+  secret: boolean;
+  /** The validated value (or the default); undefined when unset or malformed. */
+  value: unknown;
+  /**
+   * When malformed: the value given as it may be shown (a URL's user info, query and fragment
+   * masked); undefined for a secret.
+   */
+  given?: string | undefined;
+  /** When malformed: what is wrong, one line, e.g. `must be a number`; never the value. */
+  error?: string | undefined;
+}
+
+/**
+ * The setting `key`: its validated value, where it came from, or what is wrong with it. Never
+ * throws, never requires anything (the base URL and key are optional here).
+ *
+ * @param fromEnvFile - the variables `env` took from `.env` (their source is `.env`, not `environment`)
+ */
+export function settingReport(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags, fromEnvFile: ReadonlySet<string>): SettingReport {
+  const def = CONFIG_FIELDS[key];
+  const { raw } = rawOf(key, env, flags);
+  const base = { key, env: def.env, secret: def.secret === true };
+  if (raw === undefined) return { ...base, source: def.defaultValue === undefined ? 'unset' : 'default', value: def.defaultValue };
+  const source: SettingSource = flags[key] !== undefined ? 'flag' : fromEnvFile.has(def.env) ? '.env' : 'environment';
+  const parsed = parseField(key, raw);
+  if (parsed.ok) return { ...base, source, value: parsed.value };
+  const given = def.secret === true ? undefined : key === 'baseUrl' || key === 'redisUrl' ? maskUserInfo(String(raw)) : String(raw);
+  return { ...base, source, value: undefined, given, error: parsed.issue };
+}
+
+/**
+ * The variables a workspaces file names for its keys (`api_key_env`), in the file's order; the
+ * keys themselves are not read.
+ *
+ * @param name - the variable or flag that named the file, for errors
+ * @throws {@link ConfigError} as {@link loadConfig} for an unreadable or malformed file
+ */
+export function workspaceKeyVariables(file: string, name: string): string[] {
+  const defaults = { baseUrl: undefined, schedule: CONFIG_FIELDS.schedule.defaultValue as string, fullSchedule: CONFIG_FIELDS.fullSchedule.defaultValue as string };
+  return readWorkspacesFile(file, name, {}, defaults, false).map((w) => w.keyVariable!);
+}
+
+/**
+ * Every `CONVO_MIRROR_*` variable convo-mirror reads: the settings of {@link CONFIG_FIELDS} in
+ * table order, then {@link OTHER_KNOWN_VARIABLES}, then `keyVariables` (a workspaces file's
+ * `api_key_env` names) that have the prefix. For the misspelt-variable warning.
+ */
+export function knownVariables(keyVariables: readonly string[] = []): string[] {
+  const all = [...Object.values(CONFIG_FIELDS).map((d) => d.env), ...OTHER_KNOWN_VARIABLES, ...keyVariables];
+  return [...new Set(all.filter((n) => n.startsWith('CONVO_MIRROR_')))];
 }
 
 /**

@@ -6,7 +6,7 @@
  * tears down.
  */
 import type { Logger } from 'pino';
-import type { Config } from '../config/index.js';
+import { CONFIG_FIELDS, type Config } from '../config/index.js';
 import { apiClientFromConfig } from '../src/api/client.js';
 import { RateLimiterPool } from '../src/api/rate-limit.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
@@ -15,12 +15,14 @@ import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.j
 import type { ReadinessCheck, RunningServer, WebhookOptions } from '../src/server/index.js';
 import { Metrics } from '../src/server/metrics.js';
 import { fileModes } from '../src/private-fs.js';
+import { assertWritable } from '../src/writable.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
 import { publishSettingsFromConfig } from '../src/export/publisher.js';
 import { openMirrorForRuns } from '../src/run/index.js';
 import { assertRedisReachable } from './queue.js';
 import { bullmqEngine } from './bullmq-engine.js';
 import { localEngine } from './local-engine.js';
+import { WorkspaceChecks } from './startup-check.js';
 import type { DaemonEngine, DaemonWorkspace, EngineContext } from './engine.js';
 
 /** Options of {@link runDaemon}. */
@@ -70,17 +72,23 @@ interface Resources {
   server?: RunningServer | undefined;
   /** Set when shutdown begins: `/readyz` answers 503 from then on. */
   stopping: boolean;
+  /** Set once the workspaces are checked and the engine runs: `/readyz` answers 503 until then. */
+  started: boolean;
+  /** The workspaces' start-up checks and re-checks (jobs/startup-check.ts). */
+  checks: WorkspaceChecks;
 }
 
 /**
  * Runs the daemon until `stop` resolves: checks Redis (BullMQ mode), takes the mirror's writer lock
- * (a second daemon on the same file is refused), registers one pair of schedules per configured
+ * (a second daemon on the same file is refused), starts the HTTP server, checks every workspace
+ * (jobs/startup-check.ts: one request each; none usable: it stops), registers one pair of schedules per configured
  * workspace (`config.workspaces`), and processes jobs with `config.concurrency` in parallel. On
  * stop: no new jobs; running ones get `config.shutdownTimeoutMs` to finish, then their requests are
  * aborted (every committed page is a checkpoint, so the job resumes); Redis and SQLite are closed.
  *
- * @throws {@link ConfigError} when Redis is unreachable or the queue prefix belongs to another
- *   mirror; {@link StoreError} when the mirror is locked or unreadable
+ * @throws {@link ConfigError} when Redis is unreachable, the queue prefix belongs to another
+ *   mirror, or no workspace can be mirrored (every base URL or key refused; {@link AuthError} when
+ *   the only workspace's key is); {@link StoreError} when the mirror is locked or unreadable
  */
 export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   const { config, logger } = o;
@@ -95,21 +103,14 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     onFatalStop();
   };
   const res = await openResources(config, logger, onFatal);
+  // A stop asked during start-up aborts the workspace checks and skips starting the engine.
+  let stopAsked = false;
+  void o.stop.then(() => {
+    stopAsked = true;
+    res.checks.stop();
+  });
   try {
-    await res.engine.start();
-    res.server = await startHttp(config, logger, res, o.httpListen);
-    logger.info(
-      {
-        scheduler: res.engine.name,
-        ...res.engine.describe(),
-        workspaces: res.workspaces.map((w) => ({ account_id: w.accountId, schedule: w.workspace.schedule, full_schedule: w.workspace.fullSchedule })),
-        tz: config.tz,
-        concurrency: config.concurrency,
-        http: res.server?.url ?? 'off',
-      },
-      'daemon ready',
-    );
-    o.onReady?.({ httpUrl: res.server?.url });
+    await startUp(config, logger, res, o, () => stopAsked);
   } catch (err) {
     // Startup failed: release everything, report the cause.
     await release(res);
@@ -121,12 +122,41 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
 }
 
 /**
+ * Starts the HTTP server (first, so `/readyz` can say why the daemon is not ready yet), checks the
+ * workspaces, starts the engine and says ready; stops short once `stopAsked()`.
+ *
+ * @throws what {@link WorkspaceChecks.initial} and the engine throw
+ */
+async function startUp(config: Config, logger: Logger, res: Resources, o: DaemonOptions, stopAsked: () => boolean): Promise<void> {
+  res.server = await startHttp(config, logger, res, o.httpListen);
+  await res.checks.initial();
+  if (stopAsked()) return;
+  await res.engine.start();
+  res.started = true;
+  const checked = new Map(res.checks.states.map((c) => [c.accountId, c.state]));
+  logger.info(
+    {
+      scheduler: res.engine.name,
+      ...res.engine.describe(),
+      workspaces: res.workspaces.map((w) => ({ account_id: w.accountId, schedule: w.workspace.schedule, full_schedule: w.workspace.fullSchedule, check: checked.get(w.accountId) })),
+      tz: config.tz,
+      concurrency: config.concurrency,
+      http: res.server?.url ?? 'off',
+    },
+    'daemon ready',
+  );
+  o.onReady?.({ httpUrl: res.server?.url });
+}
+
+/**
  * Start-up: the export directory checked, Redis reachable (BullMQ mode), the mirror opened for
  * writing (its writer lock taken; runs a dead process left running marked interrupted), one client
  * per workspace (sharing a rate limiter per base URL and key), the metrics and the engine.
  */
 async function openResources(config: Config, logger: Logger, onFatal: (err: Error) => void): Promise<Resources> {
   assertSafeExportDir(config.exportDir, config.db);
+  assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
+  assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
   const target = publishSettingsFromConfig(config, logger);
   if (config.scheduler === 'bullmq') await assertRedisReachable(config.redisUrl);
   const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
@@ -158,7 +188,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     mirror.close();
     throw err;
   }
-  return { mirror, workspaces, engine, abort, metrics, stopping: false };
+  return { mirror, workspaces, engine, abort, metrics, stopping: false, started: false, checks: new WorkspaceChecks(config, logger, (account) => metrics.attemptHook(account)) };
 }
 
 /**
@@ -202,10 +232,12 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
   const checks: ReadinessCheck[] = [
     ...res.engine.checks,
     { name: 'mirror', check: () => void res.mirror.mirrorId() },
+    { name: 'api', check: () => res.checks.assertReady() },
     {
       name: 'daemon',
       check: () => {
         if (res.stopping) throw new Error('shutting down');
+        if (!res.started) throw new Error('starting: checking the workspaces');
       },
     },
   ];
@@ -256,6 +288,7 @@ async function shutdown(config: Config, logger: Logger, res: Resources): Promise
 /** Closes the HTTP server, the engine, the clients and the mirror (its writer lock released). */
 async function release(res: Resources): Promise<void> {
   res.stopping = true;
+  res.checks.stop();
   await res.server?.close().catch(() => {});
   await res.engine.close().catch(() => {});
   await Promise.allSettled(res.workspaces.map((w) => w.api.close()));

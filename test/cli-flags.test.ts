@@ -4,13 +4,16 @@
  * parsed by the real program land in the configuration. In-process: the program is built and
  * parsed with each command's action swapped for one that only records its options.
  */
-import { describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Command } from 'commander';
 import { CONFIG_FIELDS, loadConfig, type Config, type ConfigCommand, type FieldDef } from '../config/index.js';
 import { buildProgram, EXIT } from '../src/cli/index.js';
 import { configFlagsOf, flagHelp } from '../src/cli/flags.js';
+import { ROOT, assertBuilt, run } from './children.js';
 
-const COMMANDS: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
+const COMMANDS: readonly ConfigCommand[] = ['check', 'sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
 const FIELDS = Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][];
 
 function commandOf(program: Command, name: string): Command {
@@ -94,5 +97,31 @@ describe('configuration flags parse into the configuration', () => {
     expect(err?.code).toBe('commander.unknownOption');
     expect(err?.exitCode).toBe(EXIT.CONFIG);
     expect(ran).toBe(false);
+  });
+});
+
+describe('the command line as a user meets it (the built CLI)', () => {
+  beforeAll(assertBuilt);
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME };
+
+  it('--version and -V print the version of package.json, exit 0', async () => {
+    const { version } = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const r = await run([flag], env);
+      expect([r.code, r.stdout, r.stderr]).toEqual([0, `${version}\n`, '']);
+    }
+  });
+
+  it('an unknown command or flag answers in at most three lines (the error, the nearest match, where help is), exit 2', async () => {
+    for (const args of [['snyc'], ['sync', '--fulll'], ['check', '--no-queeu']]) {
+      const r = await run(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      const lines = r.stderr.trimEnd().split('\n');
+      expect(lines.length, r.stderr).toBeLessThanOrEqual(3);
+      expect(lines[0]).toMatch(/^error: unknown (command|option) '/);
+      expect(r.stderr).toMatch(/Did you mean (sync|--full|--no-queue)\?/);
+      expect(lines.at(-1)).toContain('--help');
+      expect(r.stdout).toBe('');
+    }
   });
 });

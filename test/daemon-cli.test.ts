@@ -125,6 +125,9 @@ describe('on-demand sync of one conversation', () => {
     const exportDir = e.CONVO_MIRROR_EXPORT_DIR!;
     const x = ws.list()[0]!.id;
     const daemon = await startDaemon(e);
+    // The daemon's start-up check read the first list page; what follows is the job's.
+    expect(fake.requests.map((r) => r.path)).toEqual(['/v1/conversations']);
+    fake.requests.length = 0;
 
     const first = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
     expect(first.code, first.stderr).toBe(0);
@@ -194,17 +197,30 @@ describe('on-demand sync of one conversation', () => {
 });
 
 describe('failures', () => {
-  it('a 401 fails once, lands in failed, shows in status, and retry-failed re-queues it for a daemon with the right key', async () => {
+  it('a daemon whose only workspace refuses its key does not say ready: exit 2 at start, naming CONVO_MIRROR_API_KEY, the key never shown', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([3]));
+    const bad = env(fake, tempDir(), testPrefix(), { CONVO_MIRROR_API_KEY: 'wrong-key-0000' });
+    const r = await run(['daemon'], bad, 10_000);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/convo-mirror: authentication error: GET \/v1\/conversations\?page=1&per_page=100 answered 401: the API rejected the API key: check CONVO_MIRROR_API_KEY/);
+    expect(r.stderr).not.toContain('daemon ready');
+    expect(r.stdout + r.stderr).not.toContain('wrong-key-0000');
+    // One request: the check of the workspace's list; no job ran.
+    expect(fake.requests.map((q) => [q.path, q.status])).toEqual([['/v1/conversations', 401]]);
+  });
+
+  it('a 401 fails once, lands in failed, shows in status, and retry-failed re-queues it for a daemon once the key is accepted again', async () => {
     const ws = FakeWorkspace.fromCounts([40, 3]);
     const fake = await fakeApi(ws);
     const dir = tempDir();
     const prefix = testPrefix();
     const good = env(fake, dir, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '5' });
-    const bad = { ...good, CONVO_MIRROR_API_KEY: 'wrong-key-0000' };
     const x = ws.list()[0]!.id;
     const queue = queueFor(prefix);
 
-    const wrong = await startDaemon(bad);
+    // The key passes the daemon's start-up check, then is refused for this conversation (revoked for a moment).
+    const wrong = await startDaemon(good);
+    fake.injectFault({ kind: 'status', status: 401, match: { path: messagesPath(x) }, times: 1 });
     const asked = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], good);
     expect(asked.code, asked.stderr).toBe(1);
     const jobId = asked.stdout.trim();
@@ -214,11 +230,10 @@ describe('failures', () => {
     expect(job.attemptsMade).toBe(1);
     expect(job.opts.attempts).toBe(5);
     expect(job.failedReason).toMatch(/401/);
-    expect(job.failedReason).not.toContain('wrong-key-0000');
+    expect(job.failedReason).not.toContain(API_KEY);
     expect((job.stacktrace ?? []).join('\n'), 'thrown as UnrecoverableError').toMatch(/UnrecoverableError/);
     // `failed` is final: a job to be retried would be `delayed` (its backoff) instead.
-    expect(fake.requests.filter((r) => r.path === messagesPath(x))).toHaveLength(1);
-    expect(fake.requests[0]!.status).toBe(401);
+    expect(fake.requests.filter((r) => r.path === messagesPath(x)).map((r) => r.status)).toEqual([401]);
 
     const status = await run(['status', '--json'], good);
     expect(status.code, status.stderr).toBe(0);

@@ -1,5 +1,5 @@
 /**
- * Issue 8, item 5: a daemon SIGKILLed in the middle of a workspace run, then restarted, finishes the
+ * Issue 8, item 5 (SIGKILL) and issue 14, item 9 (SIGTERM, a graceful restart): a daemon stopped in the middle of a workspace run, then restarted, finishes the
  * remaining conversation jobs inside that same run and publishes them in one batch; it does not
  * shatter the run into one recorded run and one export publication per remaining conversation.
  *
@@ -36,7 +36,7 @@ afterAll(async () => {
 });
 
 describe('a daemon killed in the middle of a workspace run', () => {
-  it('with 2,000 conversations, SIGKILL at 30 % and a restart: one run, a handful of export files, an exact mirror, no duplicate line', async () => {
+  it.each(['SIGKILL', 'SIGTERM'] as const)('with 2,000 conversations, %s at 30 % and a restart: one run, a handful of export files, an exact mirror, no duplicate line', async (signal) => {
     const ws = FakeWorkspace.fromCounts(Array(2000).fill(3));
     const fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: ACCOUNT_ID });
     fakes.push(fake);
@@ -65,8 +65,10 @@ describe('a daemon killed in the middle of a workspace run', () => {
     expect(asked.code, asked.stderr).toBe(0);
     const jobId = asked.stdout.trim();
     await waitFor(() => crawled() >= 600, 60_000, '30 % of the conversations to be crawled', 5);
-    a.child.kill('SIGKILL');
-    expect((await within(a.done, 5_000, 'daemon A to die')).signal).toBe('SIGKILL');
+    a.child.kill(signal);
+    const ended = await within(a.done, 10_000, 'daemon A to end');
+    // SIGKILL: a crash. SIGTERM: a graceful stop (running jobs get the 2 s grace, then are cut short).
+    expect(signal === 'SIGKILL' ? ended.signal : ended.code).toBe(signal === 'SIGKILL' ? 'SIGKILL' : 0);
     const atKill = crawled();
     expect(atKill).toBeLessThan(2000);
 
@@ -94,6 +96,6 @@ describe('a daemon killed in the middle of a workspace run', () => {
     expect(new Set(lines.map((l) => `${l.conversation_id}/${l.id}`)).size).toBe(6000);
     expect(new Set(lines.map((l) => l.seq)).size).toBe(6000);
     expect(fs.readdirSync(path.join(exportDir, 'messages'))).toEqual([`account=${ACCOUNT_ID}`]);
-    process.stderr.write(`daemon-crash: killed at ${atKill}/2000 conversations; runs ${runs.length}, export files ${files}\n`);
+    process.stderr.write(`daemon-crash: ${signal} at ${atKill}/2000 conversations; runs ${runs.length}, export files ${files}\n`);
   });
 });

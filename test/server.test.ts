@@ -438,7 +438,7 @@ describe('the daemon serves health, readiness and metrics', () => {
 
     await spawnRedis(port); // the same port: the daemon's connections find it again
     await waitFor(async () => (await get(`${url}/readyz`)).status === 200, 15_000, '/readyz to answer 200 again', 100);
-    expect(JSON.parse((await get(`${url}/readyz`)).text)).toEqual({ status: 'ready', checks: { redis: 'ok', mirror: 'ok', daemon: 'ok' } });
+    expect(JSON.parse((await get(`${url}/readyz`)).text)).toEqual({ status: 'ready', checks: { redis: 'ok', mirror: 'ok', api: 'ok', daemon: 'ok' } });
     // The daemon works again: a job enqueued on the restarted Redis is processed.
     const queue = openQueue({ redisUrl: `redis://127.0.0.1:${port}`, prefix });
     try {

@@ -38,6 +38,7 @@ import {
 import { systemClock, type Clock } from '../clock.js';
 import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions, type RateLimiterPool } from './rate-limit.js';
 import { parseRetryAfter, retryDelay, type BackoffOptions } from './backoff.js';
+import { firstContactError } from './first-contact.js';
 import {
   ConversationsPageSchema,
   MAX_JSON_VALUES,
@@ -128,6 +129,16 @@ export interface ApiClientOptions {
    * the daemon's Prometheus counters. A hook that throws is ignored: it never fails a request.
    */
   onAttempt?: ((e: AttemptEvent) => void) | undefined;
+  /**
+   * Fail fast at first contact (`check`, `sync`, the daemon's start-up check): until the server has
+   * answered anything, a refused connection, an unknown host, `https://` against plain HTTP or an
+   * untrusted certificate is a {@link ConfigError} naming {@link baseUrlSetting}, not retried (see
+   * src/api/first-contact.ts). After the first answer the same failures are transients, retried.
+   * @defaultValue false
+   */
+  failFast?: boolean | undefined;
+  /** The setting that holds the base URL, for errors. @defaultValue `CONVO_MIRROR_BASE_URL` */
+  baseUrlSetting?: string | undefined;
 }
 
 /** What {@link ApiClientOptions.onAttempt} is told about one attempt. */
@@ -207,6 +218,8 @@ export class ApiClient {
   private readonly maxRetries: number;
   private readonly maxRetryAfterMs: number;
   private readonly maxResponseBytes: number;
+  /** Whether any response (any status) has arrived: ends {@link ApiClientOptions.failFast}'s first contact. */
+  private answered = false;
 
   /** @throws RangeError when `maxResponseBytes` is not a positive safe integer */
   constructor(private readonly opts: ApiClientOptions) {
@@ -263,7 +276,7 @@ export class ApiClient {
       const context = { path, page };
       const what = `conversation list page ${page}`;
       const res = await this.getJson(path, {}, tally, what).catch((err: unknown) => {
-        throw err instanceof NotFoundError ? wrongBaseUrl(err) : err;
+        throw err instanceof NotFoundError ? wrongBaseUrl(err, this.opts.baseUrlSetting) : err;
       });
       checkPageSize(res.body, what, context);
       const parsed = parsePage(ConversationsPageSchema, res.body, page, what, context);
@@ -451,6 +464,7 @@ export class ApiClient {
   /** Counts a response's status and tells the limiter (before its body is read). */
   private noteResponse(res: Dispatcher.ResponseData, attempt: number, sentSeq: number): void {
     const { statusCode, headers } = res;
+    this.answered = true;
     this.reportAttempt(statusCode, attempt);
     this.stats.byStatus[statusCode] = (this.stats.byStatus[statusCode] ?? 0) + 1;
     const now = this.clock.now();
@@ -519,9 +533,17 @@ export class ApiClient {
     );
   }
 
-  /** The {@link HttpError} (no status, retryable) of a request or body read that failed in transport. */
-  private transportError(path: string, details: HttpErrorDetails, err: unknown): HttpError {
+  /**
+   * The {@link HttpError} (no status, retryable) of a request or body read that failed in transport;
+   * with {@link ApiClientOptions.failFast}, before any answer, the {@link ConfigError} of a wrong
+   * base URL when the failure shows one (not retried).
+   */
+  private transportError(path: string, details: HttpErrorDetails, err: unknown): HttpError | ConfigError {
     this.stats.networkErrors++;
+    if (this.opts.failFast && !this.answered && !this.opts.signal?.aborted) {
+      const wrong = firstContactError(this.opts.baseUrl, err, this.opts.baseUrlSetting);
+      if (wrong) return wrong;
+    }
     const e = err as Error & { code?: string };
     const what = this.opts.signal?.aborted
       ? 'aborted (shutting down)'
@@ -631,9 +653,9 @@ function statusError(details: HttpErrorDetails & { status: number }): HttpError 
  * A 404 of the conversation list: the list endpoint itself is missing, so the base URL is wrong
  * (not a transient failure, and not a deletion).
  */
-function wrongBaseUrl(err: NotFoundError): ConfigError {
+function wrongBaseUrl(err: NotFoundError, setting = 'CONVO_MIRROR_BASE_URL'): ConfigError {
   return new ConfigError(
-    'CONVO_MIRROR_BASE_URL',
+    setting,
     `GET ${err.path} answered 404: check that the base URL is the API's {base_url} (paths /v1/... are appended)`,
     err,
   );
@@ -734,7 +756,9 @@ export interface ApiConfig {
  */
 export function apiClientFromConfig(
   config: ApiConfig,
-  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'onAttempt' | 'clock'> & { limiters?: RateLimiterPool | undefined } = {},
+  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'onAttempt' | 'clock' | 'failFast' | 'baseUrlSetting' | 'maxRetries'> & {
+    limiters?: RateLimiterPool | undefined;
+  } = {},
 ): ApiClient {
   if (!config.baseUrl || !config.apiKey) throw new Error('apiClientFromConfig: baseUrl and apiKey are required');
   const { limiters, ...rest } = extra;

@@ -58,6 +58,8 @@ export const RECOVERY_SHARE = 0.975;
  * window; the margin covers how much the arrival times at the server may differ from the send times.
  */
 export const WINDOW_MARGIN_MS = 25;
+/** The most send times the window guard keeps: a learned cap above this many requests/s is paced by its grid alone. */
+export const GUARD_MAX_SENDS = 1024;
 /** A slow-start window this wide ends slow start: callers' concurrency is far below it. */
 export const SLOW_START_MAX_WINDOW = 64;
 
@@ -313,9 +315,10 @@ export class RateLimiter {
     return this.sends.length < n ? 0 : this.sends[this.sends.length - n]! + 1000 + WINDOW_MARGIN_MS;
   }
 
+  /** Records a send; keeps the sends of the guard's window, at most {@link GUARD_MAX_SENDS} (a cap above that is not guarded). */
   private recordSend(now: number): void {
     this.sends.push(now);
-    while (this.sends[0]! <= now - 1000 - WINDOW_MARGIN_MS) this.sends.shift();
+    while (this.sends.length > 0 && (this.sends[0]! <= now - 1000 - WINDOW_MARGIN_MS || this.sends.length > GUARD_MAX_SENDS)) this.sends.shift();
   }
 
   /** Holds every request until `untilMs` (epoch ms), e.g. after a 429 with `Retry-After`. */

@@ -21,15 +21,15 @@ export function summaryLines(s: RunSummary): string[] {
       (s.scope === 'workspace' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
     `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
     `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
-    exportLine(s.export),
+    exportLine(s.export, s.status === 'succeeded'),
   ];
 }
 
-function exportLine(e: RunSummary['export']): string {
-  return exportFigures(e) + (e.head ? `\n  ledger head: ${e.head.batch_id}:${e.head.hash} (note it; verify --head proves the archive still holds everything up to it)` : '');
+function exportLine(e: RunSummary['export'], succeeded: boolean): string {
+  return exportFigures(e, succeeded) + (e.head ? `\n  ledger head: ${e.head.batch_id}:${e.head.hash} (note it; verify --head proves the archive still holds everything up to it)` : '');
 }
 
-function exportFigures(e: RunSummary['export']): string {
+function exportFigures(e: RunSummary['export'], succeeded: boolean): string {
   if (e.error !== undefined) {
     return (
       `  exports: publication FAILED (${e.error}); ` +
@@ -37,6 +37,8 @@ function exportFigures(e: RunSummary['export']): string {
       'every committed change stays in the change log and the next run publishes it'
     );
   }
+  // "Nothing changed" only when the run could tell: a failed run may have missed changes.
+  if (e.lines === 0 && !succeeded) return `  exports: no new lines (watermark ${e.watermark})`;
   return e.lines === 0
     ? `  exports: no new lines: nothing changed since the last publication (watermark ${e.watermark})`
     : `  exports: ${e.lines} new lines in ${e.files} files (watermark ${e.watermark})`;

@@ -5,7 +5,7 @@
  */
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
-import { loadConfig, type Config, type Workspace } from '../../config/index.js';
+import { CONFIG_FIELDS, loadConfig, type Config, type Workspace } from '../../config/index.js';
 import { apiClientFromConfig } from '../api/client.js';
 import { RateLimiterPool } from '../api/rate-limit.js';
 import { ConfigError, RunError, StoreError, describeError } from '../errors.js';
@@ -18,8 +18,9 @@ import { systemClock } from '../clock.js';
 import { assertSafeExportDir } from '../export/exporter.js';
 import { publishSettingsFromConfig, type PublishSettings } from '../export/publisher.js';
 import { fileModes } from '../private-fs.js';
+import { assertWritable } from '../writable.js';
 import { EXIT, fail, settle, verdictOf, worstExit, type SetExit } from './exit.js';
-import { addConfigFlags, configFlagsOf, conversationIdsFrom } from './flags.js';
+import { addConfigFlags, baseUrlSettingOf, configFlagsOf, conversationIdsFrom } from './flags.js';
 import { isTTY, printSummary, reportFailures } from './summary.js';
 
 /** Options of {@link syncWithConfig}. */
@@ -64,6 +65,11 @@ interface SyncSession {
   limiters: RateLimiterPool;
   /** Where and how runs publish (the signing key loaded once). */
   target: PublishSettings;
+  /**
+   * Whether the API has answered anything in this command: fail fast only before that (a later
+   * workspace meeting a restarting API retries as any run does).
+   */
+  answered: boolean;
 }
 
 /**
@@ -77,13 +83,16 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   // On a terminal the bar and the summary tell the story: info lines would break the bar.
   const level = tty && config.logLevel === 'info' ? 'warn' : config.logLevel;
   const logger = opts.logger ?? createLogger({ level, pretty: tty });
-  // Before any request or file: an export directory that would hold the mirror (or is /, or a file).
+  // Before any request or file: an export directory that would hold the mirror (or is /, or a file),
+  // and paths that cannot be written (named with the setting and the OS's reason).
   assertSafeExportDir(config.exportDir, config.db);
+  assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
+  assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
   const target = publishSettingsFromConfig(config, logger);
   const signals = abortOnSignals(logger);
   try {
     const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
-    return { config, logger, tty, signals, mirror, target, limiters: new RateLimiterPool(config.maxRps, systemClock) };
+    return { config, logger, tty, signals, mirror, target, limiters: new RateLimiterPool(config.maxRps, systemClock), answered: false };
   } catch (err) {
     signals.off();
     throw err;
@@ -98,7 +107,10 @@ function closeSession(session: SyncSession): void {
 /** One recorded run of `workspace` (trigger `cli`) with its own client, into the session's mirror. */
 async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCommandOptions, logger: Logger): Promise<RunSummary> {
   const { config, mirror, signals } = session;
-  const api = apiClientFromConfig({ ...config, ...workspace }, { logger, signal: signals.signal, limiters: session.limiters });
+  // failFast: at first contact, nothing listening, no such host or https against plain HTTP is a
+  // configuration error.
+  const baseUrlSetting = baseUrlSettingOf(config, workspace);
+  const api = apiClientFromConfig({ ...config, ...workspace }, { logger, signal: signals.signal, limiters: session.limiters, failFast: !session.answered, baseUrlSetting });
   const progress = newProgress();
   const stop = startProgress({ progress, stats: api.stats, logger, tty: session.tty });
   try {
@@ -117,6 +129,7 @@ async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCom
     );
   } finally {
     stop();
+    if (Object.keys(api.stats.byStatus).length > 0) session.answered = true;
     await api.close();
   }
 }

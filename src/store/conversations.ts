@@ -41,6 +41,114 @@ export interface CrawlState {
   raw: string | null;
 }
 
+/**
+ * Which conversations {@link Conversations.list} (`Mirror.listConversations`) returns. Every field
+ * is optional; an empty filter lists every live conversation of every account.
+ */
+export interface ConversationFilter {
+  /** Only these accounts (compared case-insensitively); undefined or empty = every account. */
+  accountIds?: readonly string[] | undefined;
+  /** Only conversations whose served `status` (as text) is one of these; undefined or empty = any. */
+  statuses?: readonly string[] | undefined;
+  /**
+   * Only conversations whose served update time ({@link ConversationSummary.updatedAt}) is at or
+   * after this instant, ms since the epoch; conversations without a readable time are left out.
+   * Undefined = no bound.
+   */
+  sinceMs?: number | undefined;
+  /** Tombstoned (deleted upstream) conversations too. @defaultValue false */
+  includeDeleted?: boolean | undefined;
+  /** At most this many rows (a whole number >= 0); undefined = all of them. */
+  limit?: number | undefined;
+}
+
+/** One conversation as `convo-mirror conversations` lists it. */
+export interface ConversationSummary {
+  accountId: string;
+  id: string;
+  /** The served object's `status` as text (JSON text when not a string); null when absent. */
+  status: string | null;
+  /**
+   * When the API last updated the conversation, as served: its `updated_at`, else
+   * `last_activity_at`, else `last_message_at` (the timestamp fields the change signal knows), as
+   * text; null when it has none (e.g. a conversation synced by id and not listed yet).
+   */
+  updatedAt: string | null;
+  /** Live (not tombstoned) messages the mirror holds for it. */
+  messages: number;
+  /** End of its last complete crawl (`last_synced_at`, ISO 8601 UTC); null when none completed. */
+  lastSyncedAt: string | null;
+  /** When it was tombstoned (deleted upstream); null while live. */
+  deletedAt: string | null;
+}
+
+/** What {@link Conversations.list} returns: the rows, and how many match the filter in all. */
+export interface ConversationListing {
+  rows: ConversationSummary[];
+  /** Conversations matching the filter, `limit` aside (`total - rows.length` were cut). */
+  total: number;
+}
+
+/** Bound parameters of {@link LIST_SQL} and {@link COUNT_SQL}. */
+interface ListParams {
+  accounts: string | null;
+  statuses: string | null;
+  since: number | null;
+  deleted: 0 | 1;
+}
+interface ListRow {
+  account_id: string;
+  id: string;
+  status: string | number | null;
+  updated_at: string | number | null;
+  last_synced_at: string | null;
+  deleted_at: string | null;
+  messages: number;
+}
+
+/**
+ * The conversations matching a filter, with their served status and update time and the update
+ * time in seconds since the epoch (`updated_s`: NULL when it is not an ISO 8601 text SQLite reads).
+ * Parameters: `@accounts`, `@statuses` (JSON arrays, or NULL for any), `@since` (seconds, or NULL),
+ * `@deleted` (1: tombstoned ones too).
+ */
+const MATCHING_SQL = `
+  WITH served AS (
+    SELECT account_id, id, deleted_at, last_synced_at,
+      json_extract(raw, '$.status') AS status,
+      coalesce(json_extract(raw, '$.updated_at'), json_extract(raw, '$.last_activity_at'), json_extract(raw, '$.last_message_at')) AS updated_at
+    FROM conversations
+    WHERE (@deleted = 1 OR deleted_at IS NULL)
+      AND (@accounts IS NULL OR lower(account_id) IN (SELECT lower(value) FROM json_each(@accounts)))
+  ), timed AS (
+    SELECT *, CASE WHEN updated_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' THEN unixepoch(updated_at, 'subsec') END AS updated_s
+    FROM served
+    WHERE @statuses IS NULL OR CAST(status AS TEXT) IN (SELECT value FROM json_each(@statuses))
+  ), matching AS (
+    SELECT * FROM timed WHERE @since IS NULL OR updated_s >= @since
+  )`;
+
+/**
+ * One page of {@link MATCHING_SQL}, newest update first (no readable time last, then by account
+ * and id), `@limit` rows (-1 = all), each with its live message count: one statement, whose
+ * correlated count is a search of the messages' primary key index per listed row (never a scan of
+ * `messages`); the page is materialized first, so only listed rows are counted.
+ */
+export const LIST_CONVERSATIONS_SQL = `${MATCHING_SQL},
+  page AS MATERIALIZED (
+    SELECT * FROM matching ORDER BY updated_s DESC NULLS LAST, account_id, id LIMIT @limit
+  )
+  SELECT p.account_id, p.id, p.status, p.updated_at, p.last_synced_at, p.deleted_at,
+    (SELECT count(*) FROM messages m WHERE m.account_id = p.account_id AND m.conversation_id = p.id AND m.deleted_at IS NULL) AS messages
+  FROM page p
+  ORDER BY p.updated_s DESC NULLS LAST, p.account_id, p.id`;
+
+/** How many conversations {@link MATCHING_SQL} matches. */
+const COUNT_SQL = `${MATCHING_SQL} SELECT count(*) AS n FROM matching`;
+
+/** A served JSON scalar as text (SQLite hands numbers back as numbers); null stays null. */
+const asText = (v: string | number | null): string | null => (v === null ? null : String(v));
+
 /** Typed statements and row logic of `conversations`. */
 export class Conversations {
   private readonly get: Statement<Key, StoredConversation>;
@@ -54,6 +162,8 @@ export class Conversations {
   private readonly live: Statement<[accountId: string], { id: string }>;
   private readonly unsettled: Statement<[accountId: string], { id: string }>;
   private readonly liveCount: Statement<[accountId: string], { n: number }>;
+  private readonly listPage: Statement<[ListParams & { limit: number }], ListRow>;
+  private readonly listCount: Statement<[ListParams], { n: number }>;
 
   constructor(
     db: Db,
@@ -81,6 +191,8 @@ export class Conversations {
       `SELECT id FROM conversations WHERE account_id = ? AND deleted_at IS NULL AND (crawled_signal IS NULL OR message_count IS NULL) ORDER BY id`,
     );
     this.liveCount = db.prepare(`SELECT count(*) AS n FROM conversations WHERE account_id = ? AND deleted_at IS NULL`);
+    this.listPage = db.prepare(LIST_CONVERSATIONS_SQL);
+    this.listCount = db.prepare(COUNT_SQL);
   }
 
   private logChange(op: ChangeOp, accountId: string, id: string, now: string, runId: number | null, record: string): void {
@@ -189,5 +301,36 @@ export class Conversations {
   /** How many conversations of the account are live. */
   countLive(accountId: string): number {
     return this.liveCount.get(accountId)?.n ?? 0;
+  }
+
+  /**
+   * The conversations `filter` matches, newest served update first (see
+   * {@link ConversationSummary.updatedAt}; those without a readable time last, then by account and
+   * id), with their live message counts, and how many match in all. Two statements (the page, the
+   * total): run it inside one read transaction for a consistent pair (`Mirror.listConversations`).
+   *
+   * @throws RangeError when `filter.limit` is not a whole number >= 0
+   */
+  list(filter: ConversationFilter): ConversationListing {
+    const limit = filter.limit;
+    if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 0)) throw new RangeError(`limit must be a whole number >= 0, got ${limit}`);
+    const params: ListParams = {
+      accounts: filter.accountIds?.length ? JSON.stringify(filter.accountIds) : null,
+      statuses: filter.statuses?.length ? JSON.stringify(filter.statuses) : null,
+      since: filter.sinceMs === undefined ? null : filter.sinceMs / 1000,
+      deleted: filter.includeDeleted ? 1 : 0,
+    };
+    const rows = this.listPage.all({ ...params, limit: limit ?? -1 }).map(
+      (r): ConversationSummary => ({
+        accountId: r.account_id,
+        id: r.id,
+        status: asText(r.status),
+        updatedAt: asText(r.updated_at),
+        messages: r.messages,
+        lastSyncedAt: r.last_synced_at,
+        deletedAt: r.deleted_at,
+      }),
+    );
+    return { rows, total: this.listCount.get(params)?.n ?? 0 };
   }
 }

@@ -30,8 +30,8 @@ import { writerIsLive } from './lock.js';
 import { fileState, sameState, type FileState } from './files.js';
 import { openConnection, type Connection } from './open.js';
 import { ChangeLog, type RunChanges } from './change-log.js';
-import { Conversations, type CrawlState } from './conversations.js';
-export type { CrawlState } from './conversations.js';
+import { Conversations, type ConversationFilter, type ConversationListing, type CrawlState } from './conversations.js';
+export type { ConversationFilter, ConversationListing, ConversationSummary, CrawlState } from './conversations.js';
 import { Messages } from './messages.js';
 import { Runs } from './runs.js';
 import { ExportLedger, type LedgerGenesis } from './export-ledger.js';
@@ -333,6 +333,19 @@ export class Mirror {
   /** Ids of conversations mirrored and not tombstoned. */
   liveConversationIds(accountId: string): string[] {
     return this.guard(() => this.conversations.liveIds(accountId));
+  }
+
+  /**
+   * The mirrored conversations `filter` matches (see {@link ConversationFilter}; by default every
+   * live one of every account), newest served update first, each with its live message count,
+   * served status and update time, and the end of its last complete crawl (`last_synced_at`); and
+   * how many match in all, `filter.limit` aside. Read in one read transaction (a consistent pair
+   * on any open, read-only included); writes nothing.
+   *
+   * @throws RangeError when `filter.limit` is not a whole number >= 0
+   */
+  listConversations(filter: ConversationFilter = {}): ConversationListing {
+    return this.guard(() => this.db.transaction(() => this.conversations.list(filter)).deferred());
   }
 
   /**
