@@ -9,6 +9,8 @@
  */
 import { describe, it, expect, beforeAll, afterEach, afterAll } from 'vitest';
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { ApiClient } from '../src/api/client.js';
 import { ConfigError, HttpError } from '../src/errors.js';
@@ -88,6 +90,21 @@ describe('convo-mirror check', () => {
     expect(tls.stdout).toMatch(/✗ api: CONVO_MIRROR_BASE_URL: https:\/\/127\.0\.0\.1:\d+ does not answer: the URL says https:\/\/ but the server on 127\.0\.0\.1 port \d+ speaks plain HTTP/);
     expect(f.requests).toHaveLength(0);
     expectClean(refused.stdout + refused.stderr + tls.stdout + tls.stderr);
+  });
+
+  it('a redirect at first contact (http:// sent to https://): exit 2, naming the setting and where it points, never its query', async () => {
+    const f = await fake();
+    const srv = http.createServer((_req, res) => res.writeHead(301, { location: 'https://api.test:8443/v1/conversations?token=s3cret' }).end());
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (srv.address() as AddressInfo).port;
+      const r = await run(['check', '--no-queue'], cliEnv(f, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_BASE_URL: `http://127.0.0.1:${port}` }));
+      expect(r.code).toBe(2);
+      expect(r.stdout).toContain(`✗ api: CONVO_MIRROR_BASE_URL: http://127.0.0.1:${port} answers with a 301 redirect to https://api.test:8443: set the base URL to where the API answers`);
+      expect(r.stdout + r.stderr).not.toContain('s3cret');
+    } finally {
+      await new Promise<void>((resolve) => srv.close(() => resolve()));
+    }
   });
 
   it('paths that cannot be written: exit 2, naming the variable, the path and the reason, and creating nothing', async () => {

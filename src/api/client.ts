@@ -405,10 +405,15 @@ export class ApiClient {
     label: string,
     tally?: RequestTally,
   ): Promise<JsonResponse> {
+    const firstContact = this.opts.failFast === true && !this.answered;
     const { res, deadline } = await this.send(path, attempt, tally);
     try {
       const { statusCode, headers } = res;
       const details = { method: 'GET', path, attempts: attempt };
+      if (firstContact && statusCode >= 300 && statusCode < 400) {
+        await res.body.dump({ limit: ERROR_BODY_LIMIT_BYTES }).catch(() => undefined);
+        throw redirectAtFirstContact(this.opts.baseUrl, statusCode, firstHeader(headers['location']), this.opts.baseUrlSetting);
+      }
       if (statusCode >= 200 && statusCode < 300) {
         const buf = await this.readBody(res, label, { ...details, status: statusCode });
         return { status: statusCode, body: decodeJson(buf, statusCode, path, label, context) };
@@ -647,6 +652,26 @@ function statusError(details: HttpErrorDetails & { status: number }): HttpError 
     );
   }
   return new HttpError(`GET ${path}: answered ${status}`, details);
+}
+
+/**
+ * A redirect at first contact (`failFast`): the base URL is not where the API answers, typically
+ * `http://` redirected to `https://`. Names the setting and where the redirect points (scheme, host
+ * and port only: never its path or query). Redirects are never followed (the key stays at the
+ * configured origin).
+ */
+function redirectAtFirstContact(baseUrl: string, status: number, location: string | undefined, setting = 'CONVO_MIRROR_BASE_URL'): ConfigError {
+  const from = new URL(baseUrl);
+  let to = 'elsewhere';
+  try {
+    if (location !== undefined) to = new URL(location, from).origin;
+  } catch {
+    /* an unparsable Location: say elsewhere */
+  }
+  return new ConfigError(
+    setting,
+    `${from.origin}${from.pathname.replace(/\/+$/, '')} answers with a ${status} redirect to ${to}: set the base URL to where the API answers (redirects are never followed, so the key never leaves the configured origin)`,
+  );
 }
 
 /**
