@@ -171,6 +171,8 @@ export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' 
 const API: readonly ConfigCommand[] = ['sync', 'daemon', 'check', 'config'];
 /** Commands that open the mirror and its exports. */
 const MIRROR: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'check', 'conversations', 'config'];
+/** Commands that open the mirror and write it or its exports, or name the workspace (`conversations` only reads the mirror and takes `--account`). */
+const MIRROR_WORK: readonly ConfigCommand[] = MIRROR.filter((c) => c !== 'conversations');
 /** Commands that reach the job queue. */
 const QUEUE: readonly ConfigCommand[] = ['status', 'daemon', 'enqueue', 'retry-failed', 'check', 'config'];
 /** Every command that takes configuration flags. */
@@ -279,7 +281,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     flag: '--account-id <uuid>',
     schema: accountIdList(),
     help: 'workspace: the X-Account-Id sent, and the account the rows are kept under; a comma-separated list mirrors several workspaces with one key',
-    commands: MIRROR,
+    commands: MIRROR_WORK,
   },
   workspacesFile: {
     env: 'CONVO_MIRROR_WORKSPACES',
@@ -396,7 +398,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.string().min(1, 'must not be empty'),
     defaultValue: 'data/exports',
     help: 'JSONL exports',
-    commands: MIRROR,
+    commands: MIRROR_WORK,
   },
   logLevel: {
     env: 'LOG_LEVEL',
