@@ -14,8 +14,10 @@
  *   (a proxy in this process goes silent): one line naming REDIS_URL (masked), exit 2, within a
  *   few seconds.
  *
- * Waits are bounded by polling state; the time bounds asserted are generous upper bounds (the
- * command's own check interval is what makes them hold).
+ * Waits are bounded by polling state. No elapsed time is asserted: the reason in the one line
+ * ("no worker serves", "gave up waiting after 1500 ms (--timeout)", "no answer within 3 s",
+ * "stopped answering") shows which check ended the wait, where a slow machine would only make a
+ * time bound flaky; each child's life is capped by its spawn deadline.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import net from 'node:net';
@@ -167,7 +169,6 @@ describe('enqueue --wait without a worker', () => {
     expect(lines[0]).toContain('start convo-mirror daemon with the same REDIS_URL and CONVO_MIRROR_QUEUE_PREFIX');
     expect(r.stderr).not.toContain(password);
     expectOurWords(r.stderr);
-    expect(r.ms, 'a generous bound: the command checks for a worker at once').toBeLessThan(10_000);
     expect(await stateOf(queueFor(prefix), id)).toBe('waiting');
   });
 
@@ -180,14 +181,12 @@ describe('enqueue --wait without a worker', () => {
     const id = child.stdout.trim();
     await waitFor(async () => (await stateOf(queue, id)) === 'active', 10_000, 'the job to be active');
     await worker.close(true); // gone, its job still active (its lock not expired)
-    const closedAt = Date.now();
     const r = await child.done;
     expect(r.code, r.stderr).toBe(3);
     expect(r.stderr).toContain(`no worker serves queue prefix "${prefix}"`);
     expect(r.stderr).toContain(`job ${id} (active) stays queued`);
     expect(r.stderr).toContain('convo-mirror daemon');
     expectOurWords(r.stderr);
-    expect(Date.now() - closedAt, 'a generous bound on the worker check interval').toBeLessThan(10_000);
   });
 });
 
@@ -220,7 +219,6 @@ describe('enqueue --wait with a worker', () => {
     expect(lines, r.stderr).toHaveLength(1);
     expect(lines[0]).toBe(`convo-mirror: gave up waiting after 1500 ms (--timeout): job ${first} (active) and job ${second} (waiting) stay queued, not finished; convo-mirror status shows the queue`);
     expectOurWords(r.stderr);
-    expect(r.ms, 'a generous bound on a 1.5 s timeout').toBeLessThan(10_000);
     expect(await stateOf(queue, first!)).toBe('active');
     expect(await stateOf(queue, second!)).toBe('waiting');
   });
@@ -242,7 +240,6 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     expect(lines, r.stderr).toHaveLength(1);
     expect(lines[0]).toBe(`convo-mirror: configuration error: REDIS_URL: cannot reach Redis at 127.0.0.1:${port} (redis://***@127.0.0.1:${port}/0): no answer within 3 s; start Redis there or set REDIS_URL`);
     expect(r.stdout).toBe('');
-    expect(r.ms, 'a generous bound on the 3 s probe').toBeLessThan(10_000);
   });
 
   it('stopping to answer mid-wait: exit 2 within a few seconds, one line naming REDIS_URL', async () => {
@@ -254,14 +251,12 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     await waitFor(() => child.stdout.trim() !== '', 10_000, 'the job id');
     await waitFor(async () => (await stateOf(queue, child.stdout.trim())) === 'active', 10_000, 'the job to be active');
     proxy.silence();
-    const silencedAt = Date.now();
     const r = await child.done;
     expect(r.code, r.stderr).toBe(2);
     const lines = r.stderr.trim().split('\n');
     expect(lines, r.stderr).toHaveLength(1);
     expect(lines[0]).toMatch(new RegExp(`^convo-mirror: configuration error: REDIS_URL: Redis at 127\\.0\\.0\\.1:${proxy.port} \\(redis://127\\.0\\.0\\.1:${proxy.port}\\) stopped answering: `));
     expectOurWords(r.stderr);
-    expect(Date.now() - silencedAt, 'a generous bound on the 5 s answer limit').toBeLessThan(15_000);
   });
 
   it('refusing connections: exit 2, one line naming REDIS_URL, no library text', async () => {
