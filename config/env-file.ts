@@ -7,8 +7,9 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { getSystemErrorMap, parseEnv } from 'node:util';
+import { parseEnv } from 'node:util';
 import { ConfigError } from '../src/errors.js';
+import { osReason } from '../src/writable.js';
 
 /** Largest `.env` read, bytes: a settings file is a few KiB; anything bigger is not one. */
 export const ENV_FILE_MAX_BYTES = 1024 * 1024;
@@ -28,14 +29,6 @@ let loaded: { file: string; names: ReadonlySet<string> } | undefined;
 /** The variables this process took from `.env` (those the environment did not set); empty when none. */
 export function envFileNames(): ReadonlySet<string> {
   return loaded?.names ?? new Set();
-}
-
-/** The OS's reason for a failed read, in words (`permission denied`), without the error code. */
-function reasonOf(err: unknown): string {
-  const e = err as NodeJS.ErrnoException;
-  if (e.code === 'EISDIR') return 'is a directory';
-  const known = typeof e.errno === 'number' ? getSystemErrorMap().get(e.errno)?.[1] : undefined;
-  return known ?? 'unknown error';
 }
 
 /** Reads at most `max + 1` bytes of the open file `fd`. */
@@ -61,7 +54,7 @@ function readEnvText(file: string): string | undefined {
     fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw new ConfigError(file, `cannot be read: ${reasonOf(err)}`);
+    throw new ConfigError(file, `cannot be read: ${osReason(err)}`);
   }
   try {
     const st = fs.fstatSync(fd);
@@ -73,7 +66,7 @@ function readEnvText(file: string): string | undefined {
   } catch (err) {
     if (err instanceof ConfigError) throw err;
     if (err instanceof TypeError) throw new ConfigError(file, 'is not UTF-8 text');
-    throw new ConfigError(file, `cannot be read: ${reasonOf(err)}`);
+    throw new ConfigError(file, `cannot be read: ${osReason(err)}`);
   } finally {
     fs.closeSync(fd);
   }

@@ -746,6 +746,15 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
   return Object.freeze({ ...out, accountId: first.accountId, baseUrl: first.baseUrl, apiKey: first.apiKey, workspaces: Object.freeze(workspaces) }) as unknown as Config;
 }
 
+/**
+ * The setting that holds a workspace's base URL, for messages: `CONVO_MIRROR_BASE_URL`, or with a
+ * workspaces file, the file and the workspace (whose entry's `base_url` wins over the variable).
+ */
+export function baseUrlSettingOf(config: Pick<Config, 'workspacesFile'>, workspace: Pick<Workspace, 'accountId'>): string {
+  if (config.workspacesFile === undefined) return CONFIG_FIELDS.baseUrl.env;
+  return `${CONFIG_FIELDS.workspacesFile.env} (${config.workspacesFile}, workspace ${workspace.accountId ?? 'default'}: its base_url, else ${CONFIG_FIELDS.baseUrl.env})`;
+}
+
 /** A frozen {@link Workspace} whose `JSON.stringify` (pino's too) shows the key as `[redacted]`. */
 function workspaceOf(w: Workspace): Workspace {
   const shown = { ...w, apiKey: w.apiKey === undefined ? undefined : '[redacted]' };

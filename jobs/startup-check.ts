@@ -8,8 +8,8 @@
  * passed.
  */
 import type { Logger } from 'pino';
-import type { Config, Workspace } from '../config/index.js';
-import { apiClientFromConfig, type ApiClientOptions } from '../src/api/client.js';
+import { baseUrlSettingOf, type Config, type Workspace } from '../config/index.js';
+import { checkClientFromConfig, type ApiClientOptions } from '../src/api/client.js';
 import { AuthError, ConfigError, describeError } from '../src/errors.js';
 import { DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 
@@ -31,9 +31,7 @@ export type CheckOne = (config: Config, workspace: Workspace, onAttempt?: ApiCli
 
 /** The default {@link CheckOne}: one request, failing fast at first contact, no retries. */
 export const firstListPage: CheckOne = async (config, workspace, onAttempt, signal) => {
-  const setting = config.workspacesFile === undefined ? 'CONVO_MIRROR_BASE_URL' : `CONVO_MIRROR_WORKSPACES (${config.workspacesFile}, workspace ${workspace.accountId ?? DEFAULT_ACCOUNT})`;
-  const requestTimeoutMs = Math.min(config.requestTimeoutMs, STARTUP_CHECK_TIMEOUT_MS);
-  const api = apiClientFromConfig({ ...config, ...workspace, requestTimeoutMs }, { failFast: true, baseUrlSetting: setting, maxRetries: 0, onAttempt, signal });
+  const api = checkClientFromConfig({ ...config, ...workspace }, STARTUP_CHECK_TIMEOUT_MS, { baseUrlSetting: baseUrlSettingOf(config, workspace), onAttempt, signal });
   const pages = api.conversations();
   try {
     await pages.next();

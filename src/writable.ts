@@ -9,6 +9,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { getSystemErrorMap } from 'node:util';
 import { ConfigError } from './errors.js';
 
 /** The operating system's reason for an `fs` error code, in words. */
@@ -32,8 +33,12 @@ export function osReason(err: unknown): string {
       return 'too many symbolic links';
     case 'ENAMETOOLONG':
       return 'file name too long';
-    default:
-      return typeof code === 'string' ? code : err instanceof Error ? err.message : String(err);
+    default: {
+      // libuv's own words for the rest (e.g. `too many open files`), else the code.
+      const errno = (err as { errno?: unknown } | undefined)?.errno;
+      const known = typeof errno === 'number' ? getSystemErrorMap().get(errno)?.[1] : undefined;
+      return known ?? (typeof code === 'string' ? code : err instanceof Error ? err.message : String(err));
+    }
   }
 }
 

@@ -801,3 +801,19 @@ export function apiClientFromConfig(
     ...rest,
   });
 }
+
+/**
+ * A client for a connection check (`check`, the daemon's start-up check): it fails fast at first
+ * contact ({@link ApiClientOptions.failFast}), never retries, and gives each request at most
+ * `timeoutCapMs` (the configured timeout when that is shorter).
+ *
+ * @param timeoutCapMs - the longest one request may take, ms
+ * @throws Error when `baseUrl` or `apiKey` is missing (as {@link apiClientFromConfig})
+ */
+export function checkClientFromConfig(
+  config: ApiConfig,
+  timeoutCapMs: number,
+  extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onAttempt' | 'baseUrlSetting'> = {},
+): ApiClient {
+  return apiClientFromConfig({ ...config, requestTimeoutMs: Math.min(config.requestTimeoutMs, timeoutCapMs) }, { ...extra, failFast: true, maxRetries: 0 });
+}

@@ -8,14 +8,14 @@
  * the key.
  */
 import type { Command } from 'commander';
-import { CONFIG_FIELDS, loadConfig, type Config, type Workspace } from '../../config/index.js';
-import { apiClientFromConfig, type ApiClient } from '../api/client.js';
+import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type Workspace } from '../../config/index.js';
+import { checkClientFromConfig, type ApiClient } from '../api/client.js';
 import { AuthError, describeError } from '../errors.js';
 import { createLogger } from '../logger.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
 import { whyNotWritable } from '../writable.js';
 import { EXIT, settle, verdictOf, worstExit, type SetExit } from './exit.js';
-import { addConfigFlags, baseUrlSettingOf, configFlagsOf } from './flags.js';
+import { addConfigFlags, configFlagsOf } from './flags.js';
 
 /** One check's outcome. */
 export interface CheckOutcome {
@@ -76,8 +76,7 @@ async function checkWorkspace(config: Config, workspace: Workspace, several: boo
   const label = several ? `api ${workspace.accountId ?? DEFAULT_ACCOUNT}` : 'api';
   const logger = createLogger({ level: 'silent' });
   // At most CHECK_TIMEOUT_MS a request: a check that hangs for the sync's timeout helps nobody.
-  const requestTimeoutMs = Math.min(config.requestTimeoutMs, CHECK_TIMEOUT_MS);
-  const api = apiClientFromConfig({ ...config, ...workspace, requestTimeoutMs }, { logger, failFast: true, baseUrlSetting: baseUrlSettingOf(config, workspace), maxRetries: 0 });
+  const api = checkClientFromConfig({ ...config, ...workspace }, CHECK_TIMEOUT_MS, { logger, baseUrlSetting: baseUrlSettingOf(config, workspace) });
   try {
     return await checkApi(api, label, workspace.keyVariable);
   } finally {

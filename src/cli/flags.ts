@@ -3,7 +3,7 @@
  * command's options, their help text, and the parsed options → {@link ConfigFlags} mapping.
  */
 import { Option, type Command } from 'commander';
-import { CONFIG_FIELDS, type Config, type ConfigCommand, type ConfigFlags, type FieldDef, type Workspace } from '../../config/index.js';
+import { CONFIG_FIELDS, type Config, type ConfigCommand, type ConfigFlags, type FieldDef } from '../../config/index.js';
 import { ConfigError } from '../errors.js';
 
 /** The fields a command takes, in table (= help) order; `config` takes every one (it shows them all). */
@@ -54,15 +54,6 @@ export function conversationIdsFrom(ids: string[] | undefined): string[] | undef
     if (id === '.' || id === '..') throw new ConfigError('--conversation', `${JSON.stringify(id)} is not a conversation id`);
   }
   return ids;
-}
-
-/**
- * The setting that holds a workspace's base URL, for messages: `CONVO_MIRROR_BASE_URL`, or with a
- * workspaces file, the file and the workspace (whose entry's `base_url` wins over the variable).
- */
-export function baseUrlSettingOf(config: Config, workspace: Pick<Workspace, 'accountId'>): string {
-  if (config.workspacesFile === undefined) return CONFIG_FIELDS.baseUrl.env;
-  return `${CONFIG_FIELDS.workspacesFile.env} (${config.workspacesFile}, workspace ${workspace.accountId ?? 'default'}: its base_url, else ${CONFIG_FIELDS.baseUrl.env})`;
 }
 
 /** Where the job queue lives, from the configuration. */

@@ -5,7 +5,7 @@
  */
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
-import { CONFIG_FIELDS, loadConfig, type Config, type Workspace } from '../../config/index.js';
+import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type Workspace } from '../../config/index.js';
 import { apiClientFromConfig } from '../api/client.js';
 import { RateLimiterPool } from '../api/rate-limit.js';
 import { ConfigError, RunError, StoreError, describeError } from '../errors.js';
@@ -20,7 +20,7 @@ import { publishSettingsFromConfig, type PublishSettings } from '../export/publi
 import { fileModes } from '../private-fs.js';
 import { assertWritable } from '../writable.js';
 import { EXIT, fail, settle, verdictOf, worstExit, type SetExit } from './exit.js';
-import { addConfigFlags, baseUrlSettingOf, configFlagsOf, conversationIdsFrom } from './flags.js';
+import { addConfigFlags, configFlagsOf, conversationIdsFrom } from './flags.js';
 import { isTTY, printSummary, reportFailures } from './summary.js';
 
 /** Options of {@link syncWithConfig}. */
