@@ -241,6 +241,89 @@ describe('ApiClient: request tallies', () => {
   });
 });
 
+describe('ApiClient: prefetch (first contact ahead of a run)', () => {
+  it('the list page 1 prefetched answers the listing: one request, counted in the tally that used it', async () => {
+    const ws = FakeWorkspace.fromCounts(Array.from({ length: 150 }, () => 0));
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    const ahead = await api.prefetch();
+    expect(ahead.outcome).toBe('page');
+    expect(ahead.tally).toEqual({ requests: 1, retries: 0, rateLimited: 0, served: 0 });
+    const tally = newTally();
+    const pages = await collect(api.conversations(1, tally));
+    expect(pages.map((p) => p.data.length)).toEqual([100, 50]);
+    expect(fake.requests.map((r) => r.query['page'])).toEqual(['1', '2']);
+    expect(tally).toEqual({ requests: 2, retries: 0, rateLimited: 0, served: 150 });
+    expect(ahead.release()).toBe(true);
+  });
+
+  it('a kept answer serves one request only; released unused, it serves none', async () => {
+    const ws = FakeWorkspace.fromCounts([3]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    const id = ws.list()[0]!.id;
+    const used = await api.prefetch(id);
+    await collect(api.messages(id));
+    await collect(api.messages(id));
+    expect(fake.requests.map((r) => r.path)).toEqual([`/v1/conversations/${id}/messages`, `/v1/conversations/${id}/messages`]);
+    expect(used.release()).toBe(true);
+    fake.requests.length = 0;
+    const unused = await api.prefetch(id);
+    expect(unused.release()).toBe(false);
+    expect(unused.release()).toBe(false);
+    await collect(api.messages(id));
+    expect(fake.requests).toHaveLength(2);
+  });
+
+  it('a refused key and a wrong base URL end it at once (AuthError, ConfigError) and keep nothing', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const wrongKey = client(fake.url, { apiKey: 'wrong', failFast: true });
+    await expect(wrongKey.prefetch()).rejects.toBeInstanceOf(AuthError);
+    const noList = await tinyServer((_req, res) => {
+      res.writeHead(404).end();
+    });
+    const wrongPath = client(noList.url, { failFast: true });
+    const err = await rejection(wrongPath.prefetch());
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as Error).message).toMatch(/GET \/v1\/conversations\?page=1&per_page=100 answered 404: check that the base URL/);
+    // Nothing kept: the listing sends its own request.
+    await rejection(collect(wrongPath.conversations()));
+    expect(noList.hits).toHaveLength(2);
+    const nothing = client('http://127.0.0.1:1', { failFast: true });
+    await expect(nothing.prefetch()).rejects.toBeInstanceOf(ConfigError);
+  });
+
+  it("a conversation's 404 is not-found, and a 503 after retries is an error: both kept for the run's request", async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url, { maxRetries: 1 });
+    const missing = await api.prefetch('no-such-conversation');
+    expect(missing.outcome).toBe('not-found');
+    expect(await rejection(collect(api.messages('no-such-conversation')))).toBeInstanceOf(NotFoundError);
+    expect(fake.requests).toHaveLength(1);
+    const id = ws.list()[0]!.id;
+    fake.injectFault({ kind: 'status', status: 503, times: 2 });
+    const failing = await api.prefetch(id);
+    expect(failing.outcome).toBe('error');
+    expect(failing.tally).toEqual({ requests: 2, retries: 1, rateLimited: 0, served: 0 });
+    const tally = newTally();
+    const err = await rejection(collect(api.messages(id, 1, tally)));
+    expect(err).toBeInstanceOf(HttpError);
+    expect((err as HttpError).status).toBe(503);
+    expect(tally).toEqual({ requests: 2, retries: 1, rateLimited: 0, served: 0 });
+    expect(fake.requests).toHaveLength(3);
+  });
+
+  it('an id no request can carry sends nothing', async () => {
+    const fake = await fakeApi(FakeWorkspace.fromCounts([1]));
+    const api = client(fake.url);
+    const ahead = await api.prefetch('..');
+    expect(ahead.outcome).toBe('error');
+    expect(ahead.release()).toBe(false);
+    expect(fake.requests).toHaveLength(0);
+  });
+});
+
 describe('ApiClient: Retry-After', () => {
   it('honours Retry-After in seconds (recorded delay 1000 ms)', async () => {
     const ws = FakeWorkspace.fromCounts([5]);

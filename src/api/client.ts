@@ -195,6 +195,66 @@ interface JsonResponse {
   body: unknown;
 }
 
+/** Adds `b` into `a`, field by field. */
+function addInto(a: RequestTally, b: RequestTally): void {
+  a.requests += b.requests;
+  a.retries += b.retries;
+  a.rateLimited += b.rateLimited;
+  a.served += b.served;
+}
+
+/** Whether a conversation id can be a path segment (URL normalization would rewrite empty, `.` and `..`). */
+function usableInPath(conversationId: string): boolean {
+  return conversationId !== '' && conversationId !== '.' && conversationId !== '..';
+}
+
+/** The path of page `page` of a conversation's messages (spec 4.1), `per_page=100`. */
+function messagesPath(conversationId: string, page: number): string {
+  return `/v1/conversations/${encodeURIComponent(conversationId)}/messages?page=${page}&per_page=${PER_PAGE}`;
+}
+
+/** An answer (or failure) fetched ahead by {@link ApiClient.prefetch}, and what fetching it cost. */
+interface Kept {
+  response?: JsonResponse;
+  error?: unknown;
+  tally: RequestTally;
+  /** Set when the run's request took it. */
+  used: boolean;
+}
+
+/**
+ * A first request sent ahead of its run by {@link ApiClient.prefetch}: how it ended, what it cost,
+ * and its release.
+ */
+export class Prefetch {
+  /** @internal made by {@link ApiClient.prefetch} */
+  constructor(
+    private readonly store: Map<string, Kept>,
+    private readonly path: string | undefined,
+    /**
+     * How the request ended: `page` (a 2xx answer), `not-found` (404: the conversation does not
+     * exist, or no longer does), `error` (another failure, e.g. a 503 after its retries, or an id
+     * no request can carry). The answer is kept for the run either way.
+     */
+    readonly outcome: 'page' | 'not-found' | 'error',
+    /** Attempts sent for it (retries included). */
+    readonly tally: RequestTally,
+    private readonly kept?: Kept,
+  ) {}
+
+  /**
+   * Ends the prefetch: a kept answer the run did not take is dropped (it will not answer a later
+   * request). Idempotent.
+   *
+   * @returns whether the run's request took the answer (then its {@link tally} is counted in that
+   *   request's tally; else the caller decides where the cost goes)
+   */
+  release(): boolean {
+    if (this.path !== undefined && this.store.get(this.path) === this.kept) this.store.delete(this.path);
+    return this.kept?.used === true;
+  }
+}
+
 /**
  * HTTP client of the support API.
  *
@@ -220,6 +280,8 @@ export class ApiClient {
   private readonly maxResponseBytes: number;
   /** Whether any response (any status) has arrived: ends {@link ApiClientOptions.failFast}'s first contact. */
   private answered = false;
+  /** Answers fetched ahead by {@link prefetch}, by path, until the run's request takes them. */
+  private readonly prefetched = new Map<string, Kept>();
 
   /** @throws RangeError when `maxResponseBytes` is not a positive safe integer */
   constructor(private readonly opts: ApiClientOptions) {
@@ -250,6 +312,11 @@ export class ApiClient {
     if (opts.accountId) this.headers['x-account-id'] = opts.accountId;
   }
 
+  /** The path of conversation list page `page` (with {@link ApiClientOptions.listParams}). */
+  private listPath(page: number): string {
+    return `/v1/conversations?page=${page}&per_page=${PER_PAGE}${this.listQuery}`;
+  }
+
   /** The request-rate cap in force (configured or learned), requests/s; 0 = none. */
   get rateCap(): number {
     return this.limiter.currentRps;
@@ -272,7 +339,7 @@ export class ApiClient {
   async *conversations(startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Conversation>> {
     let bound: { maxPage: number; meta: Meta } | undefined;
     for (let page = startPage; ; page++) {
-      const path = `/v1/conversations?page=${page}&per_page=${PER_PAGE}${this.listQuery}`;
+      const path = this.listPath(page);
       const context = { path, page };
       const what = `conversation list page ${page}`;
       const res = await this.getJson(path, {}, tally, what).catch((err: unknown) => {
@@ -304,15 +371,14 @@ export class ApiClient {
    *   {@link PageRunawayError}
    */
   async *messages(conversationId: string, startPage = 1, tally?: RequestTally): AsyncGenerator<Page<Message>> {
-    if (conversationId === '' || conversationId === '.' || conversationId === '..') {
+    if (!usableInPath(conversationId)) {
       throw new SchemaError(`conversation id ${JSON.stringify(conversationId)} cannot be used in a request path`, {
         conversation_id: conversationId,
       });
     }
-    const id = encodeURIComponent(conversationId);
     let bound: { maxPage: number; meta: Meta } | undefined;
     for (let page = startPage; ; page++) {
-      const path = `/v1/conversations/${id}/messages?page=${page}&per_page=${PER_PAGE}`;
+      const path = messagesPath(conversationId, page);
       const context = { path, page, conversation_id: conversationId };
       const what = `conversation ${conversationId} messages page ${page}`;
       const res = await this.getJson(path, { conversation_id: conversationId }, tally, what);
@@ -333,6 +399,47 @@ export class ApiClient {
   }
 
   /**
+   * First contact ahead of a run: sends the request the run will make first (page 1 of the
+   * conversation list, or of `conversationId`'s messages) before anything of the run exists, and
+   * keeps its answer, so that the run's own request for that page is answered from it, once,
+   * instead of being sent again. The request counts where it is used: in the tally of the request
+   * that takes the kept answer, else (see {@link Prefetch.release}) wherever the caller puts it.
+   * A run that could not begin (a wrong base URL, a refused key) thus leaves nothing behind, and
+   * one that does costs no extra request.
+   *
+   * Retries and limits as any request (with {@link ApiClientOptions.failFast}, a wrong base URL
+   * fails at once). A failure that is not the end of a run (a 404 of the conversation, a 503 after
+   * its retries...) is kept like an answer: the run's request meets it as it would have.
+   *
+   * @param conversationId - prefetch page 1 of this conversation's messages; undefined: page 1 of
+   *   the conversation list (spec 4.1, 4.2)
+   * @throws {@link ConfigError} naming the base URL's setting when nothing answers there, it
+   *   redirects, or the list answers 404 (the base URL is wrong); {@link AuthError} for 401/403.
+   *   Nothing is kept then.
+   */
+  async prefetch(conversationId?: string): Promise<Prefetch> {
+    const tally = newTally();
+    if (conversationId !== undefined && !usableInPath(conversationId)) {
+      // messages() refuses such an id before any request: nothing to send, nothing to keep.
+      return new Prefetch(this.prefetched, undefined, 'error', tally);
+    }
+    const path = conversationId === undefined ? this.listPath(1) : messagesPath(conversationId, 1);
+    const what = conversationId === undefined ? 'conversation list page 1' : `conversation ${conversationId} messages page 1`;
+    const context = conversationId === undefined ? {} : { conversation_id: conversationId };
+    let kept: Kept;
+    try {
+      kept = { response: await this.getJson(path, context, tally, what), tally, used: false };
+    } catch (err) {
+      const error = conversationId === undefined && err instanceof NotFoundError ? wrongBaseUrl(err, this.opts.baseUrlSetting) : err;
+      if (error instanceof ConfigError || error instanceof AuthError) throw error;
+      kept = { error, tally, used: false };
+    }
+    this.prefetched.set(path, kept);
+    const outcome = kept.error === undefined ? 'page' : kept.error instanceof NotFoundError ? 'not-found' : 'error';
+    return new Prefetch(this.prefetched, path, outcome, tally, kept);
+  }
+
+  /**
    * GET `path` (relative to the base URL, starting `/v1/`) with retries; parses the JSON body, read
    * under the `maxResponseBytes` cap.
    *
@@ -347,6 +454,15 @@ export class ApiClient {
    *   {@link SchemaError} when a 2xx body is not JSON
    */
   async getJson(path: string, context: Record<string, unknown> = {}, tally?: RequestTally, label?: string): Promise<JsonResponse> {
+    const kept = this.prefetched.get(path);
+    if (kept) {
+      // The run's first request, answered ahead by prefetch(): counted here, where it is used.
+      this.prefetched.delete(path);
+      kept.used = true;
+      if (tally) addInto(tally, kept.tally);
+      if (kept.error !== undefined) throw kept.error;
+      return kept.response!;
+    }
     let attempts = 0;
     const log = this.opts.logger;
     try {

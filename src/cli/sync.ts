@@ -60,7 +60,11 @@ interface SyncSession {
   logger: Logger;
   tty: boolean;
   signals: { signal: AbortSignal; off: () => void };
-  mirror: Mirror;
+  /**
+   * The mirror, opened (created, when it is new) by the first workspace whose API answered: a
+   * sync that ends at first contact touches no file.
+   */
+  mirror: Mirror | undefined;
   /** One rate limiter per base URL + key, shared by the workspaces' clients. */
   limiters: RateLimiterPool;
   /** Where and how runs publish (the signing key loaded once). */
@@ -73,9 +77,9 @@ interface SyncSession {
 }
 
 /**
- * Checks the export directory, installs the signal handlers and opens the mirror (sweeping runs
- * a dead process left running).
- * @throws {@link ConfigError} for an unsafe export directory, the mirror's errors
+ * Checks the export directory and the paths, loads the signing key and installs the signal
+ * handlers; the mirror is opened later ({@link mirrorOf}), once the API has answered.
+ * @throws {@link ConfigError} for an unsafe export directory, a path that cannot be written, an unusable key
  */
 function openSession(opts: SyncCommandOptions): SyncSession {
   const { config } = opts;
@@ -90,23 +94,30 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
   const target = publishSettingsFromConfig(config, logger);
   const signals = abortOnSignals(logger);
-  try {
-    const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
-    return { config, logger, tty, signals, mirror, target, limiters: new RateLimiterPool(config.maxRps, systemClock), answered: false };
-  } catch (err) {
-    signals.off();
-    throw err;
-  }
+  return { config, logger, tty, signals, mirror: undefined, target, limiters: new RateLimiterPool(config.maxRps, systemClock), answered: false };
+}
+
+/** The session's mirror, opened for writing the first time it is needed (runs a dead process left running are swept). */
+function mirrorOf(session: SyncSession): Mirror {
+  session.mirror ??= openMirrorForRuns(session.config.db, fileModes(session.config.groupReadable), session.logger);
+  return session.mirror;
 }
 
 function closeSession(session: SyncSession): void {
   session.signals.off();
-  session.mirror.close();
+  session.mirror?.close();
 }
 
-/** One recorded run of `workspace` (trigger `cli`) with its own client, into the session's mirror. */
+/**
+ * One recorded run of `workspace` (trigger `cli`) with its own client, into the session's mirror.
+ * The run's first request goes out before anything else: when it ends the run before it began (a
+ * wrong base URL, a refused key) its error is thrown as it is, and no mirror file, run or ledger
+ * record is made for it.
+ *
+ * @throws the {@link ConfigError} or {@link AuthError} of first contact; the {@link RunError} of a run
+ */
 async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCommandOptions, logger: Logger): Promise<RunSummary> {
-  const { config, mirror, signals } = session;
+  const { config, signals } = session;
   // failFast: at first contact, nothing listening, no such host or https against plain HTTP is a
   // configuration error.
   const baseUrlSetting = baseUrlSettingOf(config, workspace);
@@ -114,6 +125,8 @@ async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCom
   const progress = newProgress();
   const stop = startProgress({ progress, stats: api.stats, logger, tty: session.tty });
   try {
+    const prefetched = await api.prefetch(opts.conversationIds?.[0]);
+    const mirror = mirrorOf(session);
     return await runSync(
       { api, mirror, logger, clock: systemClock },
       {
@@ -125,6 +138,7 @@ async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCom
         ...session.target,
         progress,
         signal: signals.signal,
+        prefetched,
       },
     );
   } finally {

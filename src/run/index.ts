@@ -13,6 +13,7 @@
  * {@link runSync} is the whole use case in one process (the CLI's `sync`); the daemon's job
  * processors (jobs/) call the same steps, one job at a time.
  */
+import { addTally } from '../api/client.js';
 import type { SyncDeps } from '../sync/types.js';
 import { completeRun } from './complete.js';
 import { startRun } from './start.js';
@@ -51,10 +52,14 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     accountId: opts.accountId,
   });
   const { result, fatal } = await syncRun(deps, run, opts);
+  const work = result ? workOfSync(result, named?.size) : undefined;
+  // A first request sent ahead and not used by the run (a crawl that started past page 1) is
+  // still part of what the run asked.
+  if (opts.prefetched && !opts.prefetched.release() && work) work.tally = addTally(work.tally, opts.prefetched.tally);
   return completeRun(deps, {
     run,
     target: targetOf(opts),
-    work: result ? workOfSync(result, named?.size) : undefined,
+    work,
     fatal,
     interrupted: opts.signal?.aborted === true,
   });

@@ -3,7 +3,7 @@
  * ({@link RunHandle}), what it did ({@link RunWork}), how it ended ({@link RunOutcome}) and the
  * summary printed by the CLI and stored in `runs` ({@link RunSummary}).
  */
-import type { RequestTally } from '../api/client.js';
+import type { ApiClient, Prefetch, RequestTally } from '../api/client.js';
 import type { PublishSettings } from '../export/publisher.js';
 import type { RunFailureRecord, RunRefresh, RunScope, RunTrigger } from '../store/mirror.js';
 import type { WorkspaceOptions, WorkspaceResult } from '../sync/workspace.js';
@@ -19,6 +19,12 @@ export interface RunOptions extends Omit<WorkspaceOptions, 'runId'>, PublishSett
   full?: boolean;
   /** Who asked for the run, recorded in `runs.trigger`. @defaultValue `cli` */
   trigger?: RunTrigger;
+  /**
+   * The run's first request, sent ahead of it ({@link ApiClient.prefetch}: the run began only once
+   * the API had answered it). Its cost is the run's: counted where the run used its answer, else
+   * added to the run's figures; released when the sync ends.
+   */
+  prefetched?: Prefetch | undefined;
 }
 
 /** How a run is recorded in `runs` when it starts: what it covers, how deep it reads, who asked. */
