@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
 import { OTHER_KNOWN_VARIABLES } from './env-file.js';
+import { durationSetting } from './duration.js';
 
 /** Log levels accepted by `LOG_LEVEL` / `--log-level` (pino's). */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -91,6 +92,14 @@ export interface Config {
    * long backfill reaches the exports progressively. @defaultValue 300000 (5 minutes)
    */
   readonly publishIntervalMs: number;
+  /**
+   * The line of a run that changed nothing (no message or conversation changed) waits for the next
+   * publication that carries changes, or until the heartbeat window it fell in has ended: windows
+   * are multiples of this many ms since the epoch, so the default, 24 h, publishes a quiet day's
+   * run lines once, at the first publication after midnight UTC. 0: every run's line is published
+   * when the run ends. @defaultValue 86400000 (24 h)
+   */
+  readonly runsHeartbeatMs: number;
   /**
    * Ed25519 private key (PEM) that signs every batch record of the ledger
    * (`CONVO_MIRROR_SIGNING_KEY_FILE`); undefined: records are unsigned. `convo-mirror keygen` makes one.
@@ -375,6 +384,15 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     defaultValue: 300_000,
     shownDefault: '300000 = 5 minutes',
     help: 'during a run, publish the changes committed so far this often (and at the end), ms',
+    commands: API,
+  },
+  runsHeartbeatMs: {
+    env: 'CONVO_MIRROR_RUNS_HEARTBEAT',
+    flag: '--runs-heartbeat <duration>',
+    schema: durationSetting(0, 7 * 86_400_000),
+    defaultValue: 86_400_000,
+    shownDefault: '24h',
+    help: "a run that changed nothing publishes its line with the next changes, or once this window (24h: a UTC day) has ended; 0s = at once",
     commands: API,
   },
   signingKeyFile: {

@@ -105,6 +105,7 @@ function workspaceDeps(ctx: EngineContext, queue: Queue): Map<string, JobDeps> {
       changeFieldSetting: ctx.config.changeField,
       onFatal: ctx.onFatal,
       onRunFinished: ctx.onRunFinished,
+      onNotFound: ctx.onNotFound,
     });
   }
   return out;

@@ -4,7 +4,7 @@
  * the CLI's `sync`.
  */
 import type { Job } from 'bullmq';
-import { addTally, newTally, type RequestTally } from '../src/api/client.js';
+import { addTally, newTally, type Prefetch, type RequestTally } from '../src/api/client.js';
 import {
   crawlConversation,
   failureRecord,
@@ -30,7 +30,7 @@ import type { ConversationJobData, ConversationJobResult } from './queue.js';
  * @throws the crawl's error (processJob lets it decide retry), after writing the failure record
  *   and tally into the job's data; `DelayedError` when shutdown cut the crawl short
  */
-export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>, token?: string): Promise<ConversationJobResult> {
+export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>, token?: string): Promise<ConversationJobResult | NotFoundJobResult> {
   const { conversationId, runId } = job.data;
   const deps = { ...d, logger: d.logger.child({ job: job.id, conversation_id: conversationId }) };
   return d.locks.run(`${d.accountId}/${conversationId}`, () =>
@@ -50,10 +50,14 @@ async function crawlAsChild(d: JobDeps, job: Job<ConversationJobData>, runId: nu
  * kept across attempts and across a daemon crash, so a retried or stalled full job resumes its own
  * checkpoint.
  */
-async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: string | undefined): Promise<ConversationJobResult> {
+async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: string | undefined): Promise<ConversationJobResult | NotFoundJobResult> {
   const { conversationId, full } = job.data;
   const spec = onDemandSpec(d.accountId, job.data);
   const earlier = job.data.ownRunId;
+  // A conversation the mirror never had is asked about before any run exists: one that does not
+  // exist either (a webhook's typo, an attacker's id) completes the job and leaves nothing behind.
+  const ahead = earlier === undefined ? await firstContact(d, conversationId) : undefined;
+  if (ahead?.outcome === 'not-found') return notFound(d, conversationId, ahead);
   // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
   const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
   if (run.runId !== earlier) {
@@ -62,8 +66,42 @@ async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: str
     const { tally: _tally, failure: _failure, ...rest } = job.data;
     await job.updateData({ ...rest, ownRunId: run.runId });
   }
-  const { crawl, summary } = await crawlOnDemand(d, run, conversationId, { full, spent: job.data.tally });
+  const { crawl, summary } = await crawlOnDemand(d, run, conversationId, { full, spent: job.data.tally, prefetched: ahead });
   return settle(job, token, crawl, summary);
+}
+
+/** What an on-demand job returns for a conversation that does not exist: no run was recorded. */
+export interface NotFoundJobResult {
+  outcome: 'not_found';
+  conversationId: string;
+  /** What asking cost (the one request, with its retries). */
+  tally: RequestTally;
+}
+
+/**
+ * First contact for an on-demand job: page 1 of the messages of a conversation the mirror never
+ * had (live or tombstoned), sent ahead of the run and kept for its crawl, which starts there; for
+ * a conversation the mirror has, nothing (its crawl asks, and a 404 is weighed as today).
+ *
+ * @throws the {@link AuthError} of a refused key (the job fails as a crawl's would)
+ */
+export async function firstContact(d: RunJobDeps, conversationId: string): Promise<Prefetch | undefined> {
+  return d.mirror.hasConversation(d.accountId, conversationId) ? undefined : d.api.prefetch(conversationId);
+}
+
+/**
+ * Ends an on-demand job whose conversation the API answers 404 and the mirror never had: one log
+ * line, {@link RunJobDeps.onNotFound}, no run, no change, no ledger record.
+ */
+export function notFound(d: RunJobDeps, conversationId: string, ahead: Prefetch): NotFoundJobResult {
+  ahead.release();
+  d.logger.info({ conversation_id: conversationId, outcome: 'not_found' }, 'conversation not found: the API answers 404 and the mirror never had it; no run recorded');
+  try {
+    d.onNotFound?.(d.accountId);
+  } catch {
+    /* an observer never fails a job */
+  }
+  return { outcome: 'not_found', conversationId, tally: ahead.tally };
 }
 
 /** The run an on-demand conversation job records. */
@@ -84,9 +122,12 @@ export async function crawlOnDemand(
   d: RunJobDeps,
   run: RunHandle,
   conversationId: string,
-  o: { full?: boolean | undefined; spent?: RequestTally | undefined },
+  o: { full?: boolean | undefined; spent?: RequestTally | undefined; prefetched?: Prefetch | undefined },
 ): Promise<{ crawl: CrawlOutcome; summary: RunSummary | undefined }> {
   const crawl = await crawlConversation(d, run, conversationId, { full: o.full, named: true, signal: d.signal });
+  // A first request sent ahead that the crawl did not use is still part of what the run asked.
+  const unused = o.prefetched && !o.prefetched.release() ? o.prefetched.tally : newTally();
+  crawl.tally = addTally(crawl.tally, unused);
   if (crawl.kind === 'stopped') {
     interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
     return { crawl, summary: undefined };

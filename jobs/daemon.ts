@@ -10,7 +10,7 @@ import { CONFIG_FIELDS, type Config } from '../config/index.js';
 import { apiClientFromConfig } from '../src/api/client.js';
 import { RateLimiterPool } from '../src/api/rate-limit.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
-import { systemClock } from '../src/clock.js';
+import { systemClock, type Clock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
 import type { ReadinessCheck, RunningServer, WebhookOptions } from '../src/server/index.js';
 import { Metrics } from '../src/server/metrics.js';
@@ -42,6 +42,11 @@ export interface DaemonOptions {
    * `CONVO_MIRROR_HTTP_PORT=0` turns the server off. `false` turns it off. @defaultValue the config's
    */
   httpListen?: { host?: string; port: number } | false;
+  /**
+   * Time of the runs, the mirror and publication (tests inject one to cross a day without waiting);
+   * schedules, job locks and rate limits keep real time. @defaultValue the system clock
+   */
+  clock?: Clock;
 }
 
 /** How a daemon ended. */
@@ -102,7 +107,7 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
     logger.fatal({ err: describeError(err), code: err.code }, 'the mirror is unusable: stopping the daemon');
     onFatalStop();
   };
-  const res = await openResources(config, logger, onFatal);
+  const res = await openResources(config, logger, onFatal, o.clock ?? systemClock);
   // A stop asked during start-up aborts the workspace checks and skips starting the engine.
   let stopAsked = false;
   void o.stop.then(() => {
@@ -153,19 +158,22 @@ async function startUp(config: Config, logger: Logger, res: Resources, o: Daemon
  * writing (its writer lock taken; runs a dead process left running marked interrupted), one client
  * per workspace (sharing a rate limiter per base URL and key), the metrics and the engine.
  */
-async function openResources(config: Config, logger: Logger, onFatal: (err: Error) => void): Promise<Resources> {
+async function openResources(config: Config, logger: Logger, onFatal: (err: Error) => void, clock: Clock): Promise<Resources> {
   assertSafeExportDir(config.exportDir, config.db);
   assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
   assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
   const target = publishSettingsFromConfig(config, logger);
   if (config.scheduler === 'bullmq') await assertRedisReachable(config.redisUrl);
-  const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger);
+  const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger, clock);
   const abort = new AbortController();
   let engine: DaemonEngine | undefined;
   const metrics = new Metrics({
     logger,
-    // Change-log rows above the watermark (status's count; cheap while the exports keep up).
-    exportLag: () => mirror.unexportedChanges(),
+    // What waits above the watermark (cheap while the exports keep up): changes, and held run lines.
+    exportLag: () => {
+      const waiting = mirror.pendingExport();
+      return { changes: waiting.data, runLines: waiting.runLines };
+    },
     queueJobCounts: () => (engine ? engine.jobCounts() : Promise.resolve({})),
   });
   // A 429 makes every worker of the BullMQ queue back off (when all workspaces share one key).
@@ -175,11 +183,12 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     logger,
     mirror,
     workspaces,
-    clock: systemClock,
+    clock,
     target,
     signal: abort.signal,
     onFatal,
     onRunFinished: (summary, accountId) => metrics.onRunFinished(summary, accountId),
+    onNotFound: (accountId) => metrics.onNotFound(accountId),
   };
   try {
     engine = config.scheduler === 'local' ? localEngine(ctx) : await bullmqEngine(ctx);

@@ -34,6 +34,12 @@ export interface JobDeps extends SyncDeps {
    * throws is ignored. A `finish` step retried after recording its run reports it again.
    */
   onRunFinished?: (summary: RunSummary, accountId: string) => void;
+  /**
+   * Called when an on-demand job's conversation does not exist (the API answers 404 and the mirror
+   * never had it; no run was recorded), with the account, e.g. the daemon's metrics. A hook that
+   * throws is ignored.
+   */
+  onNotFound?: (accountId: string) => void;
 }
 
 /** What recording a job's run needs: {@link JobDeps} without the BullMQ queue and its policy. */

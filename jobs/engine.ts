@@ -12,6 +12,7 @@ import type { RunSummary, RunTarget } from '../src/run/index.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import type { Mirror } from '../src/store/mirror.js';
 import type { ConversationJobResult } from './queue.js';
+import type { NotFoundJobResult } from './conversation-job.js';
 
 /** One workspace the daemon mirrors, with what it was built with at start-up. */
 export interface DaemonWorkspace {
@@ -39,6 +40,8 @@ export interface EngineContext {
   onFatal: (err: Error) => void;
   /** Called with every finished run and its account (the metrics). */
   onRunFinished: (summary: RunSummary, accountId: string) => void;
+  /** Called when an on-demand job's conversation does not exist (no run recorded), with its account (the metrics). */
+  onNotFound?: ((accountId: string) => void) | undefined;
 }
 
 /** The schedules and the queue of a daemon. */
@@ -72,7 +75,8 @@ export interface DaemonEngine {
 
 /** The figures of a job's return value, for its `job completed` line. */
 export function jobFigures(value: unknown): Record<string, unknown> {
-  const v = value as Partial<RunSummary> & Partial<ConversationJobResult>;
+  const v = value as Partial<RunSummary> & Partial<ConversationJobResult> & Partial<NotFoundJobResult>;
+  if (v?.outcome === 'not_found') return { conversation_id: v.conversationId, outcome: v.outcome };
   if (v?.result) return { conversation_id: v.result.id, status: v.result.status, inserted: v.result.inserted, updated: v.result.updated, deleted: v.result.deleted, pages: v.result.pages };
   if (v?.runId !== undefined) return { run: v.runId, status: v.status, conversations: v.conversations, messages: v.messages, requests: v.requests, export_lines: v.export?.lines };
   return {};

@@ -13,7 +13,7 @@
 import { describeError, RunError } from '../src/errors.js';
 import { runSync, startRun, type RunSummary } from '../src/run/index.js';
 import { jobFigures, type DaemonEngine, type DaemonWorkspace, type EngineContext } from './engine.js';
-import { crawlOnDemand, onDemandSpec } from './conversation-job.js';
+import { crawlOnDemand, firstContact, notFound, onDemandSpec, type NotFoundJobResult } from './conversation-job.js';
 import { KeyedMutex, type RunJobDeps } from './deps.js';
 import { LocalQueue, LocalScheduler, type LocalJob } from './local-queue.js';
 import { conversationDedupId, schedulerId, type ConversationJobData, type WorkspaceJobData } from './queue.js';
@@ -84,7 +84,7 @@ async function processLocalJob(
   locks: KeyedMutex,
   job: LocalJob<LocalJobData>,
   signal: AbortSignal,
-): Promise<RunSummary | undefined> {
+): Promise<RunSummary | NotFoundJobResult | undefined> {
   const w = byAccount.get((job.data.accountId ?? '').toLowerCase());
   if (!w) throw Object.assign(new Error(`job ${job.id} is for workspace ${job.data.accountId}, which this daemon does not mirror`), { retryable: false });
   const deps: RunJobDeps = {
@@ -99,6 +99,7 @@ async function processLocalJob(
     changeFieldSetting: ctx.config.changeField,
     onFatal: ctx.onFatal,
     onRunFinished: ctx.onRunFinished,
+    onNotFound: ctx.onNotFound,
   };
   try {
     return job.data.kind === 'workspace' ? await workspaceRun(ctx, deps, job.data, signal) : await conversationRun(deps, job.data);
@@ -131,9 +132,12 @@ async function workspaceRun(ctx: EngineContext, d: RunJobDeps, data: WorkspaceJo
 }
 
 /** A conversation job: its own on-demand run (trigger `webhook`); a failed crawl fails the job. */
-async function conversationRun(d: RunJobDeps, data: ConversationJobData): Promise<RunSummary | undefined> {
+async function conversationRun(d: RunJobDeps, data: ConversationJobData): Promise<RunSummary | NotFoundJobResult | undefined> {
+  // As the BullMQ job: a conversation that does not exist leaves no run behind.
+  const ahead = await firstContact(d, data.conversationId);
+  if (ahead?.outcome === 'not-found') return notFound(d, data.conversationId, ahead);
   const run = startRun(d, onDemandSpec(d.accountId, data));
-  const { crawl, summary } = await crawlOnDemand(d, run, data.conversationId, { full: data.full });
+  const { crawl, summary } = await crawlOnDemand(d, run, data.conversationId, { full: data.full, prefetched: ahead });
   if (crawl.kind === 'failed') throw crawl.failure.error;
   return summary;
 }

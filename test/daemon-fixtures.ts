@@ -21,6 +21,7 @@ import { ACCOUNT_ID, API_KEY, cliEnv, quietLogger, readExportLines, tempDir, wit
 import { waitFor, within } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 import { sqlAll } from './sql.js';
+import type { Clock } from '../src/clock.js';
 
 /** A cron that never fires during a test run. */
 export const NEVER = '0 0 1 1 *';
@@ -50,7 +51,7 @@ export interface DaemonFixtures {
    * Starts `runDaemon` in this process and waits (bounded) until its worker runs; with `http`, its
    * HTTP server listens on a free port of 127.0.0.1 (`url`).
    */
-  startDaemon(config: Config, o?: { http?: boolean }): Promise<InProcessDaemon>;
+  startDaemon(config: Config, o?: { http?: boolean; clock?: Clock }): Promise<InProcessDaemon>;
   /** A queue on `prefix` (closed in `afterEachTest`). */
   queueFor(prefix: string): Queue;
   afterEachTest(): Promise<void>;
@@ -87,7 +88,7 @@ export function daemonFixtures(label: string): DaemonFixtures {
       });
     },
     async startDaemon(config, o = {}) {
-      const d = inProcessDaemon(config, o.http === true);
+      const d = inProcessDaemon(config, o.http === true, o.clock);
       daemons.push(d.daemon);
       d.daemon.url = (await d.ready).httpUrl;
       return d.daemon;
@@ -110,12 +111,12 @@ export function daemonFixtures(label: string): DaemonFixtures {
 }
 
 /** `runDaemon` in this process, and a promise of its readiness (bounded: 15 s). */
-function inProcessDaemon(config: Config, http: boolean): { daemon: InProcessDaemon; ready: Promise<{ httpUrl: string | undefined }> } {
+function inProcessDaemon(config: Config, http: boolean, clock?: Clock): { daemon: InProcessDaemon; ready: Promise<{ httpUrl: string | undefined }> } {
   let release!: () => void;
   const stop = new Promise<void>((r) => (release = r));
   let ready!: (r: { httpUrl: string | undefined }) => void;
   const readyP = new Promise<{ httpUrl: string | undefined }>((r) => (ready = r));
-  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready, ...(http ? { httpListen: { host: '127.0.0.1', port: 0 } } : {}) });
+  const done = runDaemon({ config, logger: quietLogger(), stop, onReady: ready, ...(http ? { httpListen: { host: '127.0.0.1', port: 0 } } : {}), ...(clock ? { clock } : {}) });
   let stopped: Promise<DaemonExit> | undefined;
   const daemon: InProcessDaemon = {
     config,

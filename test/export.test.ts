@@ -380,7 +380,7 @@ describe('publishChanges', () => {
     const snapshot = snapshotFiles(h.exportDir);
     const batches = sqlAll(h.mirror, `SELECT * FROM export_batches`);
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
-    expect(res).toEqual({ files: [], lines: 0, watermark: maxSeq(h), resumed: false, head: s.export.head });
+    expect(res).toEqual({ files: [], lines: 0, watermark: maxSeq(h), resumed: false, head: s.export.head, held: 0 });
     expect(s.export.watermark).toBe(maxSeq(h) - 1); // the run's own line was published after its changes
     expect(snapshotFiles(h.exportDir)).toEqual(snapshot);
     expect(sqlAll(h.mirror, `SELECT * FROM export_batches`)).toEqual(batches);
@@ -389,7 +389,7 @@ describe('publishChanges', () => {
   it('with nothing ever synced publishes zero files', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([]) });
     const res = publishChanges(h.mirror, { exportDir: h.exportDir });
-    expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false, head: undefined });
+    expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false, head: undefined, held: 0 });
     expect(jsonlFiles(h.exportDir).size).toBe(0);
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
     expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 2, mirror_id: h.mirror.mirrorId(), watermark: 0, ledger: '_ledger', head: null });

@@ -16,7 +16,7 @@ import { childJobId } from '../jobs/processors.js';
 import { WORKSPACE_JOB, enqueueConversation, enqueueWorkspace, jobOptions, type ConversationJobData, type WorkspaceJobData } from '../jobs/queue.js';
 import { FakeWorkspace, type FakeApi } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
-import { ACCOUNT_ID, withMirror } from './helpers.js';
+import { ACCOUNT_ID, testClock, withMirror } from './helpers.js';
 import { sqlAll, sqlGet } from './sql.js';
 import { daemonFixtures, messagesPath, waitForJob } from './daemon-fixtures.js';
 
@@ -162,5 +162,30 @@ describe('the error decides retry', () => {
     );
     // Every request the run made is counted, the failed children's included.
     expect(runRow(d.config.db, summary.runId)).toMatchObject({ status: 'partial', messages_served: 4, requests: fake.requests.length - atReady });
+  });
+});
+
+describe('a quiet daemon adds no record every tick', () => {
+  it('20 scheduled ticks on an unchanged workspace add no ledger record; the first tick after midnight UTC adds one, holding them all', async () => {
+    const ws = FakeWorkspace.fromCounts([3, 120, 7]);
+    const fake = await fx.fakeApi(ws);
+    const prefix = fx.prefix();
+    const clock = testClock({ start: Date.parse('2026-11-25T09:00:00.000Z') });
+    const d = await fx.startDaemon(fx.daemonConfig(fake, prefix), { clock });
+    const queue = fx.queueFor(prefix);
+    const tick = async () => {
+      const id = await scheduledTick(queue, 'regular');
+      const job = await waitForJob(queue, id, 'completed', 15_000);
+      clock.advance(15 * 60_000);
+      return job.returnvalue as RunSummary;
+    };
+    await tick(); // mirrors the workspace: its changes and its own line (2 records)
+    const ledger = () => withMirror(d.config.db, (m) => ({ records: m.ledgerEntries().length, files: m.publishedFiles().length, held: m.pendingExport().runLines }));
+    expect(ledger()).toEqual({ records: 2, files: 3, held: 0 });
+    for (let i = 1; i <= 20; i++) expect((await tick()).export.held?.lines).toBe(i);
+    expect(ledger()).toEqual({ records: 2, files: 3, held: 20 });
+    clock.advance(24 * 3_600_000); // the next day
+    await tick();
+    expect(ledger()).toEqual({ records: 3, files: 4, held: 1 });
   });
 });

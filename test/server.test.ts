@@ -235,9 +235,10 @@ describe('Metrics', () => {
 
   it('reads the export lag and the queue at scrape time; a source that throws (NaN) or hangs (no sample) counts a collect error', async () => {
     let lag = 5;
-    const m = new Metrics({ processMetrics: false, exportLag: () => lag, queueJobCounts: async () => ({ waiting: 2, active: 1, failed: 0 }) });
+    const m = new Metrics({ processMetrics: false, exportLag: () => ({ changes: lag, runLines: 3 }), queueJobCounts: async () => ({ waiting: 2, active: 1, failed: 0 }) });
     let p = parseProm(await m.render()).samples;
     expect(value(p, 'convo_mirror_export_lag_changes')).toBe(5);
+    expect(value(p, 'convo_mirror_export_held_run_lines')).toBe(3);
     expect(value(p, 'convo_mirror_queue_jobs', { state: 'waiting' })).toBe(2);
     expect(value(p, 'convo_mirror_queue_jobs', { state: 'active' })).toBe(1);
     lag = 0;
@@ -253,6 +254,7 @@ describe('Metrics', () => {
     });
     p = parseProm(await within(broken.render(), 5_000, 'a scrape with a hung source')).samples;
     expect(value(p, 'convo_mirror_export_lag_changes')).toBeNaN();
+    expect(value(p, 'convo_mirror_export_held_run_lines')).toBeNaN();
     expect(find(p, 'convo_mirror_queue_jobs')).toEqual([]);
     expect(value(p, 'convo_mirror_collect_errors_total', { collector: 'export_lag' })).toBe(1);
     expect(value(p, 'convo_mirror_collect_errors_total', { collector: 'queue_jobs' })).toBe(1);

@@ -38,10 +38,11 @@ function exportFigures(e: RunSummary['export'], succeeded: boolean): string {
     );
   }
   // "Nothing changed" only when the run could tell: a failed run may have missed changes.
-  if (e.lines === 0 && !succeeded) return `  exports: no new lines (watermark ${e.watermark})`;
+  const held = e.held ? `; ${e.held.lines === 1 ? "this run's line waits" : `${e.held.lines} run lines (this run's too) wait`} for the next publication with changes, at the latest the first after ${e.held.until}` : '';
+  if (e.lines === 0 && !succeeded) return `  exports: no new lines (watermark ${e.watermark})${held}`;
   return e.lines === 0
-    ? `  exports: no new lines: nothing changed since the last publication (watermark ${e.watermark})`
-    : `  exports: ${e.lines} new lines in ${e.files} files (watermark ${e.watermark})`;
+    ? `  exports: no new lines: nothing changed since the last publication (watermark ${e.watermark})${held}`
+    : `  exports: ${e.lines} new lines in ${e.files} files (watermark ${e.watermark})${held}`;
 }
 
 /**

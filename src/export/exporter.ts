@@ -67,6 +67,15 @@ export interface ExportOptions {
   gzip?: boolean;
   /** Sign each batch record with this Ed25519 key (see src/export/signing.ts). @defaultValue unsigned */
   signingKey?: SigningKey | undefined;
+  /**
+   * Hold run lines: when only lines of the `runs` stream wait (no message or conversation
+   * changed since the last publication), no batch is planned until the heartbeat window of the
+   * oldest of them has ended ({@link heartbeatDue}); they go out with the next batch that carries
+   * changes in any case. Undefined or 0: everything waiting is published. A batch planned before
+   * (an interrupted publication) is always re-published. Milliseconds.
+   * @defaultValue undefined (publish everything)
+   */
+  runsHeartbeatMs?: number | undefined;
   clock?: Clock;
   logger?: Logger | undefined;
   /**
@@ -97,6 +106,33 @@ export interface ExportResult {
   resumed: boolean;
   /** The chain head after the call; undefined when nothing was ever published. */
   head: LedgerHead | undefined;
+  /** Run lines left waiting by {@link ExportOptions.runsHeartbeatMs} (0 when nothing was held). */
+  held: number;
+}
+
+/**
+ * Whether run lines held since `oldestMs` are due: the heartbeat window they fell in (windows are
+ * the multiples of `heartbeatMs` since the epoch, so 24 h windows are UTC days) has ended by `nowMs`.
+ * Epoch-aligned windows make a quiet day one batch holding one day's lines (one file per account),
+ * where "older than 24 h" would straddle two days.
+ *
+ * @param heartbeatMs - window length, ms (> 0)
+ */
+export function heartbeatDue(oldestMs: number, nowMs: number, heartbeatMs: number): boolean {
+  return Math.floor(nowMs / heartbeatMs) > Math.floor(oldestMs / heartbeatMs);
+}
+
+/** When the heartbeat window holding `oldestMs` ends (epoch ms): held run lines are due from then on. */
+export function heartbeatWindowEnd(oldestMs: number, heartbeatMs: number): number {
+  return (Math.floor(oldestMs / heartbeatMs) + 1) * heartbeatMs;
+}
+
+/** The run lines publication holds back now ({@link ExportOptions.runsHeartbeatMs}), or 0 when it publishes what waits. */
+function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: number): number {
+  if (!heartbeatMs || mirror.pendingExportBatch() !== undefined) return 0;
+  const waiting = mirror.pendingExport();
+  if (waiting.data > 0 || waiting.oldestRunLineAt === undefined) return 0;
+  return heartbeatDue(Date.parse(waiting.oldestRunLineAt), nowMs, heartbeatMs) ? 0 : waiting.runLines;
 }
 
 /**
@@ -134,13 +170,15 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
   migrateToLedger(mirror, target, mirrorId, opts);
 
-  // 1. Plan (or find the planned, unpublished) batch.
-  const plan = mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
+  // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
+  const held = heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
+  const plan = held > 0 ? undefined : mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
   if (!plan) {
     const head = mirror.ledgerHead();
     const watermark = mirror.exportWatermark();
     writeManifestIfChanged(target, manifestOf(mirrorId, head, watermark));
-    return { files: [], lines: 0, watermark, resumed: false, head };
+    if (held > 0) opts.logger?.debug({ run_lines: held }, 'run lines held: nothing changed; they go out with the next changes or at the heartbeat');
+    return { files: [], lines: 0, watermark, resumed: false, head, held };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
@@ -157,9 +195,9 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   if (plan.resumed) {
     // The interrupted batch is out; now publish what was committed since it was planned.
     const rest = publishChanges(mirror, opts);
-    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head };
+    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held };
   }
-  return { files, lines, watermark: plan.last_seq, resumed: false, head };
+  return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0 };
 }
 
 /** Writes a batch's data files, one partition (stream, account, day) at a time, in seq order. */

@@ -25,6 +25,11 @@ export interface PublishSettings {
   signingKey?: SigningKey | undefined;
   /** During a run, publish every this many ms; undefined: only at the end. */
   publishIntervalMs?: number | undefined;
+  /**
+   * Hold the line of a run that changed nothing until the next publication with changes or the
+   * end of its heartbeat window, ms (see `ExportOptions.runsHeartbeatMs`). @defaultValue undefined (never held)
+   */
+  runsHeartbeatMs?: number | undefined;
 }
 
 /** The settings {@link publishSettingsFromConfig} reads (the `Config` fields of the same names). */
@@ -33,6 +38,7 @@ export interface PublishConfig {
   groupReadable: boolean;
   exportGzip: boolean;
   publishIntervalMs: number;
+  runsHeartbeatMs: number;
   signingKeyFile: string | undefined;
 }
 
@@ -51,6 +57,7 @@ export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger
     gzip: config.exportGzip,
     signingKey,
     publishIntervalMs: config.publishIntervalMs,
+    runsHeartbeatMs: config.runsHeartbeatMs,
   };
 }
 
@@ -70,10 +77,14 @@ export class Publisher {
   }
 
   /**
-   * Publishes every change not yet exported.
+   * Publishes every change not yet exported; run lines alone wait as {@link PublishSettings.runsHeartbeatMs}
+   * says, unless `o.runLines` is `now`.
+   *
+   * @param o.runLines - `now`: publish waiting run lines too (a run that changed something
+   *   publishes its own line at once). @defaultValue `hold`
    * @throws what `publishChanges` throws
    */
-  publish(): ExportResult {
+  publish(o: { runLines?: 'hold' | 'now' } = {}): ExportResult {
     this.last = this.o.clock.now();
     const s = this.settings;
     return publishChanges(this.mirror, {
@@ -84,6 +95,7 @@ export class Publisher {
       ...(s.modes ? { modes: s.modes } : {}),
       ...(s.gzip ? { gzip: true } : {}),
       ...(s.signingKey ? { signingKey: s.signingKey } : {}),
+      ...(o.runLines !== 'now' && s.runsHeartbeatMs ? { runsHeartbeatMs: s.runsHeartbeatMs } : {}),
     });
   }
 

@@ -4,7 +4,7 @@
  * of workspace jobs.
  */
 import { RunError, describeError } from '../errors.js';
-import type { ExportResult } from '../export/exporter.js';
+import { heartbeatWindowEnd, type ExportResult } from '../export/exporter.js';
 import { Publisher } from '../export/publisher.js';
 import type { SyncDeps } from '../sync/types.js';
 import { runColumns, workFigures } from './figures.js';
@@ -30,11 +30,16 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
   if (firstError !== undefined) summary.status = 'failed';
   try {
     deps.mirror.finishRun(o.run.runId, runColumns(summary, firstError !== undefined ? describeError(firstError) : null));
-    // The run's own line is part of the archive: publish it, and record the head it leaves.
+    // The run's own line is part of the archive: a run that changed something publishes it now
+    // and records the head it leaves; the line of a run that changed nothing waits for the next
+    // publication with changes, or the heartbeat (a quiet daemon adds no record every tick).
     // (Its failure is no failure of the run, recorded as it is: the line waits for the next publication.)
-    const own = published.error === undefined ? publishRun(publisher) : published;
-    if (own.error !== undefined && published.error === undefined) {
-      log.warn({ err: describeError(own.error) }, "could not publish the run's own line; the next publication exports it");
+    if (published.error === undefined && (!o.target.runsHeartbeatMs || changedAnything(deps, o.run.runId))) {
+      const own = publishRun(publisher, 'now');
+      if (own.error !== undefined) log.warn({ err: describeError(own.error) }, "could not publish the run's own line; the next publication exports it");
+    } else if (published.error === undefined) {
+      const held = heldLines(deps, o.target.runsHeartbeatMs);
+      if (held) summary.export.held = held;
     }
     const head = deps.mirror.ledgerHead();
     deps.mirror.setRunLedgerHead(o.run.runId, head);
@@ -69,13 +74,34 @@ interface Published {
   error?: unknown;
 }
 
-/** Publishes every change not yet exported (this run's and any earlier run's). Never throws. */
-function publishRun(publisher: Publisher): Published {
+/**
+ * Publishes every change not yet exported (this run's and any earlier run's); run lines alone
+ * wait for their heartbeat unless `runLines` is `now`. Never throws.
+ */
+function publishRun(publisher: Publisher, runLines: 'hold' | 'now' = 'hold'): Published {
   try {
-    return { exported: publisher.publish() };
+    return { exported: publisher.publish({ runLines }) };
   } catch (err) {
     return { error: err }; // a damaged mirror arrives as MirrorUnusableError (the store converts it)
   }
+}
+
+/** Whether run `runId` changed any message or conversation (its change-log rows, in every process and attempt). */
+function changedAnything(deps: SyncDeps, runId: number): boolean {
+  try {
+    const c = deps.mirror.runChanges(runId);
+    return [c.messages, c.conversations].some((x) => x.inserted + x.updated + x.deleted > 0);
+  } catch {
+    return true; // an unusable mirror: publishing says why
+  }
+}
+
+/** The run lines waiting when held ({@link RunSummary} `export.held`), or undefined when none waits or nothing is held. */
+function heldLines(deps: SyncDeps, heartbeatMs: number | undefined): RunSummary['export']['held'] {
+  if (!heartbeatMs) return undefined;
+  const waiting = deps.mirror.pendingExport();
+  if (waiting.oldestRunLineAt === undefined) return undefined;
+  return { lines: waiting.runLines, until: new Date(heartbeatWindowEnd(Date.parse(waiting.oldestRunLineAt), heartbeatMs)).toISOString() };
 }
 
 /** Records the run's failures (replacing earlier records of the run). @returns the store's error, if any */

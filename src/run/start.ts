@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import { Mirror } from '../store/mirror.js';
 import type { FileModes } from '../private-fs.js';
+import type { Clock } from '../clock.js';
 import type { SyncDeps } from '../sync/types.js';
 import type { RunHandle, RunSpec } from './types.js';
 
@@ -82,10 +83,11 @@ export function sweepInterruptedRuns(mirror: Mirror, logger: Logger): number {
  * closed again when the sweep fails.
  *
  * @param modes - modes of what opening creates (see `MirrorOptions.modes`)
+ * @param clock - the mirror's time (runs, changes). @defaultValue the system clock
  * @throws what {@link Mirror.open} throws; {@link MirrorUnusableError} from the sweep
  */
-export function openMirrorForRuns(file: string, modes: FileModes, logger: Logger): Mirror {
-  const mirror = Mirror.open(file, { modes });
+export function openMirrorForRuns(file: string, modes: FileModes, logger: Logger, clock?: Clock): Mirror {
+  const mirror = Mirror.open(file, { modes, ...(clock ? { clock } : {}) });
   try {
     sweepInterruptedRuns(mirror, logger);
   } catch (err) {

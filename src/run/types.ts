@@ -132,6 +132,12 @@ export interface RunSummary {
      */
     head?: { batch_id: number; hash: string };
     error?: string;
+    /**
+     * Run lines waiting for publication when the run ended (its own among them) because this run
+     * changed nothing (see `PublishSettings.runsHeartbeatMs`): how many, and when (ISO 8601 UTC)
+     * the heartbeat makes them due at the latest. Absent when nothing waits.
+     */
+    held?: { lines: number; until: string };
   };
   failures: { id: string; code: string; message: string }[];
 }

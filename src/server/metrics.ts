@@ -21,10 +21,11 @@ export const DEFAULT_COLLECT_TIMEOUT_MS = 1000;
 /** Options of {@link Metrics}. */
 export interface MetricsOptions {
   /**
-   * Change-log rows not yet published (`convo_mirror_export_lag_changes`), read at each scrape. A
-   * throw makes the sample `NaN` for that scrape and counts a collect error. Without it the gauge reads 0.
+   * What waits for publication, read at each scrape: changes of messages and conversations
+   * (`convo_mirror_export_lag_changes`) and run lines (`convo_mirror_export_held_run_lines`). A
+   * throw makes both samples `NaN` for that scrape and counts a collect error. Without it the gauges read 0.
    */
-  exportLag?: () => number;
+  exportLag?: () => { changes: number; runLines: number };
   /**
    * Jobs of the queue by state (`convo_mirror_queue_jobs{state}`), read at each scrape, e.g.
    * BullMQ's `queue.getJobCounts()`. Bounded by `collectTimeoutMs`; a failure or a timeout leaves
@@ -55,8 +56,13 @@ export interface MetricsOptions {
  * - `convo_mirror_run_duration_seconds{account_id,refresh}`: histogram of finished runs' durations.
  * - `convo_mirror_last_success_timestamp_seconds{account_id}`: when the last run with status
  *   `succeeded` finished, Unix seconds (absent until one has).
- * - `convo_mirror_export_lag_changes`: change-log rows not yet published (at scrape time; `NaN`
- *   when the mirror could not be read).
+ * - `convo_mirror_export_lag_changes`: changes of messages and conversations not yet published (at
+ *   scrape time; `NaN` when the mirror could not be read). Run lines are not counted: the line of a
+ *   run that changed nothing waits for the next changes or the heartbeat, by design.
+ * - `convo_mirror_export_held_run_lines`: run lines waiting for publication (same scrape).
+ * - `convo_mirror_conversations_not_found_total{account_id}`: on-demand jobs (a webhook's, or
+ *   `enqueue`'s) for a conversation the API answers 404 and the mirror never had: completed without
+ *   a run.
  * - `convo_mirror_queue_jobs{state}`: jobs in the queue by state (at scrape time).
  * - `convo_mirror_collect_errors_total{collector}`: scrapes where `export_lag` or `queue_jobs`
  *   could not be read.
@@ -76,6 +82,8 @@ export class Metrics {
   private readonly runDuration: Histogram<'account_id' | 'refresh'>;
   private readonly lastSuccess: Gauge<'account_id'>;
   private readonly exportLag: Gauge;
+  private readonly heldRunLines: Gauge;
+  private readonly notFound: Counter<'account_id'>;
   private readonly queueJobs: Gauge<'state'>;
   private readonly collectErrors: Counter<'collector'>;
 
@@ -91,7 +99,9 @@ export class Metrics {
     this.runs = new Counter({ name: 'convo_mirror_runs_total', help: 'Finished runs by status', labelNames: ['account_id', 'status'], registers });
     this.runDuration = new Histogram({ name: 'convo_mirror_run_duration_seconds', help: 'Duration of finished runs, seconds', labelNames: ['account_id', 'refresh'], buckets: [...RUN_DURATION_BUCKETS], registers });
     this.lastSuccess = new Gauge({ name: 'convo_mirror_last_success_timestamp_seconds', help: 'When the last run with status succeeded finished, Unix seconds', labelNames: ['account_id'], registers });
-    this.exportLag = new Gauge({ name: 'convo_mirror_export_lag_changes', help: 'Change-log rows not yet published to the exports', registers });
+    this.exportLag = new Gauge({ name: 'convo_mirror_export_lag_changes', help: 'Changes of messages and conversations not yet published to the exports', registers });
+    this.heldRunLines = new Gauge({ name: 'convo_mirror_export_held_run_lines', help: 'Run lines waiting for the next publication with changes, or the heartbeat', registers });
+    this.notFound = new Counter({ name: 'convo_mirror_conversations_not_found_total', help: 'On-demand jobs for a conversation the API answers 404 and the mirror never had (no run recorded)', labelNames: ['account_id'], registers });
     this.queueJobs = new Gauge({ name: 'convo_mirror_queue_jobs', help: 'Jobs in the queue by state', labelNames: ['state'], registers });
     this.collectErrors = new Counter({ name: 'convo_mirror_collect_errors_total', help: 'Scrapes where a gauge read at scrape time could not be read', labelNames: ['collector'], registers });
   }
@@ -129,6 +139,11 @@ export class Metrics {
     if (s.status === 'succeeded') this.lastSuccess.set(account, this.now() / 1000);
   }
 
+  /** Counts an on-demand job of `accountId` whose conversation does not exist (no run recorded). */
+  onNotFound(accountId: string): void {
+    this.notFound.inc({ account_id: accountId });
+  }
+
   /** The Content-Type of {@link Metrics.render}'s text (Prometheus text exposition 0.0.4). */
   get contentType(): string {
     return this.registry.contentType;
@@ -149,10 +164,13 @@ export class Metrics {
     const { exportLag, queueJobCounts } = this.o;
     if (exportLag) {
       try {
-        this.exportLag.set(exportLag());
+        const lag = exportLag();
+        this.exportLag.set(lag.changes);
+        this.heldRunLines.set(lag.runLines);
       } catch (err) {
         // Unknown, and said so: a gauge without labels always has a sample; never a stale or made-up value.
         this.exportLag.set(Number.NaN);
+        this.heldRunLines.set(Number.NaN);
         this.collectFailed('export_lag', err);
       }
     }

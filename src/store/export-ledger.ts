@@ -5,7 +5,7 @@
  * the files and the records' format; this owns what was published.
  */
 import type { Db, Statement } from './sqlite.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, PublishedFile } from './types.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, PendingExport, PublishedFile } from './types.js';
 
 
 /** What a genesis record of a migrated export directory covers: everything published before the ledger. */
@@ -151,6 +151,7 @@ export class ExportLedger {
   private readonly fileTotals: Statement<[], { files: number; lines: number }>;
   private readonly publishedBatches: Statement<[], { n: number }>;
   private readonly lag: Statement<[], { n: number }>;
+  private readonly pendingOf: Statement<[], { data: number; run_lines: number; oldest_run_line: string | null }>;
   private readonly headOf: Statement<[], LedgerHead>;
   private readonly insertEntry: Statement<LedgerEntry & { published_at: string }>;
   private readonly entries: Statement<[], LedgerEntry>;
@@ -177,6 +178,12 @@ export class ExportLedger {
     this.publishedBatches = db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NOT NULL`);
     // A range of the primary key: costs what lies above the watermark, not the whole log.
     this.lag = db.prepare(`SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`);
+    // The same range, split: changes of the mirror's records, and run lines (with the oldest's time).
+    this.pendingOf = db.prepare(
+      `SELECT coalesce(sum(stream <> 'runs'), 0) AS data, coalesce(sum(stream = 'runs'), 0) AS run_lines,
+              min(CASE WHEN stream = 'runs' THEN synced_at END) AS oldest_run_line
+       FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`,
+    );
     this.headOf = db.prepare(`SELECT batch_id, hash FROM ledger ORDER BY batch_id DESC LIMIT 1`);
     this.insertEntry = db.prepare(`INSERT INTO ledger (batch_id, hash, prev_hash, path, files, lines, key_id, published_at)
                                    VALUES (@batch_id, @hash, @prev_hash, @path, @files, @lines, @key_id, @published_at)`);
@@ -189,6 +196,12 @@ export class ExportLedger {
   /** Change-log rows above the exported watermark (not yet published). */
   unexported(): number {
     return this.lag.get()!.n;
+  }
+
+  /** What waits above the exported watermark: see `Mirror.pendingExport`. */
+  waiting(): PendingExport {
+    const r = this.pendingOf.get()!;
+    return { data: r.data, runLines: r.run_lines, oldestRunLineAt: r.oldest_run_line ?? undefined };
   }
 
   /** The last `change_log.seq` published. */

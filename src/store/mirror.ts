@@ -46,6 +46,7 @@ import type {
   ListOrder,
   MirrorAccess,
   MirrorOptions,
+  PendingExport,
   PublishedFile,
   RunFailureRecord,
   RunFigures,
@@ -65,6 +66,7 @@ export type {
   ListOrder,
   MirrorAccess,
   MirrorOptions,
+  PendingExport,
   PublishedFile,
   RunFailureRecord,
   RunFigures,
@@ -498,6 +500,14 @@ export class Mirror {
    */
   unexportedChanges(): number {
     return this.guard(() => this.ledger.unexported());
+  }
+
+  /**
+   * What waits above the exported watermark: changes of messages and conversations, and run lines
+   * with the time of the oldest. Costs what lies above the watermark (a range of the primary key).
+   */
+  pendingExport(): PendingExport {
+    return this.guard(() => this.ledger.waiting());
   }
 
   /**

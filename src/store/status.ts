@@ -13,6 +13,8 @@ const COUNTS = {
   change_log: `SELECT count(*) AS n FROM change_log`,
   export_watermark: `SELECT watermark AS n FROM export_state WHERE id = 1`,
   unexported_changes: `SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1)`,
+  // Of those, the run lines: a run that changed nothing publishes its line later (the heartbeat).
+  unexported_run_lines: `SELECT count(*) AS n FROM change_log WHERE seq > (SELECT watermark FROM export_state WHERE id = 1) AND stream = 'runs'`,
   export_files: `SELECT count(*) AS n FROM export_files`,
   ledger_records: `SELECT count(*) AS n FROM ledger`,
   checkpoints: `SELECT count(*) AS n FROM checkpoints`,

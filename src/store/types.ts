@@ -101,6 +101,16 @@ export interface PublishedFile {
   batch_id: number;
 }
 
+/** What waits above the exported watermark, by kind. */
+export interface PendingExport {
+  /** Change-log rows of messages and conversations. */
+  data: number;
+  /** Lines of the `runs` stream (a run's record as it ended). */
+  runLines: number;
+  /** `synced_at` (ISO 8601 UTC) of the oldest run line waiting; undefined when none waits. */
+  oldestRunLineAt: string | undefined;
+}
+
 /** An export batch: a seq range fixed in SQLite before any of its files is written. */
 export interface ExportBatch {
   id: number;
