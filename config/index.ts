@@ -70,6 +70,13 @@ export interface Config {
   readonly queuePrefix: string;
   /** Attempts of a job before it is kept as failed (dead letter). @defaultValue 5 */
   readonly jobAttempts: number;
+  /**
+   * How long Redis keeps a failed job (the dead letters `status` lists and `retry-failed`
+   * re-queues), ms. @defaultValue 604800000 (7 days)
+   */
+  readonly failedJobsMaxAgeMs: number;
+  /** Most failed jobs Redis keeps (the oldest go first). @defaultValue 1000 */
+  readonly failedJobsMaxCount: number;
   /** Lock of an active job, ms: a worker that dies loses its jobs to another after about this long. @defaultValue 30000 */
   readonly jobLockMs: number;
   /**
@@ -452,6 +459,23 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     defaultValue: 5,
     help: 'attempts before a job is kept as failed',
     commands: QUEUE,
+  },
+  failedJobsMaxAgeMs: {
+    env: 'CONVO_MIRROR_FAILED_JOBS_MAX_AGE',
+    flag: '--failed-jobs-max-age <duration>',
+    schema: durationSetting(60_000, 365 * 86_400_000),
+    defaultValue: 7 * 86_400_000,
+    shownDefault: '7d',
+    help: 'how long Redis keeps a failed job (a dead letter status lists and retry-failed re-queues)',
+    commands: ['daemon', 'enqueue'],
+  },
+  failedJobsMaxCount: {
+    env: 'CONVO_MIRROR_FAILED_JOBS_MAX_COUNT',
+    flag: '--failed-jobs-max-count <n>',
+    schema: intFrom(1, 1_000_000),
+    defaultValue: 1000,
+    help: 'most failed jobs Redis keeps; the oldest go first',
+    commands: ['daemon', 'enqueue'],
   },
   schedule: { env: 'CONVO_MIRROR_SCHEDULE', flag: '--schedule <cron>', schema: cron(), defaultValue: '*/15 * * * *', help: 'regular sync', commands: ['daemon'] },
   fullSchedule: { env: 'CONVO_MIRROR_FULL_SCHEDULE', flag: '--full-schedule <cron>', schema: cron(), defaultValue: '0 3 * * *', help: 'full refresh', commands: ['daemon'] },

@@ -18,6 +18,7 @@ import {
   QUEUE_NAME,
   claimQueuePrefix,
   enqueueConversation,
+  jobPolicyOf,
   openQueue,
   redisConnection,
   redisHost,
@@ -55,12 +56,12 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
     rateLimit(ms) {
       queue.rateLimit(ms).catch((err: unknown) => logger.warn({ err: describeError(err) }, 'could not set the queue rate limit'));
     },
-    enqueueConversation: (accountId, conversationId) => enqueueConversation(queue, conversationId, { accountId, trigger: 'webhook', policy: { attempts: config.jobAttempts } }),
+    enqueueConversation: (accountId, conversationId) => enqueueConversation(queue, conversationId, { accountId, trigger: 'webhook', policy: jobPolicyOf(config) }),
     async start() {
       const removed = await registerSchedulers(
         queue,
         ctx.workspaces.map((w) => ({ accountId: w.accountId, schedule: w.workspace.schedule, fullSchedule: w.workspace.fullSchedule })),
-        { tz: config.tz, policy: { attempts: config.jobAttempts } },
+        { tz: config.tz, policy: jobPolicyOf(config) },
       );
       if (removed.length > 0) logger.info({ schedulers: removed }, 'removed the job schedulers of workspaces no longer configured');
       worker = startWorker(config, logger, (job, token) => processJob(depsOf(deps, job), job, token));
@@ -99,7 +100,7 @@ function workspaceDeps(ctx: EngineContext, queue: Queue): Map<string, JobDeps> {
       target: ctx.target,
       // Long runs reach the exports progressively: what conversation jobs commit is published every publishIntervalMs.
       afterCommit: () => void publisher.maybePublish(),
-      policy: { attempts: ctx.config.jobAttempts },
+      policy: jobPolicyOf(ctx.config),
       signal: ctx.signal,
       locks,
       changeFieldSetting: ctx.config.changeField,

@@ -6,7 +6,7 @@
  */
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
-import { maskUserInfo } from '../config/index.js';
+import { maskUserInfo, type Config } from '../config/index.js';
 import { ConfigError } from '../src/errors.js';
 import type { ListingFigures, RunSummary } from '../src/run/index.js';
 import type { RunFailureRecord } from '../src/store/mirror.js';
@@ -103,20 +103,39 @@ export interface JobPolicy {
   attempts: number;
   /** First retry delay of the exponential backoff, ms. @defaultValue 1000 */
   backoffMs?: number;
+  /** How long a failed job (a dead letter) is kept, ms. @defaultValue {@link FAILED_JOBS_MAX_AGE_MS} (7 days) */
+  failedMaxAgeMs?: number;
+  /** Most failed jobs kept (the oldest are dropped first). @defaultValue {@link FAILED_JOBS_MAX_COUNT} (1,000) */
+  failedMaxCount?: number;
 }
+
+/** Completed jobs kept: the last 1,000, for at most 7 days. */
+const COMPLETED_KEPT = { count: 1000, age: 7 * 24 * 3600 } as const;
+
+/** How long failed jobs are kept by default, ms (`CONVO_MIRROR_FAILED_JOBS_MAX_AGE`): 7 days. */
+export const FAILED_JOBS_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+
+/** How many failed jobs are kept by default (`CONVO_MIRROR_FAILED_JOBS_MAX_COUNT`). */
+export const FAILED_JOBS_MAX_COUNT = 1000;
 
 /**
  * Options every job gets: `attempts` with exponential backoff; completed jobs trimmed to the last
- * 1,000 (and 7 days); failed jobs kept, as the dead letter list `status` shows and `retry-failed`
- * re-queues.
+ * 1,000 (and 7 days); failed jobs, the dead letter list `status` shows and `retry-failed`
+ * re-queues, kept for `failedMaxAgeMs` and at most `failedMaxCount` of them (BullMQ trims them
+ * when a job fails). Every run's failures stay in the mirror (`run_failures`) whatever Redis keeps.
  */
 export function jobOptions(policy: JobPolicy): JobsOptions {
   return {
     attempts: policy.attempts,
     backoff: { type: 'exponential', delay: policy.backoffMs ?? 1000 },
-    removeOnComplete: { count: 1000, age: 7 * 24 * 3600 },
-    removeOnFail: false,
+    removeOnComplete: COMPLETED_KEPT,
+    removeOnFail: { age: Math.ceil((policy.failedMaxAgeMs ?? FAILED_JOBS_MAX_AGE_MS) / 1000), count: policy.failedMaxCount ?? FAILED_JOBS_MAX_COUNT },
   };
+}
+
+/** The job policy of a configuration: its attempts, and how long and how many failed jobs Redis keeps. */
+export function jobPolicyOf(config: Pick<Config, 'jobAttempts' | 'failedJobsMaxAgeMs' | 'failedJobsMaxCount'>): JobPolicy {
+  return { attempts: config.jobAttempts, failedMaxAgeMs: config.failedJobsMaxAgeMs, failedMaxCount: config.failedJobsMaxCount };
 }
 
 /** Where the daemon's keys live. */

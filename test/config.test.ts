@@ -51,6 +51,8 @@ describe('loadConfig defaults', () => {
       shutdownTimeoutMs: 30_000,
       queuePrefix: 'convo-mirror',
       jobAttempts: 5,
+      failedJobsMaxAgeMs: 604_800_000,
+      failedJobsMaxCount: 1000,
       jobLockMs: 30_000,
       maxResponseBytes: 32 * 1024 * 1024,
       groupReadable: false,

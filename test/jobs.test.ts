@@ -13,7 +13,7 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Job, type Queue } from 'bullmq';
 import { childJobId } from '../jobs/processors.js';
-import { WORKSPACE_JOB, enqueueConversation, enqueueWorkspace, jobOptions, type ConversationJobData, type WorkspaceJobData } from '../jobs/queue.js';
+import { WORKSPACE_JOB, enqueueConversation, enqueueWorkspace, jobOptions, jobPolicyOf, type ConversationJobData, type WorkspaceJobData } from '../jobs/queue.js';
 import { FakeWorkspace, type FakeApi } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
 import { ACCOUNT_ID, testClock, withMirror } from './helpers.js';
@@ -162,6 +162,30 @@ describe('the error decides retry', () => {
     );
     // Every request the run made is counted, the failed children's included.
     expect(runRow(d.config.db, summary.runId)).toMatchObject({ status: 'partial', messages_served: 4, requests: fake.requests.length - atReady });
+  });
+});
+
+describe('the dead letter list is bounded', () => {
+  it('failed jobs are kept up to CONVO_MIRROR_FAILED_JOBS_MAX_COUNT, the newest; each failed run stays in the mirror', async () => {
+    const ws = FakeWorkspace.fromCounts([1, 1, 1, 1, 1]);
+    const fake = await fx.fakeApi(ws);
+    const prefix = fx.prefix();
+    const ids = ws.list().map((c) => c.id);
+    for (const id of ids) breakConversation(fake, id);
+    const d = await fx.startDaemon(fx.daemonConfig(fake, prefix, { CONVO_MIRROR_FAILED_JOBS_MAX_COUNT: '3', CONVO_MIRROR_FAILED_JOBS_MAX_AGE: '2d' }));
+    const queue = fx.queueFor(prefix);
+    const policy = jobPolicyOf(d.config);
+    const jobs: string[] = [];
+    for (const id of ids) {
+      const job = await enqueueConversation(queue, id, { accountId: ACCOUNT_ID, policy });
+      await waitForJob(queue, job, 'failed', 15_000);
+      jobs.push(job);
+    }
+    const failed = await queue.getFailed(0, -1);
+    expect(failed.map((j) => j.id).sort()).toEqual(jobs.slice(-3).sort());
+    expect(failed[0]!.opts.removeOnFail).toEqual({ age: 2 * 86_400, count: 3 });
+    // Redis forgets the oldest; the mirror does not: five runs, each with its failure.
+    expect(withMirror(d.config.db, (m) => sqlAll(m, `SELECT count(*) AS n FROM run_failures WHERE code = 'SCHEMA_ERROR'`))).toEqual([{ n: 5 }]);
   });
 });
 

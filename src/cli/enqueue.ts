@@ -32,12 +32,13 @@ interface EnqueueRequest {
  * queue or `--timeout` passed: the jobs stay queued.
  */
 async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
-  const { enqueueJobs } = await import('../../jobs/admin.js'); // the queue's libraries load only here
+  // The queue's libraries load only here.
+  const [{ enqueueJobs }, { jobPolicyOf }] = await Promise.all([import('../../jobs/admin.js'), import('../../jobs/queue.js')]);
   const result = await enqueueJobs(queueSettings(config), {
     accountId: o.accountId,
     conversationIds: o.conversationIds,
     full: o.full,
-    policy: { attempts: config.jobAttempts },
+    policy: jobPolicyOf(config),
     onQueued: (ids) => {
       for (const id of ids) process.stdout.write(`${id}\n`);
     },
