@@ -332,7 +332,8 @@ async function outcomeOf(queue: Queue, id: string, state: JobState | 'unknown'):
   const job = state === 'unknown' ? undefined : await Job.fromId(queue, id);
   if (!job) return { id, ok: false, message: 'no longer in the queue: removed before it was seen finishing' };
   if (state === 'failed') return { id, ok: false, message: job.failedReason || 'failed' };
-  const value = job.returnvalue as { status?: string } | undefined;
+  const value = job.returnvalue as { status?: string; outcome?: string } | undefined;
+  if (value?.outcome === 'not_found') return { id, ok: false, message: 'completed: not found (the API answers 404 and the mirror never had it); no run recorded' };
   if (value?.status !== undefined && value.status !== 'succeeded') return { id, ok: false, message: `completed, run ${value.status}` };
   return { id, ok: true, message: 'completed' };
 }

@@ -370,7 +370,7 @@ describe('a daemon configured by a one-entry workspaces file', () => {
 
 describe('status', () => {
   it('shows queue counts, both schedulers with their next run, and failed jobs; without Redis it still shows the mirror', async () => {
-    const ws = FakeWorkspace.fromCounts([12]);
+    const ws = FakeWorkspace.fromCounts([12, 3]);
     const fake = await fakeApi(ws);
     const dir = tempDir();
     const prefix = testPrefix();
@@ -379,8 +379,10 @@ describe('status', () => {
     const daemon = await startDaemon(e);
     const x = ws.list()[0]!.id;
     await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
-    // An unknown conversation: 404 for something never mirrored is permanent, one attempt.
-    const missing = '00000000-0000-4000-8000-000000000000';
+    // A conversation whose page breaks the documented shape: a SchemaError is permanent, one attempt.
+    const missing = ws.list()[1]!.id;
+    const broken = JSON.stringify({ data: [{ id: 'm1', content: 'x', visibility: 'global', created_at: '2025-01-01T00:00:00.000Z' }], meta: { current_page: 1, total_pages: 1, total_count: 1 } });
+    fake.injectFault({ kind: 'status', status: 200, body: broken, match: { path: messagesPath(missing) }, times: Infinity });
     const failedRun = await run(['enqueue', '--conversation', missing, '--wait', '--timeout', '15000'], e);
     expect(failedRun.code).toBe(1);
     const failedId = failedRun.stdout.trim();

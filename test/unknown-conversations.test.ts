@@ -10,8 +10,9 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { daemonFixtures, expectConversationMirrored } from './daemon-fixtures.js';
-import { waitFor } from './children.js';
-import { withMirror } from './helpers.js';
+import { assertBuilt, run, waitFor } from './children.js';
+import { cliEnv, withMirror } from './helpers.js';
+import { redisUrl } from './redis.js';
 
 const SECRET = `whsec_${Buffer.from('unknown-conversation-webhook-key').toString('base64')}`;
 const fx = daemonFixtures('unknown-conv');
@@ -80,5 +81,19 @@ describe('webhooks for conversations that do not exist', () => {
     const pages = fake.requests.filter((r) => r.path === `/v1/conversations/${conv.id}/messages`).map((r) => r.query['page']);
     expect(pages).toEqual(Array.from({ length: Math.max(1, Math.ceil(conv.messages.length / 100)) }, (_, i) => String(i + 1)));
     withMirror(config.db, (m) => expect(m.lastRuns(5).map((r) => [r['trigger'], r['status'], r['requests']])).toEqual([['webhook', 'succeeded', pages.length]]));
+  });
+
+  it('enqueue --wait for one exits 1 saying it was not found; nothing is recorded', async () => {
+    assertBuilt();
+    const ws = FakeWorkspace.generate({ seed: 73, conversations: 2 });
+    const fake = await fx.fakeApi(ws);
+    const prefix = fx.prefix();
+    const config = fx.daemonConfig(fake, prefix);
+    await fx.startDaemon(config);
+    const env = cliEnv(fake, path.dirname(config.db), { REDIS_URL: redisUrl(), CONVO_MIRROR_QUEUE_PREFIX: prefix, LOG_LEVEL: 'silent' });
+    const r = await run(['enqueue', '--conversation', 'no-such-conversation', '--wait'], env, 30_000);
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/^job \S+: completed: not found \(the API answers 404 and the mirror never had it\); no run recorded$/m);
+    withMirror(config.db, (m) => expect(m.lastRuns(5)).toEqual([]));
   });
 });
