@@ -156,6 +156,10 @@ describe('the dashboard: failed logins', () => {
     expect(lines()).toHaveLength(2);
     expect(lines()[1]).toMatchObject({ msg: 'dashboard: refused credentials', suppressed: 299 });
 
+    // No credentials at all is not a failed login: answered 401, not logged (as before).
+    const bare = await fetch(`${server.url}/admin/queues/api/queues`);
+    expect(bare.status).toBe(401);
+    await bare.body?.cancel();
     for (let i = 0; i < 5; i++) await attempt();
     await server.close();
     expect(lines().slice(2)).toEqual([expect.objectContaining({ msg: 'dashboard: refused credentials suppressed', refusal: 'bad_credentials', suppressed: 5, window_ms: 10_000 })]);

@@ -146,6 +146,11 @@ describe('POST /webhooks/conversations', () => {
     now += 1;
     expect(await post(server, body, headers)).toMatchObject({ status: 401, body: { error: 'invalid webhook: Message timestamp too old' } });
     expect(queued).toHaveLength(1);
+    // Ahead of the clock (timestamps are whole seconds): exactly 300 s is accepted, 301 s is not.
+    now += 999;
+    expect(now % 1000).toBe(0);
+    expect((await post(server, body, signed(body, { at: new Date(now + 300_000) }))).status).toBe(202);
+    expect(await post(server, body, signed(body, { at: new Date(now + 301_000) }))).toMatchObject({ status: 401, body: { error: 'invalid webhook: Message timestamp too new' } });
   });
 
   it('a delivery timestamped 290 s ahead, replayed 310 s later, is refused (409): its id is remembered until timestamp + 300 s, not 300 s from acceptance', async () => {
