@@ -23,6 +23,8 @@ import basicAuth from '@fastify/basic-auth';
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
+import { DEFAULT_LOG_WINDOW_MS, LogThrottle, type LogThrottleOptions } from '../src/log-throttle.js';
+import { escapeForTerminal } from '../src/terminal.js';
 
 /** Where the dashboard is served. */
 export const DASHBOARD_PATH = '/admin/queues';
@@ -38,6 +40,10 @@ export interface DashboardOptions {
   logger: Logger;
   /** @defaultValue `/admin/queues` */
   basePath?: string;
+  /** Clock of the failed-login log throttle, epoch ms. @defaultValue Date.now */
+  now?: () => number;
+  /** Timer of the failed-login log throttle (src/log-throttle.ts). @defaultValue an unref'd `setTimeout` */
+  setTimer?: LogThrottleOptions['setTimer'];
 }
 
 /** SHA-256 of a string: equal-length buffers for a constant-time comparison. */
@@ -54,7 +60,14 @@ export function dashboardPlugin(o: DashboardOptions): FastifyPluginAsync {
   const wantUser = digest(DASHBOARD_USER);
   const wantPassword = digest(o.password);
   const log = o.logger.child({ component: 'dashboard' });
+  // Failed logins are logged at most once per 10 s, with the count of those left out (src/log-throttle.ts).
+  const refusals = new LogThrottle<'bad_credentials'>({
+    ...(o.now ? { now: o.now } : {}),
+    ...(o.setTimer ? { setTimer: o.setTimer } : {}),
+    onSuppressed: (refusal, suppressed) => log.warn({ refusal, suppressed, window_ms: DEFAULT_LOG_WINDOW_MS }, 'dashboard: refused credentials suppressed'),
+  });
   return async (app) => {
+    app.addHook('onClose', async () => refusals.flush());
     await app.register(basicAuth, {
       authenticate: { realm: 'convo-mirror' },
       validate: async (user: string, password: string, req: FastifyRequest, _reply: FastifyReply) => {
@@ -62,7 +75,8 @@ export function dashboardPlugin(o: DashboardOptions): FastifyPluginAsync {
         const userOk = crypto.timingSafeEqual(digest(user), wantUser);
         const passwordOk = crypto.timingSafeEqual(digest(password), wantPassword);
         if (!(userOk && passwordOk)) {
-          log.warn({ path: req.url.split('?')[0], remote: req.ip }, 'dashboard: refused credentials');
+          const admitted = refusals.admit('bad_credentials');
+          if (admitted) log.warn({ refusal: 'bad_credentials', path: escapeForTerminal(req.url.split('?')[0]!), remote: req.ip, ...(admitted.suppressed ? { suppressed: admitted.suppressed } : {}) }, 'dashboard: refused credentials');
           throw new Error('invalid credentials');
         }
       },

@@ -1,10 +1,14 @@
 /**
  * Logger construction: pino JSON to stderr, with the API key redacted wherever it could appear
- * (design habit 5). Errors and log fields carry paths, never headers.
+ * (design habit 5). Errors and log fields carry paths, never headers. Log lines carry ids and
+ * errors from the API, a webhook's sender or Redis, so no code point a terminal would interpret is
+ * written raw (src/terminal.ts): JSON lines write them `\uXXXX` (same values), pretty lines show
+ * them as `\u{XXXX}`.
  */
 import { pino, type Logger, type LevelWithSilent } from 'pino';
 import { createRequire } from 'node:module';
 import type PinoPretty from 'pino-pretty';
+import { escapeJsonText, visibleJsonText } from './terminal.js';
 
 /** pino-pretty is loaded only for a terminal (it costs memory a daemon or a piped run never needs). */
 const loadPretty = (): typeof PinoPretty => createRequire(import.meta.url)('pino-pretty') as typeof PinoPretty;
@@ -35,7 +39,7 @@ export interface LoggerOptions {
 export function createLogger(opts: LoggerOptions): Logger {
   const base = { level: opts.level, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, base: { app: 'convo-mirror' } };
   if (opts.pretty) {
-    return pino(base, loadPretty()({
+    return pino({ ...base, hooks: { streamWrite: visibleJsonText } }, loadPretty()({
         destination: typeof opts.destination === 'number' ? opts.destination : 2,
         sync: true,
         colorize: true,
@@ -44,5 +48,5 @@ export function createLogger(opts: LoggerOptions): Logger {
       }));
   }
   const dest = opts.destination ?? 2;
-  return pino(base, typeof dest === 'number' ? pino.destination({ dest, sync: true }) : dest);
+  return pino({ ...base, hooks: { streamWrite: escapeJsonText } }, typeof dest === 'number' ? pino.destination({ dest, sync: true }) : dest);
 }

@@ -16,6 +16,7 @@ import { DEFAULT_ACCOUNT } from '../store/mirror.js';
 import { whyNotWritable } from '../writable.js';
 import { EXIT, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
+import { escapeForTerminal, jsonForTerminal } from '../terminal.js';
 
 /** One check's outcome. */
 export interface CheckOutcome {
@@ -121,9 +122,10 @@ export async function runChecks(config: Config, queue: boolean): Promise<CheckOu
 function report(outcomes: readonly CheckOutcome[], json: boolean): number {
   const ok = outcomes.every((o) => o.ok);
   if (json) {
-    process.stdout.write(JSON.stringify({ ok, checks: outcomes.map(({ name, ok: passedCheck, detail }) => ({ name, ok: passedCheck, detail })) }, null, 2) + '\n');
+    process.stdout.write(jsonForTerminal({ ok, checks: outcomes.map(({ name, ok: passedCheck, detail }) => ({ name, ok: passedCheck, detail })) }, 2) + '\n');
   } else {
-    for (const o of outcomes) process.stdout.write(`${o.ok ? '✓' : '✗'} ${o.name}: ${o.detail}\n`);
+    // A detail may quote what the API or Redis answered: escaped for the terminal.
+    for (const o of outcomes) process.stdout.write(`${o.ok ? '✓' : '✗'} ${o.name}: ${escapeForTerminal(o.detail)}\n`);
   }
   return worstExit(outcomes.map((o) => o.code));
 }

@@ -9,6 +9,7 @@ import type { ConversationFilter, ConversationListing, ConversationSummary } fro
 import { EXIT, exitFor, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
 import { withExistingMirror } from './read-only.js';
+import { escapeForTerminal, jsonForTerminal } from '../terminal.js';
 
 /** Conversations listed when `--limit` is not given. */
 export const DEFAULT_LIMIT = 50;
@@ -95,11 +96,14 @@ function jsonOf(c: ConversationSummary): Record<string, string | number | null> 
   return { id: c.id, account_id: c.accountId, status: c.status, updated_at: c.updatedAt, messages: c.messages, last_synced_at: c.lastSyncedAt, deleted_at: c.deletedAt };
 }
 
-/** A value as a table cell: `-` for none, control characters escaped (served text never drives the terminal). */
+/**
+ * A value as a table cell: `-` for none, every code point a terminal would interpret escaped
+ * (src/terminal.ts: served text never drives the terminal).
+ */
 function cell(v: string | null): string {
   if (v === null) return '-';
   if (v === '') return '""';
-  return v.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+  return escapeForTerminal(v);
 }
 
 /** The last line of a listing `--limit` cut, else undefined. */
@@ -125,7 +129,7 @@ export function formatConversations(listing: ConversationListing, withDeleted: b
 /** Writes the listing (plain or `--json`) to stdout; with `--json`, a cut list is noted on stderr. */
 function printListing(listing: ConversationListing, o: ConversationsOptions): number {
   if (o.json) {
-    process.stdout.write(JSON.stringify(listing.rows.map(jsonOf), null, 2) + '\n');
+    process.stdout.write(jsonForTerminal(listing.rows.map(jsonOf), 2) + '\n');
     const more = moreLine(listing);
     if (more) process.stderr.write(`convo-mirror: ${more}\n`);
   } else {

@@ -11,6 +11,7 @@ import { createLogger } from '../logger.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
 import { EXIT, fail, settle, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, conversationIdsFrom, queueSettings, requireBullmq } from './flags.js';
+import { escapeForTerminal } from '../terminal.js';
 
 /** `--timeout` when not given: 10 minutes, ms. */
 export const DEFAULT_WAIT_TIMEOUT_MS = 600_000;
@@ -40,9 +41,10 @@ async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
     full: o.full,
     policy: jobPolicyOf(config),
     onQueued: (ids) => {
-      for (const id of ids) process.stdout.write(`${id}\n`);
+      for (const id of ids) process.stdout.write(`${escapeForTerminal(id)}\n`);
     },
-    ...(o.wait ? { wait: { timeoutMs: o.timeoutMs, onOutcome: (j: JobOutcome) => void process.stderr.write(`job ${j.id}: ${j.message}\n`) } } : {}),
+    // A failed job's reason is whatever the worker's error said: escaped for the terminal.
+    ...(o.wait ? { wait: { timeoutMs: o.timeoutMs, onOutcome: (j: JobOutcome) => void process.stderr.write(escapeForTerminal(`job ${j.id}: ${j.message}`) + '\n') } } : {}),
   }).catch((err: unknown) => {
     debugLog(config, err);
     throw err;

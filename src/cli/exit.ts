@@ -8,6 +8,7 @@
 import { AuthError, ConfigError, RunError, StoreError, describeError } from '../errors.js';
 import type { RunSummary } from '../run/index.js';
 import { printSummary, reportFailures } from './summary.js';
+import { escapeForTerminal } from '../terminal.js';
 
 /**
  * Exit codes of every command, one meaning each:
@@ -23,9 +24,12 @@ export const EXIT = { OK: 0, FAILURES: 1, CONFIG: 2, UNFINISHED: 3, INTERRUPTED:
 /** Sets the process exit code of the command being run (the program's caller owns the process). */
 export type SetExit = (code: number) => void;
 
-/** Prints `convo-mirror: <message>` to stderr and returns `code`. */
+/**
+ * Prints `convo-mirror: <message>` to stderr, escaped for the terminal (a message may quote an id
+ * or an error from the API or Redis), and returns `code`.
+ */
 export function fail(code: number, message: string): number {
-  process.stderr.write(`convo-mirror: ${message}\n`);
+  process.stderr.write(`convo-mirror: ${escapeForTerminal(message)}\n`);
   return code;
 }
 

@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { CONFIG_FIELDS, knownVariables, workspaceKeyVariables } from '../../config/index.js';
 import { envFileNames, loadEnvFile, unknownVariableWarnings } from '../../config/env-file.js';
 import { describeError } from '../errors.js';
+import { escapeForTerminal } from '../terminal.js';
 import { EXIT, exitFor } from './exit.js';
 import { buildProgram } from './program.js';
 
@@ -86,7 +87,7 @@ if (invokedDirectly) {
       process.exitCode = code;
     },
     (err) => {
-      process.stderr.write(`convo-mirror: ${describeError(err)}\n`);
+      process.stderr.write(`convo-mirror: ${escapeForTerminal(describeError(err))}\n`);
       process.exitCode = EXIT.FAILURES;
     },
   );

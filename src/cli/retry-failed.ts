@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../config/index.js';
 import { EXIT, settle, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, queueSettings, requireBullmq } from './flags.js';
+import { escapeForTerminal } from '../terminal.js';
 
 /** Adds `retry-failed` to `program`. */
 export function addRetryFailedCommand(program: Command, setExit: SetExit): void {
@@ -13,7 +14,7 @@ export function addRetryFailedCommand(program: Command, setExit: SetExit): void 
       requireBullmq(config, 'retry-failed');
       const { retryFailed } = await import('../../jobs/admin.js'); // the queue's libraries load only here
       const ids = await retryFailed(queueSettings(config));
-      process.stdout.write(`re-queued ${ids.length} failed job${ids.length === 1 ? '' : 's'}${ids.length ? `: ${ids.join(', ')}` : ''}\n`);
+      process.stdout.write(escapeForTerminal(`re-queued ${ids.length} failed job${ids.length === 1 ? '' : 's'}${ids.length ? `: ${ids.join(', ')}` : ''}`) + '\n');
       return EXIT.OK;
     }),
   );

@@ -8,6 +8,7 @@ import { EXIT, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, queueSettings } from './flags.js';
 import { statusOf, withExistingMirror } from './read-only.js';
 import { formatQueueStatus, formatStatus } from './summary.js';
+import { jsonForTerminal } from '../terminal.js';
 
 /** Adds `status` to `program`. */
 export function addStatusCommand(program: Command, setExit: SetExit): void {
@@ -20,7 +21,8 @@ export function addStatusCommand(program: Command, setExit: SetExit): void {
       const { queueStatus } = await import('../../jobs/admin.js'); // the queue's libraries load only here
       const queue = await queueStatus(queueSettings(config));
       if (o.json) {
-        process.stdout.write(JSON.stringify({ db: config.db, counts: status.counts, ledger_head: status.head ?? null, runs: status.runs, failures: status.failures, queue }, null, 2) + '\n');
+        // Ids and errors come from the API and Redis: no code point a terminal interprets is written raw.
+        process.stdout.write(jsonForTerminal({ db: config.db, counts: status.counts, ledger_head: status.head ?? null, runs: status.runs, failures: status.failures, queue }, 2) + '\n');
       } else {
         process.stdout.write([...formatStatus(config.db, status), ...formatQueueStatus(queue)].join('\n') + '\n');
       }

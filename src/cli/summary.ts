@@ -6,6 +6,7 @@ import type { RunSummary } from '../run/index.js';
 import { LIST_FAILURE_ID } from '../sync/workspace.js';
 import type { QueueStatus } from '../../jobs/admin.js';
 import type { StatusResult } from './read-only.js';
+import { escapeForTerminal, jsonForTerminal } from '../terminal.js';
 
 /** Whether stderr is a terminal (a progress bar and pretty logs instead of JSON lines). */
 export const isTTY = (): boolean => process.stderr.isTTY === true;
@@ -32,7 +33,7 @@ function exportLine(e: RunSummary['export'], succeeded: boolean): string {
 function exportFigures(e: RunSummary['export'], succeeded: boolean): string {
   if (e.error !== undefined) {
     return (
-      `  exports: publication FAILED (${e.error}); ` +
+      `  exports: publication FAILED (${escapeForTerminal(e.error)}); ` +
       `${e.lines ? `${e.lines} lines in ${e.files} files were published before it; ` : ''}` +
       'every committed change stays in the change log and the next run publishes it'
     );
@@ -46,27 +47,32 @@ function exportFigures(e: RunSummary['export'], succeeded: boolean): string {
 }
 
 /**
- * Prints the run summary to stdout: {@link summaryLines}, or the whole summary as JSON.
+ * Prints the run summary to stdout: {@link summaryLines}, or the whole summary as JSON (code points
+ * a terminal would interpret written `\uXXXX`, src/terminal.ts).
  * @param label - with several workspaces, `account <id>`: put before the first line (`account <id>: run 3 ...`)
  */
 export function printSummary(s: RunSummary, json: boolean, label?: string): void {
   const lines = summaryLines(s);
-  if (label !== undefined) lines[0] = `${label}: ${lines[0]}`;
-  process.stdout.write(json ? JSON.stringify(s, null, 2) + '\n' : lines.join('\n') + '\n');
+  if (label !== undefined) lines[0] = `${escapeForTerminal(label)}: ${lines[0]}`;
+  process.stdout.write(json ? jsonForTerminal(s, 2) + '\n' : lines.join('\n') + '\n');
 }
 
 /**
  * Names each failed conversation (or the conversation list) on stderr: `failed: conversation <id>: [CODE] message`
- * (`failed: account <id>: conversation ...` with a `label`).
+ * (`failed: account <id>: conversation ...` with a `label`); ids and messages come from the API, so
+ * each line is escaped for the terminal ({@link escapeForTerminal}).
  */
 export function reportFailures(s: RunSummary, label?: string): void {
   for (const f of s.failures) {
     const what = f.id === LIST_FAILURE_ID ? 'conversation list' : `conversation ${f.id}`;
-    process.stderr.write(`failed: ${label === undefined ? '' : `${label}: `}${what}: [${f.code}] ${f.message}\n`);
+    process.stderr.write(escapeForTerminal(`failed: ${label === undefined ? '' : `${label}: `}${what}: [${f.code}] ${f.message}`) + '\n');
   }
 }
 
-/** `status`'s mirror part: counts per table, the last runs, the failures of the last run. */
+/**
+ * `status`'s mirror part: counts per table, the last runs, the failures of the last run; each line
+ * escaped for the terminal (ids and errors come from the API).
+ */
 export function formatStatus(db: string, { counts, runs, failures, head }: StatusResult): string[] {
   const out: string[] = [`mirror ${db}`];
   for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
@@ -85,12 +91,15 @@ export function formatStatus(db: string, { counts, runs, failures, head }: Statu
     out.push('failures of the last run:');
     for (const f of failures) out.push(`  ${f.conversation_id}: [${f.code}] ${f.message}`);
   }
-  return out;
+  return out.map(escapeForTerminal);
 }
 
-/** `status`'s queue part: counts, schedulers and the failed jobs (dead letters). */
+/**
+ * `status`'s queue part: counts, schedulers and the failed jobs (dead letters); each line escaped
+ * for the terminal (job data and failure reasons come from Redis).
+ */
 export function formatQueueStatus(q: QueueStatus): string[] {
-  if ('error' in q) return [`queue: unavailable (${q.error})`];
+  if ('error' in q) return [escapeForTerminal(`queue: unavailable (${q.error})`)];
   const out = [`queue ${q.prefix} on ${q.redis}: ` + Object.entries(q.counts).map(([k, v]) => `${k} ${v}`).join(', ')];
   out.push('schedulers:');
   if (q.schedulers.length === 0) out.push('  none (start convo-mirror daemon)');
@@ -99,5 +108,5 @@ export function formatQueueStatus(q: QueueStatus): string[] {
     out.push('failed jobs (dead letter; convo-mirror retry-failed re-queues them):');
     for (const f of q.failed) out.push(`  ${f.id} ${f.name}${f.conversation_id ? ` ${f.conversation_id}` : ''} after ${f.attempts} attempts at ${f.failed_at}: ${f.reason}`);
   }
-  return out;
+  return out.map(escapeForTerminal);
 }

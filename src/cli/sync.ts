@@ -22,6 +22,7 @@ import { assertWritable } from '../writable.js';
 import { EXIT, fail, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf, conversationIdsFrom } from './flags.js';
 import { isTTY, printSummary, reportFailures } from './summary.js';
+import { jsonForTerminal } from '../terminal.js';
 
 /** Options of {@link syncWithConfig}. */
 export interface SyncCommandOptions {
@@ -285,7 +286,7 @@ async function syncSeveral(opts: SyncCommandOptions, workspaces: readonly Worksp
       summary: o.summary ?? null,
       error: o.error === undefined ? null : withKeySource(verdictOf(o.error).message ?? describeError(o.error), o),
     }));
-    process.stdout.write(JSON.stringify(list, null, 2) + '\n');
+    process.stdout.write(jsonForTerminal(list, 2) + '\n');
   }
   return worstExit(outcomes.map((o) => o.exit));
 }
