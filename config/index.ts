@@ -181,7 +181,7 @@ export type FieldKey = Exclude<keyof Config, 'workspaces'>;
 export type ConfigFlags = Partial<Record<keyof Config, string | number | boolean | undefined>>;
 
 /** Commands that take configuration flags (`fake-api` and `demo` have their own). */
-export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' | 'retry-failed' | 'check' | 'conversations' | 'config';
+export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' | 'retry-failed' | 'check' | 'conversations' | 'config' | 'backup';
 
 /** Commands that call the API. */
 const API: readonly ConfigCommand[] = ['sync', 'daemon', 'check', 'config'];
@@ -192,7 +192,7 @@ const MIRROR_WORK: readonly ConfigCommand[] = MIRROR.filter((c) => c !== 'conver
 /** Commands that reach the job queue. */
 const QUEUE: readonly ConfigCommand[] = ['status', 'daemon', 'enqueue', 'retry-failed', 'check', 'config'];
 /** Every command that takes configuration flags. */
-const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed', 'check', 'conversations', 'config'];
+const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed', 'check', 'conversations', 'config', 'backup'];
 
 /**
  * One configuration field: where it comes from (flag, env), how it is validated, its default, and
@@ -374,7 +374,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: booleanSetting(),
     defaultValue: false,
     help: 'create files 0640 and directories 0750 instead of 0600 and 0700',
-    commands: API,
+    commands: [...API, 'backup'],
   },
   exportGzip: {
     env: 'CONVO_MIRROR_EXPORT_GZIP',
@@ -415,7 +415,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.string().min(1, 'must not be empty'),
     defaultValue: 'data/mirror.sqlite',
     help: 'SQLite mirror',
-    commands: MIRROR,
+    commands: [...MIRROR, 'backup'],
   },
   exportDir: {
     env: 'CONVO_MIRROR_EXPORT_DIR',

@@ -78,7 +78,8 @@ async function demo(o: DemoOptions): Promise<number> {
       `\n  fake:   ${t.conversations} conversations, ${t.messages} messages\n` +
         `  mirror: ${live.conversations} conversations, ${live.messages} messages  ${equal ? '(equal)' : '(MISMATCH)'}\n` +
         `  mirror file: ${config.db}   exports: ${config.exportDir}\n` +
-        `  try: sqlite3 ${config.db} 'select count(*) from messages'\n`,
+        `  try: sqlite3 ${config.db} 'select count(*) from messages'\n` +
+        `  prove the archive: npx convo-mirror verify --db ${config.db} --export-dir ${config.exportDir} --deep\n`,
     );
     return equal && s.status === 'succeeded' ? EXIT.OK : EXIT.FAILURES;
   } finally {

@@ -46,11 +46,26 @@ function accountIdsFrom(o: FakeApiCommandOptions, config: Config): (string | und
   return Array.from({ length: n }, () => randUuidV4(rng));
 }
 
+/** The key the standalone fake accepts when none is configured: the fake's own, not a secret. */
+export const DEFAULT_FAKE_KEY = 'demo-key';
+
+/**
+ * The end of the start-up `export` line that says which key the fake accepts. The fake's own
+ * default key is printed, so a newcomer can copy the line; a key that came from the configuration
+ * (`--api-key`, `CONVO_MIRROR_API_KEY`, a workspaces file's key variables) may be a real one, so
+ * only where it came from is named, never its value.
+ */
+function keyHint(config: Config): string {
+  if (config.workspacesFile !== undefined) return '  # it accepts each workspace\'s key, from the api_key_env variables of CONVO_MIRROR_WORKSPACES';
+  if (config.apiKey !== undefined) return '  # it accepts the key you gave it (--api-key or CONVO_MIRROR_API_KEY; not printed)';
+  return ` CONVO_MIRROR_API_KEY=${DEFAULT_FAKE_KEY}  # the key this fake accepts: a fixed demo value, not a secret`;
+}
+
 /** Serves the fake until a signal; returns the exit code. */
 async function serve(o: FakeApiCommandOptions, rateLimit: { rps: number; headers: boolean } | undefined, config: Config, accountIds: (string | undefined)[]): Promise<number> {
   const generate = (i: number) => FakeWorkspace.generate({ seed: Number(o.seed) + i, conversations: Number(o.conversations) });
   const common = { ...(rateLimit ? { rateLimit } : {}), host: String(o.host), port: Number(o.port) };
-  const keyOf = (i: number) => config.workspaces[i]?.apiKey ?? config.apiKey ?? 'demo-key';
+  const keyOf = (i: number) => config.workspaces[i]?.apiKey ?? config.apiKey ?? DEFAULT_FAKE_KEY;
   const several = accountIds.length > 1;
   const workspaces = accountIds.map((_, i) => generate(i));
   const fake = several
@@ -64,7 +79,8 @@ async function serve(o: FakeApiCommandOptions, rateLimit: { rps: number; headers
       (several ? accountIds.map((id, i) => `  workspace ${id}: ${totals[i]!.conversations} conversations, ${totals[i]!.messages} messages\n`).join('') : '') +
       `  export CONVO_MIRROR_BASE_URL=${fake.url}` +
       (several && config.workspacesFile === undefined ? ` CONVO_MIRROR_ACCOUNT_ID=${accountIds.join(',')}` : '') +
-      '  # and CONVO_MIRROR_API_KEY to the key it accepts\n',
+      keyHint(config) +
+      '\n',
   );
   await untilSignal();
   await fake.close();
@@ -80,7 +96,7 @@ export function addFakeApiCommand(program: Command, setExit: SetExit): void {
     .addOption(new Option('--host <host>', 'address to listen on').default('127.0.0.1'))
     .addOption(new Option('--seed <n>', 'random seed of the workspace').default('42'))
     .addOption(new Option('--conversations <n>', 'conversations to generate').default('320'))
-    .option('--api-key <key>', 'key the fake accepts (default: env CONVO_MIRROR_API_KEY, else "demo-key")')
+    .option('--api-key <key>', 'key the fake accepts (default: env CONVO_MIRROR_API_KEY, else "demo-key", which it prints)')
     .option('--account-id <uuid>', 'require this X-Account-Id; a comma-separated list serves one workspace per id (default: env CONVO_MIRROR_ACCOUNT_ID, or the account ids of CONVO_MIRROR_WORKSPACES with their keys, else none)')
     .option('--accounts <n>', 'serve n workspaces (seeds seed, seed+1, ...), with generated account ids printed at start (default: one per configured account id, else 1)')
     .option('--rate-limit <rps>', 'answer 429 (Retry-After, RateLimit-* headers) above this many requests per sliding second (default: no limit)')

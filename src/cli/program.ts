@@ -9,6 +9,7 @@ import { addCheckCommand } from './check.js';
 import { addStatusCommand } from './status.js';
 import { addConversationsCommand } from './conversations.js';
 import { addVerifyCommand } from './verify.js';
+import { addBackupCommand } from './backup.js';
 import { addKeygenCommand } from './keygen.js';
 import { addDaemonCommand } from './daemon.js';
 import { addEnqueueCommand } from './enqueue.js';
@@ -25,6 +26,7 @@ const COMMANDS: readonly ((program: Command, setExit: SetExit) => void)[] = [
   addStatusCommand,
   addConversationsCommand,
   addVerifyCommand,
+  addBackupCommand,
   addKeygenCommand,
   addDaemonCommand,
   addEnqueueCommand,

@@ -17,13 +17,22 @@ export function summaryLines(s: RunSummary): string[] {
   const m = s.messages;
   return [
     `run ${s.runId} (${s.scope === 'conversations' ? 'named conversations' : 'workspace'}, ${s.refresh === 'full' ? 'full refresh' : 'incremental'}) ${s.status} in ${(s.durationMs / 1000).toFixed(1)} s`,
-    `  conversations: ${c.synced} synced, ${c.deleted} tombstoned, ${c.failed} failed` +
+    `  conversations: ${conversationsSynced(c)}, ${c.deleted} tombstoned, ${c.failed} failed` +
       (c.notSynced ? `, ${c.notSynced} not synced (the run stopped early)` : '') +
       (s.scope === 'workspace' ? ` (${c.listed} listed in ${s.listPasses} pass${s.listPasses === 1 ? '' : 'es'}${s.listConfirmed ? '' : ', listing NOT confirmed complete'})` : ''),
     `  messages: ${m.served} served; ${m.inserted} inserted, ${m.updated} updated, ${m.deleted} tombstoned` + (m.restarts ? `; ${m.restarts} crawl restarts` : ''),
     `  requests: ${s.requests} (a full crawl needs at least ${s.minimumRequests}), ${s.retries} retries, ${s.rateLimited} answered 429`,
     exportLine(s.export, s.status === 'succeeded'),
   ];
+}
+
+/**
+ * `N synced`, and `M skipped (change signal unmoved)` apart when there are any: "synced" counts only
+ * the conversations the run asked the API about.
+ */
+function conversationsSynced(c: RunSummary['conversations']): string {
+  const skipped = c.skipped ?? 0;
+  return `${c.synced - skipped} synced` + (skipped ? `, ${skipped} skipped (change signal unmoved)` : '');
 }
 
 function exportLine(e: RunSummary['export'], succeeded: boolean): string {

@@ -32,6 +32,7 @@ export function workFigures(work: RunWork | undefined, scope: RunScope, stoppedE
     conversations: {
       listed,
       synced: crawls.synced,
+      skipped: crawls.skipped,
       deleted: crawls.deleted,
       failed,
       inserted: work?.conversationsInserted ?? 0,

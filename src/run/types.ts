@@ -94,7 +94,14 @@ export interface RunSummary {
   listConfirmed: boolean;
   conversations: {
     listed: number;
+    /** Conversations brought up to date: crawled to their end, or {@link skipped}. */
     synced: number;
+    /**
+     * Of `synced`, those skipped without a request because their change signal had not moved since
+     * their last complete crawl (the text summary shows them apart from the ones crawled).
+     * @defaultValue 0
+     */
+    skipped?: number;
     deleted: number;
     failed: number;
     inserted: number;

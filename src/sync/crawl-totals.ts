@@ -4,16 +4,21 @@
  * of them once its crawl is done (flat memory).
  *
  * A conversation crawled twice in one run (a re-check after the listing) counts once, by its last
- * outcome (synced or deleted); the messages it changed count in every crawl that changed them (each
- * change is its own change-log row).
+ * outcome (synced, of which skipped, or deleted); the messages it changed count in every crawl that
+ * changed them (each change is its own change-log row).
  */
 import { PER_PAGE } from '../api/schemas.js';
 import type { ConversationResult } from './conversation.js';
 
 /** The crawls of a run, summed. */
 export interface CrawlTotals {
-  /** Conversations whose last crawl in the run completed. */
+  /** Conversations whose last crawl in the run completed (those {@link skipped} included). */
   synced: number;
+  /**
+   * Of {@link synced}, the conversations whose last crawl was skipped without a request: their
+   * change signal had not moved since their last complete crawl.
+   */
+  skipped: number;
   /** Conversations whose last crawl in the run found them deleted (404, tombstoned). */
   deleted: number;
   /** Messages inserted, updated and tombstoned by the run's crawls. */
@@ -30,20 +35,24 @@ export interface CrawlTotals {
 }
 
 /** Totals of nothing crawled. */
-export const emptyCrawlTotals = (): CrawlTotals => ({ synced: 0, deleted: 0, messagesInserted: 0, messagesUpdated: 0, messagesDeleted: 0, restarts: 0, minimumRequests: 0 });
+export const emptyCrawlTotals = (): CrawlTotals => ({ synced: 0, skipped: 0, deleted: 0, messagesInserted: 0, messagesUpdated: 0, messagesDeleted: 0, restarts: 0, minimumRequests: 0 });
 
 /** Fewest requests a complete crawl of `messageCount` messages needs: one per page of 100, at least 1. */
 export const crawlMinimum = (messageCount: number): number => Math.max(1, Math.ceil(messageCount / PER_PAGE));
 
+/** Outcome bits of {@link CrawlAccumulator}'s numbers (below them, the minimum requests × 4). */
+const DELETED = 1;
+const SKIPPED = 2;
+
 /** Sums crawl results as they come (see the module comment). */
 export class CrawlAccumulator {
-  /** Last outcome per conversation: minimum requests × 2, + 1 when it was deleted. */
+  /** Last outcome per conversation: minimum requests × 4, + 1 when it was deleted, + 2 when it was skipped. */
   private readonly outcomes = new Map<string, number>();
   private readonly sums = { messagesInserted: 0, messagesUpdated: 0, messagesDeleted: 0, restarts: 0 };
 
   /** Adds a finished crawl; a conversation crawled before in the run keeps this, its last, outcome. */
   add(r: ConversationResult): void {
-    this.outcomes.set(r.id, crawlMinimum(r.messageCount) * 2 + (r.status === 'deleted' ? 1 : 0));
+    this.outcomes.set(r.id, crawlMinimum(r.messageCount) * 4 + (r.status === 'deleted' ? DELETED : r.crawl === 'skipped' ? SKIPPED : 0));
     this.sums.messagesInserted += r.inserted;
     this.sums.messagesUpdated += r.updated;
     this.sums.messagesDeleted += r.deleted;
@@ -64,9 +73,11 @@ export class CrawlAccumulator {
   totals(): CrawlTotals {
     const out = { ...emptyCrawlTotals(), ...this.sums };
     for (const v of this.outcomes.values()) {
-      if (v % 2 === 1) out.deleted++;
+      const outcome = v % 4;
+      if (outcome === DELETED) out.deleted++;
       else out.synced++;
-      out.minimumRequests += Math.floor(v / 2);
+      if (outcome === SKIPPED) out.skipped++;
+      out.minimumRequests += Math.floor(v / 4);
     }
     return out;
   }
