@@ -37,6 +37,7 @@ describe('loadConfig defaults', () => {
       exportGzip: false,
       publishIntervalMs: 300_000,
       signingKeyFile: undefined,
+      witnessDir: undefined,
       listParams: [],
       concurrency: 4,
       maxRps: 10,

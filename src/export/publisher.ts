@@ -21,8 +21,10 @@ export interface PublishSettings {
   modes?: FileModes | undefined;
   /** Write new batches as `.jsonl.gz`. @defaultValue false */
   gzip?: boolean | undefined;
-  /** Sign each batch record. @defaultValue unsigned */
+  /** Sign each batch record and the head. @defaultValue unsigned */
   signingKey?: SigningKey | undefined;
+  /** Append each new signed head to the witness file in this directory (`CONVO_MIRROR_WITNESS_DIR`). @defaultValue no witness */
+  witnessDir?: string | undefined;
   /** During a run, publish every this many ms; undefined: only at the end. */
   publishIntervalMs?: number | undefined;
 }
@@ -34,6 +36,7 @@ export interface PublishConfig {
   exportGzip: boolean;
   publishIntervalMs: number;
   signingKeyFile: string | undefined;
+  witnessDir: string | undefined;
 }
 
 /**
@@ -50,6 +53,7 @@ export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger
     modes: fileModes(config.groupReadable),
     gzip: config.exportGzip,
     signingKey,
+    witnessDir: config.witnessDir,
     publishIntervalMs: config.publishIntervalMs,
   };
 }
@@ -84,6 +88,7 @@ export class Publisher {
       ...(s.modes ? { modes: s.modes } : {}),
       ...(s.gzip ? { gzip: true } : {}),
       ...(s.signingKey ? { signingKey: s.signingKey } : {}),
+      ...(s.witnessDir !== undefined ? { witnessDir: s.witnessDir } : {}),
     });
   }
 
