@@ -139,7 +139,7 @@ describe('the newest records removed and manifest.json rewritten or restored', (
 
     const aged = await verify(['--public-key', keys.pub, '--max-age', '2h'], copy);
     expect(aged.code).toBe(1);
-    expect(aged.stderr).toMatch(/^problem: manifest\.json: age \(the newest signed head, 4:[0-9a-f]{64} \(manifest\.json\), was signed 3 h( \d+ s)? ago, at .*; that time is authenticated: signed by sha256:[0-9a-f]{64}: older than --max-age 2 h; the publisher has not vouched for this archive since/);
+    expect(aged.stderr).toMatch(/^problem: manifest\.json: age \(the newest signed head, 4:[0-9a-f]{64} \(manifest\.json\), was signed 3 h( \d+ min)? ago, at .*; that time is authenticated: signed by sha256:[0-9a-f]{64}: older than --max-age 2 h; the publisher has not vouched for this archive since/);
     expect(lastLine(aged.stdout)).toBe('NOT intact: age FAILED (1 problem); everything else ok or skipped (verified without the database)');
     // --max-age sees only what is older than it: the same copy passes a 4 h limit.
     const window = await verify(['--public-key', keys.pub, '--max-age', '4h'], copy);
@@ -148,7 +148,7 @@ describe('the newest records removed and manifest.json rewritten or restored', (
     // The original passes all three.
     const whole = await verify(['--public-key', keys.pub, '--witness', wdir, '--max-age', '2h'], h.exportDir, h.dbPath);
     expect(whole.code, whole.stderr).toBe(0);
-    expect(whole.stdout).toMatch(/^ok   age: the newest signed head, 8:[0-9a-f]{64} \(manifest\.json\), was signed 1 h( \d+ s)? ago, .*; that time is authenticated: signed by sha256:[0-9a-f]{64}; within --max-age 2 h$/m);
+    expect(whole.stdout).toMatch(/^ok   age: the newest signed head, 8:[0-9a-f]{64} \(manifest\.json\), was signed 1 h( \d+ min)? ago, .*; that time is authenticated: signed by sha256:[0-9a-f]{64}; within --max-age 2 h$/m);
   });
 
   it('rewritten by someone without the key: --public-key catches the unsigned head pointer, --witness the removed records; --max-age without the key is fooled by the claimed time', async () => {
