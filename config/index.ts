@@ -113,6 +113,12 @@ export interface Config {
    */
   readonly signingKeyFile: string | undefined;
   /**
+   * The head witness's directory (`CONVO_MIRROR_WITNESS_DIR`, `--witness-dir`): another disk or
+   * mount, which must exist; every publication that moves the chain head appends the signed head to
+   * `<dir>/<mirror id>.heads.jsonl` there, for `verify --witness`. Undefined: no witness.
+   */
+  readonly witnessDir: string | undefined;
+  /**
    * Extra query parameters of every `GET /v1/conversations` request (`CONVO_MIRROR_LIST_PARAMS`,
    * `--list-params`, e.g. `sort=last_activity_at&order=desc`), for APIs that need them to sort the
    * list; in the order given, after `page` and `per_page`. @defaultValue none
@@ -407,6 +413,13 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     flag: '--signing-key-file <file>',
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'Ed25519 private key (PEM) that signs every ledger record; convo-mirror keygen makes one',
+    commands: API,
+  },
+  witnessDir: {
+    env: 'CONVO_MIRROR_WITNESS_DIR',
+    flag: '--witness-dir <dir>',
+    schema: z.string().trim().min(1, 'must not be empty'),
+    help: 'existing directory on another disk or mount where each new signed head is appended (<mirror id>.heads.jsonl), for verify --witness',
     commands: API,
   },
   db: {

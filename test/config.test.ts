@@ -38,6 +38,7 @@ describe('loadConfig defaults', () => {
       publishIntervalMs: 300_000,
       runsHeartbeatMs: 86_400_000,
       signingKeyFile: undefined,
+      witnessDir: undefined,
       listParams: [],
       concurrency: 4,
       maxRps: 10,

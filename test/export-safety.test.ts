@@ -20,7 +20,7 @@ import {
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError, ExportError } from '../src/errors.js';
 import { GROUP_READABLE_MODES } from '../src/private-fs.js';
-import { ACCOUNT_ID, harnessPool, ledgerFiles, syncThenCrashPublication, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, frozenClock, harnessPool, ledgerFiles, syncThenCrashPublication, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -351,7 +351,7 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
     ['JSON of another program', (f) => fs.writeFileSync(f, '{"name":"my-app","version":"1.0.0"}\n'), /is not a convo-mirror manifest \(format absent, expected "convo-mirror-exports"\)/],
     ['a JSON array', (f) => fs.writeFileSync(f, '[]'), /is not a convo-mirror manifest \(format absent/],
     ['another format', (f) => fs.writeFileSync(f, '{"format":"other-exports","mirror_id":"x"}'), /format "other-exports"/],
-    ['a newer manifest version', (f) => fs.writeFileSync(f, '{"format":"convo-mirror-exports","version":3}'), /manifest version 3/],
+    ['a newer manifest version', (f) => fs.writeFileSync(f, '{"format":"convo-mirror-exports","version":4}'), /manifest version 4, which this convo-mirror does not know \(it writes 3\)/],
     ['a directory', (f) => fs.mkdirSync(f), /is not a regular file \(directory\)/],
     ['a symlink', (f) => fs.symlinkSync(path.join(path.dirname(f), 'README'), f), /is not a regular file \(symbolic link\)/],
   ];
@@ -391,15 +391,16 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
     expect(runs.map((r) => r.status).reverse()).toEqual(['succeeded', 'failed']);
   });
 
-  it('a missing manifest is rewritten from the mirror, byte for byte; files of others beside it are left alone', async () => {
-    const h = await start({ workspace: FakeWorkspace.fromCounts([6, 130]) });
+  it('a missing manifest is rewritten from the mirror, byte for byte (at the same time); files of others beside it are left alone', async () => {
+    const clock = frozenClock(Date.UTC(2026, 10, 25, 10));
+    const h = await start({ workspace: FakeWorkspace.fromCounts([6, 130]), clock });
     fs.mkdirSync(h.exportDir);
     fs.writeFileSync(path.join(h.exportDir, 'README'), 'exports of the BI team\n');
     await h.sync();
     const file = path.join(h.exportDir, MANIFEST);
     const bytes = fs.readFileSync(file);
     fs.rmSync(file);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir, clock });
     expect(res.files).toEqual([]);
     expect(fs.readFileSync(file).equals(bytes)).toBe(true);
     expect(fs.readFileSync(path.join(h.exportDir, 'README'), 'utf8')).toBe('exports of the BI team\n');
@@ -451,24 +452,32 @@ describe('verifyExports trusts nothing on disk', () => {
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'not JSON' }]);
   });
 
-  it('a manifest pointing at an older head, another watermark, an old version, or only reformatted', async () => {
+  it('a manifest pointing at an older head, another watermark, an old version, a malformed time, or only reformatted', async () => {
     const h = await published();
     const good = readManifest(h);
     const head = `${good.head!.batch_id}:${good.head!.hash}`;
     const older = h.mirror.ledgerEntries()[0]!;
-    const cases: [unknown, string][] = [
-      [{ ...good, head: { batch_id: older.batch_id, hash: older.hash, record: older.path } }, `points at head ${JSON.stringify({ batch_id: older.batch_id, hash: older.hash, record: older.path })} with watermark ${good.watermark}; expected head ${head}, watermark ${good.watermark}`],
-      [{ ...good, watermark: good.watermark - 10 }, `points at head ${JSON.stringify(good.head)} with watermark ${good.watermark - 10}; expected head ${head}, watermark ${good.watermark}`],
-      [{ ...good, version: 1 }, 'version 1, expected 2 (the next sync rewrites it)'],
+    const expected = `head ${head} with watermark ${good.watermark}, as the mirror records`;
+    const cases: [unknown, Record<string, unknown>][] = [
+      [{ ...good, head: { batch_id: older.batch_id, hash: older.hash, record: older.path } }, { found: `head ${older.batch_id}:${older.hash} with watermark ${good.watermark}`, expected }],
+      [{ ...good, watermark: good.watermark - 10 }, { found: `head ${head} with watermark ${good.watermark - 10}`, expected }],
+      [{ ...good, version: 1 }, { detail: 'version 1, written before the ledger: the next sync rewrites it as version 3' }],
+      [{ ...good, version: 7 }, { detail: 'version 7, which this convo-mirror does not know (it writes 3)' }],
+      [{ ...good, signed_at: 'yesterday' }, { detail: 'signed_at: an ISO 8601 UTC time such as 2026-11-25T10:00:00.000Z' }],
+      [{ ...good, head: { ...good.head, record: '_ledger/x.json' } }, { detail: `head.record "_ledger/x.json" is not the record of batch ${good.head!.batch_id} (${good.head!.record})` }],
     ];
-    for (const [m, detail] of cases) {
+    for (const [m, said] of cases) {
       writeManifest(h, m);
-      expect(verifyExports(h.mirror, h.exportDir), detail).toEqual([{ path: MANIFEST, problem: 'manifest', detail }]);
+      expect(verifyExports(h.mirror, h.exportDir), JSON.stringify(said)).toEqual([{ path: MANIFEST, problem: 'manifest', ...said }]);
     }
+    // A version 2 manifest (before heads were signed) pointing at the head is read, and accepted.
+    const { signed_at: _t, ...v2 } = { ...good, version: 2 };
+    writeManifest(h, v2);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
     fs.writeFileSync(manifestFile(h), JSON.stringify(good) + '\n');
-    expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['manifest']);
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'its content is well formed but its bytes are not the canonical rendering (edited by hand?)' }]);
     // and the exact bytes again: intact
-    fs.writeFileSync(manifestFile(h), renderManifest(manifestOf(h.mirror.mirrorId(), h.mirror.ledgerHead(), h.mirror.exportWatermark())));
+    fs.writeFileSync(manifestFile(h), renderManifest(manifestOf(h.mirror.mirrorId(), h.mirror.ledgerHead(), h.mirror.exportWatermark(), good.signed_at)));
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
@@ -479,8 +488,8 @@ describe('verifyExports trusts nothing on disk', () => {
     fs.appendFileSync(path.join(h.exportDir, b!.path), 'x');
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: a!.path, problem: 'missing' },
-      { path: b!.path, problem: 'size', detail: `${b!.bytes + 1} bytes, expected ${b!.bytes}` },
-      { path: b!.path, problem: 'sha256' },
+      { path: b!.path, problem: 'size', found: b!.bytes + 1, expected: b!.bytes },
+      { path: b!.path, problem: 'sha256', found: expect.stringMatching(/^[0-9a-f]{64}$/), expected: b!.sha256 },
     ]);
     fs.appendFileSync(path.join(h.exportDir, b!.path), '\n');
     expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['missing', 'size', 'sha256', 'lines']);
@@ -548,7 +557,7 @@ describe('verifyExports trusts nothing on disk', () => {
     ws.appendMessages(ws.list()[0]!.id, 2);
     const pending = (await syncThenCrashPublication(h)).id;
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([
-      { path: MANIFEST, problem: 'manifest', detail: expect.stringMatching(/^points at head .* expected head /) },
+      { path: MANIFEST, problem: 'manifest', found: expect.stringMatching(new RegExp(`^head ${pending}:[0-9a-f]{64} with watermark \\d+$`)), expected: expect.stringMatching(new RegExp(`^head ${pending - 1}:[0-9a-f]{64} with watermark \\d+, as the mirror records$`)) },
       { path: `_ledger/${String(pending).padStart(12, '0')}.json`, problem: 'mirror', detail: 'left by an interrupted publication; the next sync records it' },
     ]);
     await h.sync();

@@ -206,8 +206,10 @@ describe('exports after a history of changes', () => {
     const h = await busyHistory();
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
     expect(manifest.format).toBe('convo-mirror-exports');
-    expect(manifest.version).toBe(2);
+    expect(manifest.version).toBe(3);
     expect(manifest.watermark).toBe(maxSeq(h));
+    expect(manifest.signed_at).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+    expect(manifest.signature).toBeUndefined(); // no signing key
     expect(manifest.head).toEqual({ ...h.mirror.ledgerHead(), record: `_ledger/${String(h.mirror.ledgerHead()!.batch_id).padStart(12, '0')}.json` });
     const files = jsonlFiles(h.exportDir);
     const listed = ledgerFiles(h.exportDir);
@@ -246,7 +248,10 @@ describe('verifyExports', () => {
     const i = buf.indexOf('"content":"') + 11;
     buf[i] = buf[i] === 0x58 ? 0x59 : 0x58;
     fs.writeFileSync(abs, buf);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: msgFile, problem: 'sha256' }]);
+    const recorded = ledgerFiles(h.exportDir).find((f) => f.path === msgFile)!;
+    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: msgFile, problem: 'sha256', found: crypto.createHash('sha256').update(buf).digest('hex'), expected: recorded.sha256 },
+    ]);
 
     // a line dropped: size, sha256 and lines all differ
     const text = fs.readFileSync(abs, 'utf8').split('\n');
@@ -373,26 +378,35 @@ describe('publishChanges', () => {
     expect(verifyExports(h.mirror, h.exportDir)).toEqual([inPartition]);
   });
 
-  it('with nothing pending publishes zero files and changes nothing', async () => {
+  it('with nothing pending publishes zero files and changes nothing but the time of the signed head', async () => {
     const ws = FakeWorkspace.fromCounts([5, 6]);
-    const h = await start({ workspace: ws });
+    const clock = noonClock();
+    const h = await start({ workspace: ws, clock });
     const s = await h.sync();
     const snapshot = snapshotFiles(h.exportDir);
     const batches = sqlAll(h.mirror, `SELECT * FROM export_batches`);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    clock.advance(3_600_000);
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir, clock });
     expect(res).toEqual({ files: [], lines: 0, watermark: maxSeq(h), resumed: false, head: s.export.head, held: 0 });
     expect(s.export.watermark).toBe(maxSeq(h) - 1); // the run's own line was published after its changes
-    expect(snapshotFiles(h.exportDir)).toEqual(snapshot);
+    const after = snapshotFiles(h.exportDir);
+    const before = JSON.parse(snapshot.get(MANIFEST)!.toString('utf8')) as Manifest;
+    // The head is re-signed now: same head and watermark, a fresh time.
+    expect(JSON.parse(after.get(MANIFEST)!.toString('utf8'))).toEqual({ ...before, signed_at: new Date(clock.now()).toISOString() });
+    after.delete(MANIFEST);
+    snapshot.delete(MANIFEST);
+    expect(after).toEqual(snapshot);
     expect(sqlAll(h.mirror, `SELECT * FROM export_batches`)).toEqual(batches);
   });
 
   it('with nothing ever synced publishes zero files', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([]) });
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const clock = noonClock();
+    const res = publishChanges(h.mirror, { exportDir: h.exportDir, clock });
     expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false, head: undefined, held: 0 });
     expect(jsonlFiles(h.exportDir).size).toBe(0);
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
-    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 2, mirror_id: h.mirror.mirrorId(), watermark: 0, ledger: '_ledger', head: null });
+    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 3, mirror_id: h.mirror.mirrorId(), watermark: 0, ledger: '_ledger', head: null, signed_at: '2026-01-15T12:00:00.000Z' });
     expect(h.mirror.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
   });
 

@@ -5,14 +5,17 @@
  * data files and its record; the migration of an export directory written before the ledger; the
  * CLI's exit codes and JSON. Real files, real SQLite, the real fake over HTTP.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { publishChanges } from '../src/export/exporter.js';
 import { parseRecord, recordPath, renderRecord, sealRecord, type LedgerRecord } from '../src/export/ledger.js';
-import { generateKeyPair, loadPublicKey, loadSigningKey } from '../src/export/signing.js';
-import { verifyArchive, type VerifyProblem } from '../src/export/verify.js';
+import { manifestOf, renderManifest } from '../src/export/manifest.js';
+import { sealHead } from '../src/export/head.js';
+import { generateKeyPair, loadPublicKey, loadSigningKey, sign, type SigningKey } from '../src/export/signing.js';
+import { verifyArchive, type VerifyOptions, type VerifyProblem } from '../src/export/verify.js';
 import type { LedgerHead } from '../src/store/mirror.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { run } from './children.js';
@@ -24,7 +27,7 @@ afterEach(() => pool.closeAll());
 const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 
 /** A mirror with four runs (eight batch records): appends, an edit, a deletion between them; the head after each run. */
-async function archive(o: { signWith?: string } = {}): Promise<{ h: Harness; heads: LedgerHead[]; ws: FakeWorkspace }> {
+async function archive(o: { signWith?: string; witnessDir?: string } = {}): Promise<{ h: Harness; heads: LedgerHead[]; ws: FakeWorkspace }> {
   const ws = FakeWorkspace.fromCounts([5, 40, 3]);
   const h = await start({ workspace: ws });
   const signingKey = o.signWith ? loadSigningKey(o.signWith) : undefined;
@@ -32,7 +35,7 @@ async function archive(o: { signWith?: string } = {}): Promise<{ h: Harness; hea
   const c = ws.list()[1]!;
   const changes = [() => ws.appendMessages(c.id, 3), () => ws.editMessage(c.id, c.messages[2]!.id, 'edited'), () => ws.deleteMessage(c.id, c.messages[4]!.id), () => undefined];
   for (const change of changes) {
-    const s = await h.sync({ full: true, ...(signingKey ? { signingKey } : {}) });
+    const s = await h.sync({ full: true, ...(signingKey ? { signingKey } : {}), ...(o.witnessDir ? { witnessDir: o.witnessDir } : {}) });
     heads.push(s.export.head!);
     change();
   }
@@ -69,8 +72,9 @@ describe('tampering, each caught by verify and named', () => {
     const at = Math.floor(bytes.length / 2);
     bytes[at] = bytes[at]! ^ 0x01;
     overwrite(abs(h, target!.path), bytes);
-    expect(check(h)).toEqual([{ path: target!.path, problem: 'sha256' }]);
-    expect(check(h, { mirror: false })).toEqual([{ path: target!.path, problem: 'sha256' }]);
+    const sha256 = { path: target!.path, problem: 'sha256', found: crypto.createHash('sha256').update(bytes).digest('hex'), expected: ledgerFiles(h.exportDir).find((f) => f.path === target!.path)!.sha256 };
+    expect(check(h)).toEqual([sha256]);
+    expect(check(h, { mirror: false })).toEqual([sha256]);
     const before = heads.filter((x) => x.batch_id < batch).at(-1)!;
     const after = heads.find((x) => x.batch_id >= batch)!;
     expect(check(h, { head: before }).filter((p) => p.problem === 'head')).toEqual([]);
@@ -95,7 +99,7 @@ describe('tampering, each caught by verify and named', () => {
     const found = check(h, { mirror: false });
     expect(found).toContainEqual({ path: rec(3), problem: 'chain', detail: expect.stringMatching(/^batch 4 links to it with hash [0-9a-f]{64}, but it hashes to [0-9a-f]{64}: it was altered/) });
     // the forged listing no longer matches the file either
-    expect(found).toContainEqual({ path: r.files[0]!.path, problem: 'sha256' });
+    expect(found).toContainEqual({ path: r.files[0]!.path, problem: 'sha256', found: r.files[0]!.sha256, expected: 'f'.repeat(64) });
     // the mirror's ledger disagrees too
     expect(check(h)).toContainEqual({ path: rec(3), problem: 'mirror', detail: `the mirror recorded hash ${r.hash}, the archive's record hashes to ${forged.hash}` });
   });
@@ -168,12 +172,12 @@ describe('signatures', () => {
     const report = verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, publicKey: pub });
     expect(report.problems).toEqual([]);
     expect(report.signed).toBe(8);
-    expect(report.checks.find((c) => c.name === 'signatures')).toEqual({ name: 'signatures', status: 'ok', detail: `all 8 records signed by ${pub.keyId}` });
+    expect(report.checks.find((c) => c.name === 'signatures')).toEqual({ name: 'signatures', status: 'ok', detail: `all 8 records signed by ${pub.keyId}; the head pointer signed by it` });
     // without a key the signatures are counted, not checked
     expect(verifyArchive({ exportDir: h.exportDir }).checks.find((c) => c.name === 'signatures')!.status).toBe('skipped');
     // another key: every record
     const other = verifyArchive({ exportDir: h.exportDir, publicKey: loadPublicKey(path.join(dir, 'other.pub')) }).problems;
-    expect(other).toHaveLength(8);
+    expect(other.map((p) => p.path)).toEqual([...[1, 2, 3, 4, 5, 6, 7, 8].map(rec), 'manifest.json']);
     expect(other.every((p) => p.problem === 'signature' && /^signed by key sha256:/.test(p.detail!))).toBe(true);
     // a forged signature: one character of one record's signature changed
     const r = readRecord(h, 6);
@@ -187,7 +191,7 @@ describe('signatures', () => {
     h.fake.workspace.appendMessages(h.fake.workspace.list()[0]!.id, 1);
     await h.sync();
     const unsigned = verifyArchive({ exportDir: h.exportDir, publicKey: pub }).problems.filter((p) => p.problem === 'unsigned');
-    expect(unsigned.map((p) => p.path)).toEqual([rec(9), rec(10)]);
+    expect(unsigned.map((p) => p.path)).toEqual([rec(9), rec(10), 'manifest.json']);
   });
 });
 
@@ -209,7 +213,7 @@ describe('a noted head', () => {
     const truncated = (head: LedgerHead) => verifyArchive({ exportDir: copy, head }).problems;
     expect(truncated(early)).toEqual([]);
     expect(truncated(late)).toEqual([
-      { path: '_ledger', problem: 'head', detail: `no record of this archive is ${late.batch_id}:${late.hash} (its chain ends at ${early.batch_id}:${early.hash}): it was truncated, or altered up to that head` },
+      { path: '_ledger', problem: 'head', detail: `no record of this archive is ${late.batch_id}:${late.hash} (its chain ends at ${early.batch_id}:${early.hash}): records ${early.batch_id + 1}–${late.batch_id} were removed` },
     ]);
     // with the mirror's database, the truncation shows without a noted head
     const withDb = verifyArchive({ exportDir: copy, mirror: h.mirror }).problems;
@@ -284,7 +288,7 @@ describe('an export directory written before the ledger', () => {
     expect(genesis.files.map((f) => f.path)).toEqual(files.map((f) => f.path));
     for (const f of files) expect(fs.statSync(abs(h, f.path)).mode & 0o777, f.path).toBe(0o400);
     expect(readRecord(h, last + 1).prev).toEqual({ batch_id: last, hash: genesis.hash });
-    expect(JSON.parse(fs.readFileSync(abs(h, 'manifest.json'), 'utf8'))).toMatchObject({ version: 2 });
+    expect(JSON.parse(fs.readFileSync(abs(h, 'manifest.json'), 'utf8'))).toMatchObject({ version: 3 });
     expect(check(h, { deep: true })).toEqual([]);
   });
 });
@@ -298,12 +302,12 @@ describe('convo-mirror verify (CLI)', () => {
     const report = JSON.parse(ok.stdout) as { ok: boolean; records: number; checks: { name: string; status: string }[] };
     expect(report.ok).toBe(true);
     expect(report.records).toBe(8);
-    expect(report.checks.map((c) => `${c.name}:${c.status}`)).toEqual(['database:ok', 'ledger:ok', 'files:ok', 'unlisted:ok', 'manifest:ok', 'signatures:skipped', 'head:ok', 'mirror:ok', 'deep:ok', 'temp:ok']);
+    expect(report.checks.map((c) => `${c.name}:${c.status}`)).toEqual(['database:ok', 'chain:ok', 'files:ok', 'unlisted:ok', 'manifest:ok', 'signatures:skipped', 'head:ok', 'witness:skipped', 'age:ok', 'mirror:ok', 'deep:ok', 'temp:ok']);
     const noDb = { ...env, CONVO_MIRROR_DB: path.join(h.dir, 'absent.sqlite') };
     const alone = await run(['verify'], noDb);
     expect(alone.code, alone.stderr).toBe(0);
     expect(alone.stdout).toMatch(/^skip database: no database/m);
-    expect(alone.stdout).toMatch(/archive intact: 8 records, .* \(verified without the database\)\n$/);
+    expect(alone.stdout).toMatch(/\narchive intact: 8 records, .*; not checked: database, signatures, head, witness, mirror, deep \(verified without the database\)\n$/);
     expect((await run(['verify', '--deep'], noDb)).code).toBe(2);
     const bad = await run(['verify', '--head', 'xyz'], env);
     expect(bad.code).toBe(2);
@@ -312,5 +316,103 @@ describe('convo-mirror verify (CLI)', () => {
     const broken = await run(['verify'], env);
     expect(broken.code).toBe(1);
     expect(broken.stderr).toMatch(/^problem: .*: missing$/m);
+    expect(broken.stdout).toMatch(/\nNOT intact: files FAILED \(1 problem\), mirror FAILED \(1 problem\)|\nNOT intact: files FAILED \(1 problem\); everything else ok or skipped\n$/);
+    expect(broken.stdout).not.toMatch(/\bintact up to\b|archive intact/);
+  });
+});
+
+describe('what each check catches when the chain is rebuilt (the table of docs/auditors)', () => {
+  /**
+   * A signed, witnessed archive (eight records), then one message line of batch 3 rewritten and
+   * every record from 3 on re-hashed and re-linked, so the archive is consistent again; the
+   * manifest rewritten to the new head, signed now. `key`: the attacker has the signing key and
+   * re-signs everything; without it, records keep their old signatures and the manifest has none.
+   * `alsoMirror`: the mirror's rows and ledger are altered to match.
+   */
+  async function rebuilt(o: { withKey: boolean; alsoMirror: boolean }) {
+    const dir = tempDir();
+    generateKeyPair(path.join(dir, 'k.key'), path.join(dir, 'k.pub'));
+    const key = loadSigningKey(path.join(dir, 'k.key'));
+    const pub = loadPublicKey(path.join(dir, 'k.pub'));
+    const witnessDir = tempDir();
+    const { h, heads } = await archive({ signWith: path.join(dir, 'k.key'), witnessDir });
+    const r3 = readRecord(h, 3);
+    const f = r3.files.find((x) => x.stream === 'messages')!;
+    const lines = fs.readFileSync(abs(h, f.path), 'utf8').split('\n');
+    const line = JSON.parse(lines[0]!) as { conversation_id: string; id: string; content: string };
+    const rewritten = 'rewritten by someone who had write access';
+    lines[0] = JSON.stringify({ ...line, content: rewritten });
+    const data = Buffer.from(lines.join('\n'));
+    overwrite(abs(h, f.path), data);
+    const file = { ...f, bytes: data.length, sha256: crypto.createHash('sha256').update(data).digest('hex') };
+    const attacker: SigningKey | undefined = o.withKey ? key : undefined;
+    const hashes = new Map<number, string>([[2, readRecord(h, 2).hash]]);
+    for (let id = 3; id <= 8; id++) {
+      const r = readRecord(h, id);
+      const body = { ...r, files: id === 3 ? r.files.map((x) => (x.path === f.path ? file : x)) : r.files, prev: { batch_id: id - 1, hash: hashes.get(id - 1)! } };
+      const sealed = sealRecord(body, attacker ? (b) => sign(b, attacker) : undefined);
+      overwrite(abs(h, rec(id)), renderRecord(attacker ? sealed : { ...sealed, signature: r.signature! }));
+      hashes.set(id, sealed.hash);
+    }
+    const head = { batch_id: 8, hash: hashes.get(8)! };
+    const manifest = sealHead(manifestOf(h.mirror.mirrorId(), head, readRecord(h, 8).last_seq, new Date().toISOString()), attacker);
+    overwrite(abs(h, 'manifest.json'), renderManifest(manifest));
+    if (o.alsoMirror) {
+      for (let id = 3; id <= 8; id++) sqlRun(h.mirror, `UPDATE ledger SET hash = ?, prev_hash = ? WHERE batch_id = ?`, hashes.get(id), hashes.get(id - 1), id);
+      sqlRun(h.mirror, `UPDATE messages SET raw = json_set(raw, '$.content', ?) WHERE conversation_id = ? AND id = ?`, rewritten, line.conversation_id, line.id);
+      sqlRun(h.mirror, `UPDATE export_files SET bytes = ?, sha256 = ? WHERE path = ?`, file.bytes, file.sha256, f.path);
+    }
+    /** The checks that failed, with `o`. */
+    const failed = (v: Omit<VerifyOptions, 'exportDir'>) =>
+      verifyArchive({ exportDir: h.exportDir, ...v })
+        .checks.filter((c) => c.status === 'failed')
+        .map((c) => c.name);
+    return { h, heads, pub, witnessDir, failed };
+  }
+
+  it('by someone without the key: the archive alone sees nothing; the signatures, a head noted after the change, the witness, the mirror and max-age (with the key) each catch it', async () => {
+    const { h, heads, pub, witnessDir, failed } = await rebuilt({ withKey: false, alsoMirror: false });
+    expect(failed({})).toEqual([]);
+    expect(failed({ publicKey: pub })).toEqual(['signatures']);
+    expect(failed({ head: heads[1] })).toEqual(['head']); // noted after batch 3 (it is batch 4)
+    expect(failed({ head: heads[0] })).toEqual([]); // noted before the change: still proven
+    expect(failed({ witnessDir })).toEqual(['witness']);
+    expect(failed({ mirror: h.mirror })).toEqual(['manifest', 'mirror']);
+    expect(failed({ publicKey: pub, maxAgeMs: 3_600_000 })).toEqual(['signatures', 'age']); // no head signed by the key is left
+    expect(failed({ maxAgeMs: 3_600_000 })).toEqual([]); // its fresh time is only claimed
+  });
+
+  it('by someone with the key: the signatures and max-age pass; a head noted after the change, the witness and the mirror catch it', async () => {
+    const { h, heads, pub, witnessDir, failed } = await rebuilt({ withKey: true, alsoMirror: false });
+    expect(failed({ publicKey: pub, maxAgeMs: 3_600_000 })).toEqual([]);
+    expect(failed({ head: heads[1] })).toEqual(['head']);
+    expect(failed({ publicKey: pub, witnessDir })).toEqual(['witness']);
+    expect(failed({ mirror: h.mirror, deep: true })).toEqual(['manifest', 'mirror', 'deep']);
+  });
+
+  it('with the key, the mirror altered to match: the mirror and --deep pass too; only a noted head and the witness catch it', async () => {
+    const { h, heads, pub, witnessDir, failed } = await rebuilt({ withKey: true, alsoMirror: true });
+    expect(failed({ mirror: h.mirror, deep: true, publicKey: pub, maxAgeMs: 3_600_000 })).toEqual([]);
+    expect(failed({ mirror: h.mirror, head: heads[1] })).toEqual(['head']);
+    expect(failed({ mirror: h.mirror, witnessDir, publicKey: pub })).toEqual(['witness']);
+  });
+
+  it('a record appended by someone without the key (a forged newest record, the manifest moved to it): the archive alone, a noted head and the witness pass; the signatures and the mirror catch it', async () => {
+    const dir = tempDir();
+    generateKeyPair(path.join(dir, 'k.key'), path.join(dir, 'k.pub'));
+    const pub = loadPublicKey(path.join(dir, 'k.pub'));
+    const witnessDir = tempDir();
+    const { h, heads } = await archive({ signWith: path.join(dir, 'k.key'), witnessDir });
+    const r8 = readRecord(h, 8);
+    const forged = sealRecord({ ...r8, batch_id: 9, first_seq: r8.last_seq + 1, last_seq: r8.last_seq + 1, files: [], prev: { batch_id: 8, hash: r8.hash } });
+    fs.writeFileSync(abs(h, rec(9)), renderRecord(forged));
+    overwrite(abs(h, 'manifest.json'), renderManifest(sealHead(manifestOf(h.mirror.mirrorId(), forged, forged.last_seq, new Date().toISOString()))));
+    const failed = (v: Omit<VerifyOptions, 'exportDir'>) =>
+      verifyArchive({ exportDir: h.exportDir, ...v })
+        .checks.filter((c) => c.status === 'failed')
+        .map((c) => c.name);
+    expect(failed({ head: heads[3], witnessDir })).toEqual([]);
+    expect(failed({ publicKey: pub })).toEqual(['signatures']);
+    expect(failed({ mirror: h.mirror })).toEqual(['manifest', 'mirror']);
   });
 });

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import { loadConfig, type Config, type ConfigFlags } from '../../config/index.js';
 import { Mirror } from '../store/mirror.js';
 import { MirrorUnusableError, describeError } from '../errors.js';
-import { verifyArchive, type ArchiveReport, type VerifyOptions } from '../export/verify.js';
+import { archiveVerdict, verifyArchive, type ArchiveReport, type VerifyOptions } from '../export/verify.js';
 import { EXIT, exitFor, fail, type SetExit } from './exit.js';
 
 /** Failpoints of the read-only commands' computations, for tests. */
@@ -52,7 +52,7 @@ export function verifyOf(mirror: Mirror | undefined, o: Omit<VerifyOptions, 'mir
     const report = verifyArchive({ ...o, mirror: undefined, deep: false });
     const problem = { path: mirror.file, problem: 'mirror' as const, detail: describeError(err.cause) };
     const checks = report.checks.map((c) => (c.name === 'database' ? { name: c.name, status: 'failed' as const, detail: '1 problem' } : c));
-    return { file: mirror.file, ...report, checks, problems: [problem, ...report.problems] };
+    return { file: mirror.file, ...report, checks, problems: [problem, ...report.problems], verdict: archiveVerdict({ ...report, checks }) };
   }
 }
 

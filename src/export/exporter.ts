@@ -11,11 +11,17 @@
  * 3. The batch record (`_ledger/<batch>.json`: its files with size, line count and SHA-256, its seq
  *    range, mirror, run, time, and the hash of the previous record; signed when a key is given) is
  *    published the same way; it is deterministic too, so a re-publication writes it once.
- * 4. `manifest.json`, the small pointer to the chain head, is rewritten the same way.
+ * 4. The signed head (src/export/head.ts: the chain head, the watermark, the time, signed when a
+ *    key is given) is appended to the witness file when `witnessDir` is set (src/export/witness.ts),
+ *    then published as `manifest.json`, the same way as the files.
  * 5. Only then, in one transaction, the files and the ledger entry are recorded, the batch marked
  *    published and the exported watermark advanced.
  * Publication costs what the batch holds: nothing written before is read or rewritten (except the
- * small manifest).
+ * small manifest, and the last line of the witness file, read back).
+ *
+ * Every call rewrites `manifest.json` with a fresh `signed_at`, also when nothing is pending: its
+ * time says when the publisher last vouched for the head (as a CT log issues a fresh signed tree
+ * head every maximum merge delay), so `verify --max-age` can tell a stale or rolled-back head.
  *
  * Layout: `<dir>/<stream>/account=<account_id>/date=<YYYY-MM-DD>/<first_seq>-<last_seq>.jsonl[.gz]`,
  * stream `messages`, `conversations` or `runs`, date from the line's `synced_at` (UTC). Each line is
@@ -34,14 +40,17 @@ import { ExportError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, mkdirPrivate, type FileModes } from '../private-fs.js';
 import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName } from './paths.js';
-import { manifestOf, renderManifest, type Manifest } from './manifest.js';
+import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from './manifest.js';
+import { sealHead, type SignedHead } from './head.js';
+import { appendWitness, assertWitnessUsable } from './witness.js';
 import { LEDGER_DIR, parseRecord, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
 import { PartitionWriter } from './partition-writer.js';
-import { MAX_MANIFEST_BYTES, MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
+import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
 
 export { MANIFEST, TEMP_DIR, assertSafeExportDir } from './paths.js';
 export { manifestOf, renderManifest, type Manifest } from './manifest.js';
+export { witnessDirProblem, witnessFile } from './witness.js';
 export { exportLine } from './lines.js';
 export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 export type { ExportFailpoint } from './publish-fs.js';
@@ -65,7 +74,7 @@ export interface ExportOptions {
    * before keeps the choice it was planned with. @defaultValue false
    */
   gzip?: boolean;
-  /** Sign each batch record with this Ed25519 key (see src/export/signing.ts). @defaultValue unsigned */
+  /** Sign each batch record and the head (`manifest.json`) with this Ed25519 key (see src/export/signing.ts). @defaultValue unsigned */
   signingKey?: SigningKey | undefined;
   /**
    * Hold run lines: when only lines of the `runs` stream wait (no message or conversation
@@ -76,6 +85,14 @@ export interface ExportOptions {
    * @defaultValue undefined (publish everything)
    */
   runsHeartbeatMs?: number | undefined;
+  /**
+   * The head witness's directory (`CONVO_MIRROR_WITNESS_DIR`): another disk or mount, which must
+   * exist. Each publication that adds a ledger record appends the signed head to
+   * `<witnessDir>/<mirror id>.heads.jsonl` (see src/export/witness.ts); one with nothing new
+   * appends only when the witness's last line is not the current head (a witness set on an
+   * existing archive is given its head at once). @defaultValue no witness
+   */
+  witnessDir?: string | undefined;
   clock?: Clock;
   logger?: Logger | undefined;
   /**
@@ -137,8 +154,9 @@ function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: nu
 
 /**
  * Publishes every change-log row above the exported watermark as one batch: its data files, its
- * batch record, the manifest, then its records in SQLite (see the module comment). Idempotent:
- * with nothing pending it writes no data file (it only repairs a missing or stale manifest).
+ * batch record, the witness line, the manifest, then its records in SQLite (see the module
+ * comment). Idempotent: with nothing pending it writes no data file and no record; it only re-signs
+ * the head (a fresh `signed_at` in `manifest.json`).
  *
  * First it checks the export directory ({@link assertSafeExportDir}), creates it if missing, checks
  * its manifest is this mirror's, and removes the leftovers of an interrupted publication from
@@ -151,6 +169,9 @@ function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: nu
  * @throws {@link ExportError} naming the file or directory, before anything is written, when
  *   `manifest.json` is not one this mirror wrote (another program's file, unparsable, another
  *   format, or another mirror's) or `.convo-mirror-tmp` is not a directory
+ * @throws {@link ExportError} naming `CONVO_MIRROR_WITNESS_DIR` and the path, before anything is
+ *   written, when `witnessDir` is missing, not a directory or not writable; later, when the witness
+ *   line cannot be appended (the batch stays planned, as for any failure)
  * @throws {@link ExportError} naming the file when a write, fsync or rename fails, or a published
  *   name already holds other content; the watermark is then unchanged and the next call
  *   re-publishes the same batch
@@ -167,6 +188,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   }
   const mirrorId = mirror.mirrorId();
   assertOwnedBy(dir, mirrorId);
+  if (opts.witnessDir !== undefined) assertWitnessUsable(opts.witnessDir, mirrorId);
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
   migrateToLedger(mirror, target, mirrorId, opts);
 
@@ -176,18 +198,18 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   if (!plan) {
     const head = mirror.ledgerHead();
     const watermark = mirror.exportWatermark();
-    writeManifestIfChanged(target, manifestOf(mirrorId, head, watermark));
+    publishHead(target, mirrorId, head, watermark, opts);
     if (held > 0) opts.logger?.debug({ run_lines: held }, 'run lines held: nothing changed; they go out with the next changes or at the heartbeat');
     return { files: [], lines: 0, watermark, resumed: false, head, held };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
-  // 2. The data files, 3. the batch record, 4. the manifest, 5. the records in SQLite.
+  // 2. The data files, 3. the batch record, 4. the witness line and the manifest, 5. the records in SQLite.
   const files = writeBatchFiles(mirror, target, plan, opts.maxLinesPerFile ?? 100_000);
   opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
   const entry = publishRecord(target, batchBody(mirrorId, plan, files, mirror.ledgerHead()), opts.signingKey);
   const head = { batch_id: entry.batch_id, hash: entry.hash };
-  writeManifestIfChanged(target, manifestOf(mirrorId, head, plan.last_seq));
+  publishHead(target, mirrorId, head, plan.last_seq, opts);
   opts.failpoint?.('before-record', path.join(dir, MANIFEST));
   mirror.recordPublication(plan, files, entry, isoNow(clock));
   const lines = files.reduce((n, f) => n + f.lines, 0);
@@ -305,21 +327,24 @@ function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts:
     const failed = makeReadOnly(path.join(target.root, f.path));
     if (failed) opts.logger?.warn({ file: f.path, err: failed }, 'could not make a file published earlier read-only');
   }
-  writeManifestIfChanged(target, manifestOf(mirrorId, entry, mirror.exportWatermark()));
+  publishHead(target, mirrorId, entry, mirror.exportWatermark(), opts);
   mirror.recordLedgerGenesis(entry, isoNow(opts.clock ?? systemClock));
   opts.logger?.info({ files: files.length, head: `${entry.batch_id}:${entry.hash}` }, 'export directory migrated to the ledger: genesis record published');
 }
 
-/** Publishes `manifest` as `manifest.json` unless it already holds exactly its bytes. */
-function writeManifestIfChanged(target: Target, manifest: Manifest): void {
-  const data = renderManifest(manifest);
-  const final = path.join(target.root, MANIFEST);
-  try {
-    if (readIfPresent(final, MAX_MANIFEST_BYTES)?.equals(data)) return;
-  } catch {
-    /* unreadable: assertOwnedBy said it is ours; replace it */
-  }
-  publishBytes(target, manifestTempName(), final, data);
+/**
+ * Signs the head now (`signed_at` from the clock; signed with the key, when given), appends it to
+ * the witness file when `opts.witnessDir` is set and there is a head (unless the witness's last line
+ * is already this head: see {@link appendWitness}), then publishes it as `manifest.json`.
+ *
+ * @returns the signed head
+ * @throws {@link ExportError} naming the witness file or the manifest when either cannot be written
+ */
+function publishHead(target: Target, mirrorId: string, head: LedgerHead | undefined, watermark: number, opts: ExportOptions): SignedHead {
+  const signed = sealHead(manifestOf(mirrorId, head, watermark, isoNow(opts.clock ?? systemClock)), opts.signingKey);
+  if (opts.witnessDir !== undefined && signed.head !== null) appendWitness(opts.witnessDir, signed, target.modes);
+  publishBytes(target, manifestTempName(), path.join(target.root, MANIFEST), renderManifest(signed));
+  return signed;
 }
 
 /**
@@ -357,7 +382,9 @@ function assertOwnedBy(dir: string, mirrorId: string): void {
   if (m.format !== 'convo-mirror-exports') {
     throw refuse(`is not a convo-mirror manifest (format ${m.format === undefined ? 'absent' : JSON.stringify(m.format)}, expected "convo-mirror-exports")`);
   }
-  if (m.version !== 1 && m.version !== 2) throw refuse(`has manifest version ${JSON.stringify(m.version)}, which this convo-mirror does not know (it writes 2)`);
+  if (typeof m.version !== 'number' || !MANIFEST_VERSIONS.includes(m.version)) {
+    throw refuse(`has manifest version ${JSON.stringify(m.version)}, which this convo-mirror does not know (it writes ${MANIFEST_VERSION})`);
+  }
   if (m.mirror_id !== mirrorId) {
     throw new ExportError(
       `the export directory ${dir} holds the exports of another mirror (mirror id ${m.mirror_id ?? 'unknown'} in ${file}, this mirror is ${mirrorId}): ` +

@@ -17,8 +17,8 @@ import { TEMP_DIR, isTempName, kindOf } from './paths.js';
  *   `.convo-mirror-tmp/`, not yet renamed into place (`file` is its final path);
  * - `before-ledger`: every data file of the batch is in place, its record is not written yet
  *   (`file` is the record's final path);
- * - `before-record`: the data files, the batch record and the manifest are in place, nothing is
- *   recorded in SQLite yet (`file` is the manifest's path).
+ * - `before-record`: the data files, the batch record, the witness line (with a witness) and the
+ *   manifest are in place, nothing is recorded in SQLite yet (`file` is the manifest's path).
  */
 export type ExportFailpoint = 'before-rename' | 'before-ledger' | 'before-record';
 

@@ -21,8 +21,10 @@ export interface PublishSettings {
   modes?: FileModes | undefined;
   /** Write new batches as `.jsonl.gz`. @defaultValue false */
   gzip?: boolean | undefined;
-  /** Sign each batch record. @defaultValue unsigned */
+  /** Sign each batch record and the head. @defaultValue unsigned */
   signingKey?: SigningKey | undefined;
+  /** Append each new signed head to the witness file in this directory (`CONVO_MIRROR_WITNESS_DIR`). @defaultValue no witness */
+  witnessDir?: string | undefined;
   /** During a run, publish every this many ms; undefined: only at the end. */
   publishIntervalMs?: number | undefined;
   /**
@@ -40,6 +42,7 @@ export interface PublishConfig {
   publishIntervalMs: number;
   runsHeartbeatMs: number;
   signingKeyFile: string | undefined;
+  witnessDir: string | undefined;
 }
 
 /**
@@ -56,6 +59,7 @@ export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger
     modes: fileModes(config.groupReadable),
     gzip: config.exportGzip,
     signingKey,
+    witnessDir: config.witnessDir,
     publishIntervalMs: config.publishIntervalMs,
     runsHeartbeatMs: config.runsHeartbeatMs,
   };
@@ -96,6 +100,7 @@ export class Publisher {
       ...(s.gzip ? { gzip: true } : {}),
       ...(s.signingKey ? { signingKey: s.signingKey } : {}),
       ...(o.runLines !== 'now' && s.runsHeartbeatMs ? { runsHeartbeatMs: s.runsHeartbeatMs } : {}),
+      ...(s.witnessDir !== undefined ? { witnessDir: s.witnessDir } : {}),
     });
   }
 

@@ -1,7 +1,8 @@
 /**
  * Ed25519 keys of the export ledger: loading the signing key (`CONVO_MIRROR_SIGNING_KEY_FILE`) and
- * an auditor's public key (`verify --public-key`), key ids, detached signatures over a record's
- * canonical body bytes and their check, and the key pair `convo-mirror keygen` writes.
+ * an auditor's public key (`verify --public-key`, which refuses a private key), key ids, detached
+ * signatures over a record's or a signed head's canonical body bytes and their check, and the key
+ * pair `convo-mirror keygen` writes.
  *
  * Keys are PEM files: the private key PKCS#8 (`-----BEGIN PRIVATE KEY-----`), the public key SPKI
  * (`-----BEGIN PUBLIC KEY-----`). Nothing here ever prints, logs or puts key material in an error:
@@ -206,22 +207,39 @@ export function loadSigningKey(file: string): SigningKey {
   return { privateKey, keyId: keyId(privateKey), file, ...(warning === undefined ? {} : { warning }) };
 }
 
+/** Any PEM private key block: PKCS#8 (plain or encrypted), PKCS#1, SEC1, OpenSSH. */
+const PRIVATE_PEM_RE = /-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----/;
+
+/** True when `pem` holds a private key, whether or not it also holds a public one. */
+function holdsPrivateKey(pem: Buffer): boolean {
+  if (PRIVATE_PEM_RE.test(pem.toString('latin1'))) return true;
+  try {
+    crypto.createPrivateKey({ key: pem, format: 'pem' });
+    return true;
+  } catch (err) {
+    return isEncrypted(pem, err);
+  }
+}
+
 /**
  * Loads the Ed25519 public key that checks ledger signatures: an SPKI PEM
- * (`-----BEGIN PUBLIC KEY-----`), or a private key PEM whose public key is derived from it.
+ * (`-----BEGIN PUBLIC KEY-----`). A private key is refused, never used to derive its public key:
+ * an auditor never needs the private key, and a check that accepts it teaches handing it around.
  *
  * @param file - the key file
  * @param variable - the flag or variable that named the file, for errors. @defaultValue `--public-key`
- * @throws ConfigError naming `variable` and the file when it is missing, unreadable, not a PEM key,
- *   an encrypted private key, or not Ed25519
+ * @throws ConfigError naming `variable` and the file when it is missing, unreadable, a private key
+ *   (encrypted or not), not a PEM public key, or not Ed25519. Never includes key material.
  */
 export function loadPublicKey(file: string, variable = '--public-key'): PublicKey {
   const { pem } = readKeyFile(file, variable);
+  if (holdsPrivateKey(pem)) {
+    throw new ConfigError(variable, `${file} holds a private key, not a public key: give the public key (the .pub file convo-mirror keygen wrote); verifying never needs the private key, keep it with the publisher`);
+  }
   let key: KeyObject;
   try {
     key = crypto.createPublicKey({ key: pem, format: 'pem' });
-  } catch (err) {
-    if (isEncrypted(pem, err)) throw new ConfigError(variable, `${file} holds an encrypted private key: give the public key (the .pub file convo-mirror keygen wrote)`);
+  } catch {
     throw new ConfigError(variable, `${file} is not a PEM public key (expected an Ed25519 key in SPKI PEM, "-----BEGIN PUBLIC KEY-----", as convo-mirror keygen writes it)`);
   }
   requireEd25519(key, file, variable);

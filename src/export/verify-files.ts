@@ -56,7 +56,11 @@ export class DirCheck {
   }
 }
 
-/** One listed file against its record: a regular file reached without a symlink, with its size, SHA-256 and line count. */
+/**
+ * One listed file against its record: a regular file reached without a symlink, with its size,
+ * SHA-256 and line count. A difference carries both values: `found` (on disk) and `expected` (the
+ * record's): bytes for `size`, the hex digest for `sha256`, lines for `lines`.
+ */
 export function checkListed(root: string, dirs: DirCheck, f: Listed): VerifyProblem[] {
   const viaDir = dirs.problemFor(f.path);
   if (viaDir) return [viaDir];
@@ -76,10 +80,10 @@ export function checkListed(root: string, dirs: DirCheck, f: Listed): VerifyProb
     return [{ path: f.path, problem: 'missing', detail: `cannot read it: ${(err as Error).message}` }];
   }
   const out: VerifyProblem[] = [];
-  if (digest.bytes !== f.bytes) out.push({ path: f.path, problem: 'size', detail: `${digest.bytes} bytes, expected ${f.bytes}` });
-  if (digest.sha256 !== f.sha256) out.push({ path: f.path, problem: 'sha256' });
+  if (digest.bytes !== f.bytes) out.push({ path: f.path, problem: 'size', found: digest.bytes, expected: f.bytes });
+  if (digest.sha256 !== f.sha256) out.push({ path: f.path, problem: 'sha256', found: digest.sha256, expected: f.sha256 });
   if (digest.unreadable) out.push({ path: f.path, problem: 'lines', detail: digest.unreadable });
-  else if (digest.lines !== -1 && digest.lines !== f.lines) out.push({ path: f.path, problem: 'lines', detail: `${digest.lines} lines, expected ${f.lines}` });
+  else if (digest.lines !== -1 && digest.lines !== f.lines) out.push({ path: f.path, problem: 'lines', found: digest.lines, expected: f.lines });
   return out;
 }
 

@@ -8,16 +8,21 @@
  * - `missing`: a listed file, a record or `manifest.json` is absent (detail: why, when not plain
  *   absence, e.g. `<dir> does not exist`, `messages/account=x is not a directory`);
  * - `not-regular`: it is not a regular file, or is reached through a symbolic link (not followed);
- * - `size`, `sha256`, `lines`: a listed file's bytes differ from its record (`N bytes, expected M`,
- *   `N lines, expected M`; for `.jsonl.gz` lines are counted after decompression);
+ * - `size`, `sha256`, `lines`: a listed file's bytes differ from its record: `found` is what the
+ *   file holds, `expected` what its record says (bytes, the hex SHA-256 in full, lines; for
+ *   `.jsonl.gz` lines are counted after decompression);
  * - `record`: a batch record that does not read back (not JSON, a wrong shape, its hash does not
  *   match its content, another batch's or another mirror's record);
  * - `chain`: a link of the hash chain does not hold (a record missing, altered and re-hashed,
  *   inserted or reordered);
- * - `unsigned`, `signature`: with a public key, a record without a signature, or one that does not
- *   verify (invalid, another key, malformed);
+ * - `unsigned`, `signature`: with a public key, a record or a signed head (`manifest.json`, a
+ *   witness line) without a signature, or one that does not verify (invalid, another key, malformed);
  * - `head`: the head given with `--head` is not in the chain, or the chain is broken before it;
- * - `manifest`: `manifest.json` is not the pointer the chain (and the mirror) imply;
+ * - `manifest`: `manifest.json` is not the pointer the chain (and the mirror) imply, or not a
+ *   signed head convo-mirror reads;
+ * - `witness`: with `--witness`, a witness line that is malformed, out of order or of another
+ *   mirror, or a witnessed head this archive no longer holds, unbroken and unchanged;
+ * - `age`: with `--max-age`, the newest signed head is older than that (or carries no usable time);
  * - `mirror`: the ledger on disk and the mirror's records disagree (a record the mirror does not
  *   have, or the other way round, or another hash);
  * - `unlisted`: anything in `messages/`, `conversations/`, `runs/` or `_ledger/` that no record lists;
@@ -36,6 +41,8 @@ export type VerifyProblemKind =
   | 'signature'
   | 'head'
   | 'manifest'
+  | 'witness'
+  | 'age'
   | 'mirror'
   | 'unlisted'
   | 'deep'
@@ -43,15 +50,23 @@ export type VerifyProblemKind =
 
 /** A problem found by `verify`. */
 export interface VerifyProblem {
-  /** Relative to the export directory, `/`-separated (`manifest.json`, `_ledger/….json`, a data file); the mirror's file for `mirror`. */
+  /**
+   * Relative to the export directory, `/`-separated (`manifest.json`, `_ledger/….json`, a data
+   * file); the mirror's file for `mirror`; the witness file and line (`/mnt/w/<id>.heads.jsonl:12`)
+   * for `witness`.
+   */
   path: string;
   problem: VerifyProblemKind;
+  /** What was found (`size`: bytes, `lines`: lines, `sha256`: the hex digest, in full), when a value differs. */
+  found?: string | number;
+  /** What was expected, in the same unit as {@link VerifyProblem.found}. */
+  expected?: string | number;
   /** One line saying more, when there is more to say. */
   detail?: string;
 }
 
 /** The checks `verify` runs, in the order it reports them. */
-export type CheckName = 'database' | 'ledger' | 'files' | 'unlisted' | 'manifest' | 'signatures' | 'head' | 'mirror' | 'deep' | 'temp';
+export type CheckName = 'database' | 'chain' | 'files' | 'unlisted' | 'manifest' | 'signatures' | 'head' | 'witness' | 'age' | 'mirror' | 'deep' | 'temp';
 
 /** One check: passed (`ok`), found problems (`failed`), or could not or was not asked to run (`skipped`, with why). */
 export interface Check {
