@@ -9,6 +9,7 @@
  */
 import type { Command } from 'commander';
 import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type Workspace } from '../../config/index.js';
+import { redisShown } from '../../config/redis-url.js';
 import { checkClientFromConfig, type ApiClient } from '../api/client.js';
 import { AuthError, describeError } from '../errors.js';
 import { createLogger } from '../logger.js';
@@ -91,12 +92,12 @@ function checkPath(name: string, variable: string, target: string, kind: 'file' 
   return { name, ok: false, detail: `${variable}: cannot write ${target}: ${why}`, code: EXIT.CONFIG };
 }
 
-/** Whether Redis answers a PING (one attempt, a short timeout); writes nothing. */
+/** Whether Redis answers a PING on the URL's database (one attempt, a short timeout); writes nothing. */
 async function checkRedis(config: Config): Promise<CheckOutcome> {
-  const { assertRedisReachable, redisHost } = await import('../../jobs/queue.js'); // the queue's libraries load only here
+  const { assertRedisReachable } = await import('../../jobs/queue.js'); // the queue's libraries load only here
   try {
     await assertRedisReachable(config.redisUrl, 2000);
-    return passed('redis', `Redis answers at ${redisHost(config.redisUrl)} (${CONFIG_FIELDS.redisUrl.env})`);
+    return passed('redis', `${redisShown(config.redisUrl)} answers PING (${CONFIG_FIELDS.redisUrl.env})`);
   } catch (err) {
     const hint = ': the daemon\'s bullmq scheduler needs it (for sync alone, run check --no-queue; a daemon without Redis: CONVO_MIRROR_SCHEDULER=local)';
     const f = failed('redis', err);
