@@ -14,6 +14,7 @@ import { systemClock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
 import type { ReadinessCheck, RunningServer, WebhookOptions } from '../src/server/index.js';
 import { Metrics } from '../src/server/metrics.js';
+import { listenError } from '../src/server/listen.js';
 import { fileModes } from '../src/private-fs.js';
 import { assertWritable } from '../src/writable.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
@@ -256,18 +257,6 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
   } catch (err) {
     throw listenError(err, host, port);
   }
-}
-
-/** The {@link ConfigError} of a failed listen (naming the setting to change), else `err` itself. */
-function listenError(err: unknown, host: string, port: number): unknown {
-  const code = (err as { code?: string }).code;
-  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
-  if (code === 'EADDRINUSE') return new ConfigError('CONVO_MIRROR_HTTP_PORT', `${where} is already in use: choose another port (--http-port), or 0 for no HTTP server`, err);
-  if (code === 'EACCES') return new ConfigError('CONVO_MIRROR_HTTP_PORT', `${where}: not allowed to listen on port ${port} (ports below 1024 need privileges); choose another port`, err);
-  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
-    return new ConfigError('CONVO_MIRROR_HTTP_HOST', `cannot listen on ${host}: no such interface on this machine (${code})`, err);
-  }
-  return err;
 }
 
 /**
