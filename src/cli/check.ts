@@ -7,12 +7,14 @@
  * written (nothing is created: see src/writable.ts); in BullMQ mode, that Redis answers on its
  * database; with `--daemon`, that the daemon's HTTP address can be listened on. One line per check
  * with a mark (✓ passed, ! passed with a warning, ✗ failed) and the reason; `--json` for scripts.
- * It writes nothing and never shows a secret.
+ * It writes nothing and never shows a secret. Settings given but ignored are warned about on stderr.
  *
  * Each check is one entry of {@link CHECKS}: adding a check is adding a function there.
  */
 import type { Command } from 'commander';
 import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type ConfigFlags, type Workspace } from '../../config/index.js';
+import { envFileNames } from '../../config/env-file.js';
+import { ignoredSettings, ignoredWarning } from '../../config/ignored.js';
 import { redisShown } from '../../config/redis-url.js';
 import { checkClientFromConfig, type ApiClient } from '../api/client.js';
 import { AuthError, ConfigError, describeError } from '../errors.js';
@@ -266,6 +268,7 @@ export function addCheckCommand(program: Command, setExit: SetExit): void {
         if (o.json !== true) throw err;
         return report([failed('config', err)], true);
       }
+      for (const s of ignoredSettings(process.env, flags, envFileNames())) process.stderr.write(`convo-mirror: warning: ${ignoredWarning(s)}\n`);
       return report(await runChecks({ ...loaded, queue: o.queue !== false, daemon: o.daemon === true }), o.json === true);
     }),
   );
