@@ -23,8 +23,8 @@ const PREFIX = 'CONVO_MIRROR_';
  */
 export const OTHER_KNOWN_VARIABLES: readonly string[] = ['CONVO_MIRROR_BENCH_RSS_FILE'];
 
-/** The `.env` loaded by this process ({@link loadEnvFile}), if any. */
-let loaded: { file: string; names: ReadonlySet<string> } | undefined;
+/** The `.env` loaded by this process ({@link loadEnvFile}), if any, and the `#` that cut its values. */
+let loaded: { file: string; names: ReadonlySet<string>; cuts: readonly HashCut[] } | undefined;
 
 /** The variables this process took from `.env` (those the environment did not set); empty when none. */
 export function envFileNames(): ReadonlySet<string> {
@@ -80,11 +80,97 @@ function readEnvText(file: string): string | undefined {
  *   never shows its content
  */
 export function readEnvFile(file: string): Record<string, string> | undefined {
+  return readEnvFileWithCuts(file)?.values;
+}
+
+/** {@link readEnvFile}, with the values an unquoted `#` cut ({@link unquotedHashCuts}). */
+function readEnvFileWithCuts(file: string): { values: Record<string, string>; cuts: HashCut[] } | undefined {
   const text = readEnvText(file);
   if (text === undefined) return undefined;
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(parseEnv(text))) if (value !== undefined) out[name] = value;
+  const values: Record<string, string> = {};
+  for (const [name, value] of Object.entries(parseEnv(text))) if (value !== undefined) values[name] = value;
+  return { values, cuts: unquotedHashCuts(text, values) };
+}
+
+/**
+ * A value of a `.env` file that an unquoted `#` cut: `util.parseEnv`, like dotenv (its rule: an
+ * unquoted value ends at the first `#`, with or without a space before it), reads everything from
+ * that `#` to the end of the line as a comment.
+ */
+export interface HashCut {
+  /** 1-based line of the file. */
+  line: number;
+  /** The variable, e.g. `CONVO_MIRROR_API_KEY`; never its value. */
+  name: string;
+  /**
+   * True when blank space comes before the `#` (`KEY=value # note`, the usual inline comment); false
+   * when the `#` is glued to the value or opens it (`KEY=k3y#Secret`, `KEY=#x`), which is never a comment on purpose.
+   */
+  spaced: boolean;
+}
+
+const QUOTES = ['"', "'", '`'] as const;
+
+/**
+ * The unquoted values of the `.env` text `text` that a `#` cut, in file order: each `NAME=value`
+ * line whose value does not open with a quote and holds a `#`, when `parsed` (what
+ * `util.parseEnv` made of `text`) holds exactly the part before that `#`, so what is reported is
+ * what the parser did. Quoted values, which may span lines, are skipped whole. Linear in the
+ * text's size; never looks at a value beyond finding the `#`.
+ */
+export function unquotedHashCuts(text: string, parsed: Readonly<Record<string, string | undefined>>): HashCut[] {
+  const lines = text.replace(/\r/g, '').split('\n');
+  // For each quote character, the first line at or after i that holds it (lines.length: none), so
+  // skipping a quoted value that spans lines costs nothing more than reading those lines once.
+  const next = Object.fromEntries(
+    QUOTES.map((q) => {
+      const at = new Array<number>(lines.length + 1).fill(lines.length);
+      for (let i = lines.length - 1; i >= 0; i--) at[i] = lines[i]!.includes(q) ? i : at[i + 1]!;
+      return [q, at];
+    }),
+  ) as Record<(typeof QUOTES)[number], number[]>;
+  const out: HashCut[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=(\s*)(.*)$/.exec(lines[i]!);
+    if (!m) continue;
+    const [, name, blank, value] = m as unknown as [string, string, string, string];
+    const quote = QUOTES.find((q) => value.startsWith(q));
+    if (quote !== undefined) {
+      // Closed on this line, or on a later one (a multi-line value): go on after it; never closed: just this line.
+      if (!value.slice(1).includes(quote)) {
+        const close = next[quote][i + 1]!;
+        if (close < lines.length) i = close;
+      }
+      continue;
+    }
+    const hash = value.indexOf('#');
+    if (hash < 0 || parsed[name]?.trim() !== value.slice(0, hash).trim()) continue;
+    out.push({ line: i + 1, name, spaced: hash > 0 ? /\s/.test(value[hash - 1]!) : blank !== '' });
+  }
   return out;
+}
+
+/**
+ * One warning line (without `convo-mirror: warning: `) for each value of the loaded `.env` that
+ * an unquoted `#` cut ({@link unquotedHashCuts}) and that this process took (the environment did
+ * not set it): always for a `#` glued to the value (`KEY=k3y#Secret`: a cut secret, never a
+ * comment on purpose); for a `#` after blank space (`KEY=value # note`, an inline comment) only
+ * when the variable is one of `secrets`, whose values may hold spaces and `#`. Names the line and
+ * the variable, never the value. E.g. `.env line 4: CONVO_MIRROR_API_KEY's value holds "#"
+ * unquoted: everything from it on is read as a comment; quote the value ('...') if the "#" belongs to it`.
+ *
+ * @param secrets - variables holding secrets (API keys, the webhook secret, the admin password)
+ */
+export function envFileWarnings(secrets: ReadonlySet<string>): string[] {
+  if (loaded === undefined) return [];
+  const { names, cuts } = loaded;
+  return cuts
+    .filter((c) => names.has(c.name) && (!c.spaced || secrets.has(c.name)))
+    .map((c) => {
+      const what = c.spaced ? `is followed by an unquoted " #"` : `holds "#" unquoted`;
+      const fix = c.spaced ? `quote the value ('...') if the "#" belongs to it, or put the comment on a line of its own` : `quote the value ('...') if the "#" belongs to it`;
+      return `.env line ${c.line}: ${c.name}'s value ${what}: everything from it on is read as a comment; ${fix}`;
+    });
 }
 
 /**
@@ -97,14 +183,14 @@ export function readEnvFile(file: string): Record<string, string> | undefined {
  */
 export function loadEnvFile(dir: string, env: NodeJS.ProcessEnv): string[] {
   const file = path.resolve(dir, '.env');
-  const values = readEnvFile(file);
+  const read = readEnvFileWithCuts(file);
   const names: string[] = [];
-  for (const [name, value] of Object.entries(values ?? {})) {
+  for (const [name, value] of Object.entries(read?.values ?? {})) {
     if (env[name] !== undefined) continue;
     env[name] = value;
     names.push(name);
   }
-  loaded = values === undefined ? undefined : { file, names: new Set(names) };
+  loaded = read === undefined ? undefined : { file, names: new Set(names), cuts: read.cuts };
   return names.sort();
 }
 

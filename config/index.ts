@@ -13,6 +13,7 @@ import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
 import { OTHER_KNOWN_VARIABLES } from './env-file.js';
 import { durationSetting } from './duration.js';
+import { hasDbPath } from './redis-url.js';
 
 /** Log levels accepted by `LOG_LEVEL` / `--log-level` (pino's). */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -452,7 +453,11 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z
       .string()
       .trim()
-      .refine((s) => /^rediss?:\/\/[^\s]+$/.test(s) && URL.canParse(s), 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379'),
+      .refine((s) => /^rediss?:\/\/[^\s]+$/.test(s) && URL.canParse(s), 'must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379')
+      // What the connections use is what the messages show (config/redis-url.ts): a path that is not a
+      // database number, or a query the queue's connections would ignore, is refused rather than guessed at.
+      .refine((s) => !URL.canParse(s) || hasDbPath(s), 'the path after the host must be a database number, e.g. redis://127.0.0.1:6379/5')
+      .refine((s) => !URL.canParse(s) || (new URL(s).search === '' && new URL(s).hash === '' && !s.includes('?') && !s.includes('#')), 'must not carry a query string or fragment: convo-mirror reads the user, password, host, port and database number only (write a ? or # of the password as %3F or %23)'),
     defaultValue: 'redis://127.0.0.1:6379',
     help: 'Redis of the job queue',
     commands: QUEUE,

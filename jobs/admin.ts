@@ -8,7 +8,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Job, QueueEvents, type JobState, type Queue } from 'bullmq';
-import { maskUserInfo } from '../config/index.js';
+import { redisShown } from '../config/redis-url.js';
 import { ConfigError, describeError } from '../src/errors.js';
 import {
   assertRedisReachable,
@@ -19,7 +19,6 @@ import {
   openQueue,
   redisCause,
   redisConnection,
-  redisHost,
   redisProblem,
   type JobPolicy,
   type QueueSettings,
@@ -41,6 +40,7 @@ export const WORKER_CHECK_MS = 2000;
 /** Queue figures for `status`, or why they are missing. */
 export type QueueStatus =
   | {
+      /** Where the queue lives, as config/redis-url.ts `redisShown` shows it: `redis://127.0.0.1:6379/5`. */
       redis: string;
       prefix: string;
       counts: Record<string, number>;
@@ -60,8 +60,7 @@ function isConnectionError(err: unknown): boolean {
  */
 function redisLost(settings: QueueSettings, err: unknown): unknown {
   if (err instanceof ConfigError || !isConnectionError(err)) return err; // ours already, or not Redis's
-  const where = `${redisHost(settings.redisUrl)} (${maskUserInfo(settings.redisUrl)})`;
-  return new ConfigError('REDIS_URL', `Redis at ${where} stopped answering: ${redisProblem(err, ANSWER_MS)}; check that it runs, or set REDIS_URL`, redisCause(err));
+  return new ConfigError('REDIS_URL', `Redis at ${redisShown(settings.redisUrl)} stopped answering: ${redisProblem(err, ANSWER_MS)}; check that it runs, or set REDIS_URL`, redisCause(err));
 }
 
 /**
@@ -83,7 +82,7 @@ async function closeQueue(queue: Pick<Queue, 'close' | 'disconnect'>, lost: bool
  * one that stops answering: returns why instead.
  */
 export async function queueStatus(settings: QueueSettings): Promise<QueueStatus> {
-  const redis = redisHost(settings.redisUrl);
+  const redis = redisShown(settings.redisUrl);
   try {
     await assertRedisReachable(settings.redisUrl, 1500);
   } catch (err) {

@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
+import { redisShown } from '../config/redis-url.js';
 import { Publisher } from '../src/export/publisher.js';
 import { describeError } from '../src/errors.js';
 import type { ReadinessCheck } from '../src/server/index.js';
@@ -21,7 +22,6 @@ import {
   jobPolicyOf,
   openQueue,
   redisConnection,
-  redisHost,
   registerSchedulers,
   type ConversationJobData,
   type WorkspaceJobData,
@@ -67,7 +67,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
       worker = startWorker(config, logger, (job, token) => processJob(depsOf(deps, job), job, token));
       await worker.waitUntilReady();
     },
-    describe: () => ({ redis: redisHost(config.redisUrl), prefix: config.queuePrefix }),
+    describe: () => ({ redis: redisShown(config.redisUrl), prefix: config.queuePrefix }),
     async stop(graceMs, abort) {
       if (!worker) return { forced: false };
       return closeWorker(worker, graceMs, abort, logger);
@@ -200,10 +200,10 @@ class RedisProbe {
   /** @throws Error naming the host (never the password) when Redis does not answer PONG */
   async ping(): Promise<void> {
     if (this.redis.status !== 'ready') {
-      throw new Error(`Redis at ${redisHost(this.url)} is not connected (${this.redis.status}${this.lastError ? `: ${this.lastError}` : ''})`);
+      throw new Error(`Redis at ${redisShown(this.url)} is not connected (${this.redis.status}${this.lastError ? `: ${this.lastError}` : ''})`);
     }
     const answer = await this.redis.ping();
-    if (answer !== 'PONG') throw new Error(`Redis at ${redisHost(this.url)} answered PING with ${JSON.stringify(answer)}`);
+    if (answer !== 'PONG') throw new Error(`Redis at ${redisShown(this.url)} answered PING with ${JSON.stringify(answer)}`);
   }
 
   close(): void {

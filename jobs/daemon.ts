@@ -14,10 +14,12 @@ import { systemClock, type Clock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
 import type { ReadinessCheck, RunningServer, WebhookOptions } from '../src/server/index.js';
 import { Metrics } from '../src/server/metrics.js';
+import { listenError } from '../src/server/listen.js';
 import { fileModes } from '../src/private-fs.js';
 import { assertWritable } from '../src/writable.js';
 import { assertSafeExportDir } from '../src/export/exporter.js';
 import { publishSettingsFromConfig } from '../src/export/publisher.js';
+import { assertWitnessDirSetting } from '../src/export/witness.js';
 import { openMirrorForRuns } from '../src/run/index.js';
 import { assertRedisReachable } from './queue.js';
 import { bullmqEngine } from './bullmq-engine.js';
@@ -162,6 +164,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
   assertSafeExportDir(config.exportDir, config.db);
   assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
   assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
+  if (config.witnessDir !== undefined) assertWitnessDirSetting(config.witnessDir, config.exportDir);
   const target = publishSettingsFromConfig(config, logger);
   if (config.scheduler === 'bullmq') await assertRedisReachable(config.redisUrl);
   const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger, clock);
@@ -265,18 +268,6 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
   } catch (err) {
     throw listenError(err, host, port);
   }
-}
-
-/** The {@link ConfigError} of a failed listen (naming the setting to change), else `err` itself. */
-function listenError(err: unknown, host: string, port: number): unknown {
-  const code = (err as { code?: string }).code;
-  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
-  if (code === 'EADDRINUSE') return new ConfigError('CONVO_MIRROR_HTTP_PORT', `${where} is already in use: choose another port (--http-port), or 0 for no HTTP server`, err);
-  if (code === 'EACCES') return new ConfigError('CONVO_MIRROR_HTTP_PORT', `${where}: not allowed to listen on port ${port} (ports below 1024 need privileges); choose another port`, err);
-  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
-    return new ConfigError('CONVO_MIRROR_HTTP_HOST', `cannot listen on ${host}: no such interface on this machine (${code})`, err);
-  }
-  return err;
 }
 
 /**

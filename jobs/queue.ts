@@ -6,7 +6,8 @@
  */
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
-import { maskUserInfo, type Config } from '../config/index.js';
+import type { Config } from '../config/index.js';
+import { redisShown, redisTarget } from '../config/redis-url.js';
 import { ConfigError } from '../src/errors.js';
 import type { ListingFigures, RunSummary } from '../src/run/index.js';
 import type { RunFailureRecord } from '../src/store/mirror.js';
@@ -145,27 +146,21 @@ export interface QueueSettings {
   prefix: string;
 }
 
-/** `host:port` of a Redis URL, for messages (never the password). */
-export function redisHost(url: string): string {
-  const u = new URL(url);
-  return `${u.hostname}:${u.port || '6379'}`;
-}
-
 /**
- * ioredis options for a Redis URL (`redis://[user:pass@]host[:port][/db]`, `rediss://` for TLS),
- * with `maxRetriesPerRequest: null` as BullMQ workers require. Passing options (not a client)
- * lets BullMQ open and close its own connections.
+ * ioredis options for a Redis URL (`redis://[user:pass@]host[:port][/db]`, `rediss://` for TLS;
+ * config/redis-url.ts reads it, so what is shown is what is connected to), with
+ * `maxRetriesPerRequest: null` as BullMQ workers require. Passing options (not a client) lets
+ * BullMQ open and close its own connections.
  */
 export function redisConnection(url: string): RedisOptions {
-  const u = new URL(url);
-  const db = u.pathname.replace(/^\//, '');
+  const t = redisTarget(url);
   return {
-    host: u.hostname,
-    port: Number(u.port || 6379),
-    ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
-    ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
-    ...(db ? { db: Number(db) } : {}),
-    ...(u.protocol === 'rediss:' ? { tls: {} } : {}),
+    host: t.host,
+    port: t.port,
+    ...(t.username !== undefined ? { username: t.username } : {}),
+    ...(t.password !== undefined ? { password: t.password } : {}),
+    db: t.db,
+    ...(t.tls ? { tls: {} } : {}),
     maxRetriesPerRequest: null,
     enableReadyCheck: true,
   };
@@ -205,10 +200,11 @@ export function redisCause(err: unknown): Error {
  * Checks that Redis answers, quickly: one attempt, bounded in all by `timeoutMs` (a server that
  * accepts the connection and never answers included).
  *
- * @throws {@link ConfigError} naming REDIS_URL, the host and the URL with its user and password masked
+ * @throws {@link ConfigError} naming REDIS_URL and Redis as {@link redisShown} shows it (user and password masked)
  */
 export async function assertRedisReachable(url: string, timeoutMs = 3000): Promise<void> {
-  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, commandTimeout: timeoutMs, enableOfflineQueue: false, disconnectTimeout: 200 });
+  // The options every connection uses (not ioredis's own reading of the URL): the database PINGed is the queue's.
+  const probe = new Redis({ ...redisConnection(url), lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, commandTimeout: timeoutMs, enableOfflineQueue: false, disconnectTimeout: 200 });
   let socketError: Error | undefined;
   probe.on('error', (err: Error) => (socketError ??= err));
   let timer: NodeJS.Timeout | undefined;
@@ -217,7 +213,7 @@ export async function assertRedisReachable(url: string, timeoutMs = 3000): Promi
     await Promise.race([probe.connect().then(() => probe.ping()), timedOut]);
   } catch (err) {
     const why = socketError ?? err;
-    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisHost(url)} (${maskUserInfo(url)}): ${redisProblem(why, timeoutMs)}; start Redis there or set REDIS_URL`, redisCause(why));
+    throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisShown(url)}: ${redisProblem(why, timeoutMs)}; start Redis there or set REDIS_URL`, redisCause(why));
   } finally {
     clearTimeout(timer);
     probe.disconnect();

@@ -10,12 +10,13 @@
 import { describe, it, expect, beforeAll, afterEach, afterAll } from 'vitest';
 import fs from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { ApiClient } from '../src/api/client.js';
 import { ConfigError, HttpError } from '../src/errors.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { whyNotWritable } from '../src/writable.js';
+import { generateKeyPair } from '../src/export/signing.js';
 import { firstContactProblem } from '../src/api/first-contact.js';
 import { API_KEY, cliEnv, tempDir as makeTempDir } from './helpers.js';
 import { assertBuilt, closedPort, killLeftovers, run } from './children.js';
@@ -38,6 +39,15 @@ function expectClean(text: string): void {
   expect(text).not.toContain(API_KEY);
   expect(text).not.toMatch(/^\s+at /m);
   expect(text).not.toMatch(/UND_ERR|ERR_SSL|0A00010B|ECONNREFUSED|ENOTFOUND/);
+}
+
+/** True when this kernel lets a socket bind an address no interface has (Linux net.ipv4.ip_nonlocal_bind). */
+function nonLocalBind(): boolean {
+  try {
+    return fs.readFileSync('/proc/sys/net/ipv4/ip_nonlocal_bind', 'utf8').trim() !== '0';
+  } catch {
+    return false;
+  }
 }
 
 beforeAll(assertBuilt);
@@ -124,11 +134,25 @@ describe('convo-mirror check', () => {
 
   it('--json with a configuration that cannot be read still prints JSON: a failed config check, exit 2', async () => {
     const f = await fake();
-    const r = await run(['check', '--json'], cliEnv(f, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_API_KEY: undefined }));
+    const r = await run(['check', '--json'], cliEnv(f, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_CONCURRENCY: 'many' }));
     expect(r.code).toBe(2);
     const parsed = JSON.parse(r.stdout) as { ok: boolean; checks: { name: string; ok: boolean; detail: string }[] };
     expect(parsed).toMatchObject({ ok: false, checks: [{ name: 'config', ok: false }] });
+    expect(parsed.checks[0]!.detail).toBe('CONVO_MIRROR_CONCURRENCY: must be a number (got "many")');
+  });
+
+  it('a missing key is the api line, and the rest is still checked; without --json too', async () => {
+    const f = await fake();
+    const env = cliEnv(f, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_API_KEY: undefined });
+    const r = await run(['check', '--no-queue', '--json'], env);
+    expect(r.code).toBe(2);
+    const parsed = JSON.parse(r.stdout) as { ok: boolean; checks: { name: string; ok: boolean; detail: string }[] };
+    expect(parsed.checks.map((c) => [c.name, c.ok])).toEqual([['api', false], ['mirror', true], ['exports', true]]);
     expect(parsed.checks[0]!.detail).toMatch(/^CONVO_MIRROR_API_KEY: is required/);
+    const text = await run(['check', '--no-queue'], env);
+    expect(text.code).toBe(2);
+    expect(text.stdout).toMatch(/^✗ api: CONVO_MIRROR_API_KEY: is required.*\n✓ mirror: .*\n✓ exports: .*\n$/);
+    expect(f.requests).toHaveLength(0);
   });
 
   it('Redis that does not answer fails the check (exit 2, naming REDIS_URL); --no-queue skips it', async () => {
@@ -137,8 +161,124 @@ describe('convo-mirror check', () => {
     const env = cliEnv(f, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: undefined, REDIS_URL: `redis://127.0.0.1:${port}` });
     const r = await run(['check'], env);
     expect(r.code).toBe(2);
-    expect(r.stdout).toMatch(new RegExp(`^✗ redis: REDIS_URL: cannot reach Redis at 127\\.0\\.0\\.1:${port}`, 'm'));
+    expect(r.stdout).toContain(`✗ redis: REDIS_URL: cannot reach Redis at redis://127.0.0.1:${port}/0: connection refused; start Redis there or set REDIS_URL`);
     expect((await run(['check', '--no-queue'], env)).code).toBe(0);
+  });
+});
+
+describe('check: everything else a run needs', () => {
+  it('a signing key file that is missing: check fails naming CONVO_MIRROR_SIGNING_KEY_FILE and the file, and so does sync, both before any request', async () => {
+    const f = await fake();
+    const dir = tempDir();
+    const missing = path.join(dir, 'keys', 'ledger.key');
+    const env = cliEnv(f, dir, { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_SIGNING_KEY_FILE: missing, LOG_LEVEL: 'silent' });
+    const r = await run(['check', '--no-queue'], env);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toContain(`✗ signing key: CONVO_MIRROR_SIGNING_KEY_FILE: the key file ${missing} is missing (no such file)\n`);
+    // Every other line is still there.
+    expect(r.stdout.trim().split('\n').map((l) => l.split(':')[0])).toEqual(['✓ api', '✓ messages', '✗ signing key', '✓ mirror', '✓ exports']);
+    const before = f.requests.length;
+    const sync = await run(['sync'], env);
+    expect(sync.code).toBe(2);
+    expect(sync.stderr).toContain(`configuration error: CONVO_MIRROR_SIGNING_KEY_FILE: the key file ${missing} is missing (no such file)`);
+    expect(f.requests).toHaveLength(before);
+  });
+
+  it('the public key where the private one belongs: fails saying so; the private key passes with its key id; one readable by others passes with a warning (!), exit 0', async () => {
+    const f = await fake();
+    const dir = tempDir();
+    const priv = path.join(dir, 'ledger.key');
+    const pub = path.join(dir, 'ledger.pub');
+    const { keyId } = generateKeyPair(priv, pub);
+    const env = cliEnv(f, dir, { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_SIGNING_KEY_FILE: pub });
+    const wrong = await run(['check', '--no-queue'], env);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stdout).toContain(`✗ signing key: CONVO_MIRROR_SIGNING_KEY_FILE: ${pub} holds a public key where the private key is expected: point CONVO_MIRROR_SIGNING_KEY_FILE at the private key (the .key file convo-mirror keygen wrote), not the .pub\n`);
+    const right = await run(['check', '--no-queue'], { ...env, CONVO_MIRROR_SIGNING_KEY_FILE: priv });
+    expect(right.code, right.stdout).toBe(0);
+    expect(right.stdout).toContain(`✓ signing key: ${priv}: an Ed25519 private key, key id ${keyId} (CONVO_MIRROR_SIGNING_KEY_FILE)\n`);
+    fs.chmodSync(priv, 0o644);
+    const open = await run(['check', '--no-queue', '--json'], { ...env, CONVO_MIRROR_SIGNING_KEY_FILE: priv });
+    expect(open.code, open.stdout).toBe(0);
+    const parsed = JSON.parse(open.stdout) as { ok: boolean; checks: { name: string; ok: boolean; warning?: boolean; detail: string }[] };
+    expect(parsed.ok).toBe(true);
+    expect(parsed.checks.find((c) => c.name === 'signing key')).toEqual({
+      name: 'signing key',
+      ok: true,
+      warning: true,
+      detail: `${priv}: an Ed25519 private key, key id ${keyId} (CONVO_MIRROR_SIGNING_KEY_FILE); but it can be read or written by its group and others (mode 0644); chmod 600 it`,
+    });
+    const text = await run(['check', '--no-queue'], { ...env, CONVO_MIRROR_SIGNING_KEY_FILE: priv });
+    expect(text.stdout).toMatch(/^! signing key: .*chmod 600 it$/m);
+    const pem = fs.readFileSync(priv, 'utf8');
+    for (const out of [wrong, right, open, text]) expect(out.stdout + out.stderr).not.toContain(pem.split('\n')[1]!);
+  });
+
+  it('a workspaces file that cannot be used is a line of its own, and the rest is still checked; a good one says how many workspaces it lists', async () => {
+    const f = await fake();
+    const dir = tempDir();
+    const file = path.join(dir, 'workspaces.json');
+    fs.writeFileSync(file, JSON.stringify([{ account_id: 'not-a-uuid', api_key_env: 'ACME_KEY' }]));
+    const env = cliEnv(f, dir, { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_API_KEY: undefined, CONVO_MIRROR_WORKSPACES: file, ACME_KEY: API_KEY });
+    const bad = await run(['check', '--no-queue'], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout.trim().split('\n')).toEqual([
+      `✗ workspaces: CONVO_MIRROR_WORKSPACES: ${file}: [0].account_id: must be a UUID (spec 5: X-Account-Id is a UUID)`,
+      `✓ mirror: ${path.join(dir, 'mirror.sqlite')} can be written (CONVO_MIRROR_DB)`,
+      `✓ exports: ${path.join(dir, 'exports')} can be written (CONVO_MIRROR_EXPORT_DIR)`,
+    ]);
+    // The key variable the file names, unset: the same line, naming the variable.
+    fs.writeFileSync(file, JSON.stringify([{ account_id: '3d6f0a52-7c1e-4b8a-9f2d-5e6a7b8c9d01', api_key_env: 'ACME_KEY' }]));
+    const unset = await run(['check', '--no-queue'], { ...env, ACME_KEY: undefined });
+    expect(unset.stdout).toMatch(/^✗ workspaces: ACME_KEY: is not set or empty: it must hold the API key of workspace 3d6f0a52-7c1e-4b8a-9f2d-5e6a7b8c9d01/m);
+    expect(f.requests).toHaveLength(0);
+    const good = await run(['check', '--no-queue'], env);
+    expect(good.stdout.split('\n')[0]).toBe(`✓ workspaces: ${file} lists 1 workspace (CONVO_MIRROR_WORKSPACES)`);
+    expect(good.stdout).toMatch(/^✓ api: /m);
+  });
+
+  it('an export directory that is the mirror\'s own directory fails naming CONVO_MIRROR_EXPORT_DIR (assertSafeExportDir), creating nothing', async () => {
+    const f = await fake();
+    const dir = tempDir();
+    const r = await run(['check', '--no-queue'], cliEnv(f, dir, { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_EXPORT_DIR: dir }));
+    expect(r.code).toBe(2);
+    expect(r.stdout).toMatch(new RegExp(`^✗ exports: CONVO_MIRROR_EXPORT_DIR: the export directory ${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}.* is the directory of the mirror database`, 'm'));
+    expect(fs.readdirSync(dir)).toEqual([]);
+  });
+
+  it('--daemon: the HTTP port in use, free, 0, and an interface this machine lacks, each one line naming the setting; the port is released at once', async () => {
+    const f = await fake();
+    const env = cliEnv(f, tempDir(), { CONVO_MIRROR_ACCOUNT_ID: undefined, CONVO_MIRROR_HTTP_HOST: '127.0.0.1' });
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const busy = (taken.address() as AddressInfo).port;
+    try {
+      const inUse = await run(['check', '--daemon', '--no-queue'], { ...env, CONVO_MIRROR_HTTP_PORT: String(busy) });
+      expect(inUse.code).toBe(2);
+      expect(inUse.stdout).toContain(`✗ http: CONVO_MIRROR_HTTP_PORT: 127.0.0.1:${busy} is already in use: choose another port (--http-port), or 0 for no HTTP server\n`);
+    } finally {
+      await new Promise<void>((resolve) => taken.close(() => resolve()));
+    }
+    const free = await closedPort();
+    // The daemon's flags are check's too: the same command line, with check --daemon for daemon.
+    const ok = await run(['check', '--daemon', '--no-queue', '--http-port', String(free)], env);
+    expect(ok.code, ok.stdout).toBe(0);
+    expect(ok.stdout).toContain(`✓ http: 127.0.0.1:${free} can be listened on (CONVO_MIRROR_HTTP_HOST, CONVO_MIRROR_HTTP_PORT)\n`);
+    // Released: the port can be listened on again right away.
+    const again = net.createServer();
+    await new Promise<void>((resolve, reject) => again.once('error', reject).listen(free, '127.0.0.1', resolve));
+    await new Promise<void>((resolve) => again.close(() => resolve()));
+    const off = await run(['check', '--daemon', '--no-queue'], { ...env, CONVO_MIRROR_HTTP_PORT: '0' });
+    expect(off.stdout).toContain('✓ http: no HTTP server (CONVO_MIRROR_HTTP_PORT=0)\n');
+    // 192.0.2.1 (TEST-NET-1, RFC 5737) is no interface of this machine; a kernel told to bind
+    // addresses it does not have (net.ipv4.ip_nonlocal_bind=1) would accept it, so not there.
+    if (!nonLocalBind()) {
+      const absent = await run(['check', '--daemon', '--no-queue'], { ...env, CONVO_MIRROR_HTTP_HOST: '192.0.2.1', CONVO_MIRROR_HTTP_PORT: String(free) });
+      expect(absent.code).toBe(2);
+      expect(absent.stdout).toContain('✗ http: CONVO_MIRROR_HTTP_HOST: cannot listen on 192.0.2.1: no such interface on this machine (EADDRNOTAVAIL)\n');
+    }
+    // Without --daemon, no http line: sync needs no port.
+    expect((await run(['check', '--no-queue'], { ...env, CONVO_MIRROR_HTTP_PORT: String(busy) })).stdout).not.toContain('http:');
   });
 });
 

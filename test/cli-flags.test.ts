@@ -10,7 +10,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { Command } from 'commander';
 import { CONFIG_FIELDS, loadConfig, type Config, type ConfigCommand, type FieldDef } from '../config/index.js';
 import { buildProgram, EXIT } from '../src/cli/index.js';
-import { configFlagsOf, flagHelp } from '../src/cli/flags.js';
+import { configFlagsOf, flagHelp, takesField } from '../src/cli/flags.js';
 import { ROOT, assertBuilt, run } from './children.js';
 
 const COMMANDS: readonly ConfigCommand[] = ['check', 'conversations', 'sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
@@ -51,7 +51,7 @@ describe('configuration flags in help', () => {
     for (const [key, def] of FIELDS) {
       const long = def.flag.split(' ')[0]!;
       const option = cmd.options.find((o) => o.long === long);
-      if (def.commands.includes(name)) {
+      if (takesField(name, def)) {
         expect(help, `${name} --help lacks ${key}`).toContain(`${def.flag} ${flagHelp(def)}`);
         expect(option?.description).toMatch(new RegExp(`\\(env ${def.env}(, default [^)]+)?(; [^)]+)?\\)$`));
         if (def.defaultValue !== undefined) expect(option?.description).toContain(', default ');
@@ -59,6 +59,13 @@ describe('configuration flags in help', () => {
         expect(option, `${name} takes ${long}, which its table entry does not list`).toBeUndefined();
       }
     }
+  });
+
+  it("check takes the daemon's flags (check --daemon is run with the daemon's command line) and --daemon itself", () => {
+    const help = helpOf('check');
+    for (const def of Object.values(CONFIG_FIELDS).filter((d) => d.commands.includes('daemon'))) expect(help).toContain(`${def.flag} ${flagHelp(def)}`);
+    expect(help).toContain('--daemon also check what the daemon needs');
+    expect(help).toContain('--http-port <port>');
   });
 
   it('shows the defaults as before: quoted crons, the response cap in MiB, no default for the URL', () => {

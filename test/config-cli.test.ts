@@ -69,7 +69,8 @@ describe('convo-mirror config', () => {
       for (const s of SECRETS) expect(r.stdout + r.stderr, `${args.join(' ')} shows a secret`).not.toContain(s);
     }
     const t = table((await runIn(dir, ['config', '--admin-password', ADMIN], env)).stdout);
-    expect(t['CONVO_MIRROR_API_KEY']).toEqual(['.env', 'set (secret, not shown)']);
+    // The workspaces file names other variables for the keys: CONVO_MIRROR_API_KEY is read by nothing.
+    expect(t['CONVO_MIRROR_API_KEY']).toEqual(['.env', "set (secret, not shown)  (ignored: with a workspaces file (CONVO_MIRROR_WORKSPACES) each workspace's key comes from the variable its api_key_env names)"]);
     expect(t['CONVO_MIRROR_WEBHOOK_SECRET']).toEqual(['environment', 'set (secret, not shown)']);
     expect(t['CONVO_MIRROR_ADMIN_PASSWORD']).toEqual(['flag', 'set (secret, not shown)']);
     expect(t['ACME_KEY']).toEqual(['.env', 'set (secret, not shown)']);

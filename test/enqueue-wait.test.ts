@@ -238,7 +238,7 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     expect(r.code, r.stderr).toBe(2);
     const lines = r.stderr.trim().split('\n');
     expect(lines, r.stderr).toHaveLength(1);
-    expect(lines[0]).toBe(`convo-mirror: configuration error: REDIS_URL: cannot reach Redis at 127.0.0.1:${port} (redis://***@127.0.0.1:${port}/0): no answer within 3 s; start Redis there or set REDIS_URL`);
+    expect(lines[0]).toBe(`convo-mirror: configuration error: REDIS_URL: cannot reach Redis at redis://***@127.0.0.1:${port}/0: no answer within 3 s; start Redis there or set REDIS_URL`);
     expect(r.stdout).toBe('');
   });
 
@@ -255,7 +255,7 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     expect(r.code, r.stderr).toBe(2);
     const lines = r.stderr.trim().split('\n');
     expect(lines, r.stderr).toHaveLength(1);
-    expect(lines[0]).toMatch(new RegExp(`^convo-mirror: configuration error: REDIS_URL: Redis at 127\\.0\\.0\\.1:${proxy.port} \\(redis://127\\.0\\.0\\.1:${proxy.port}\\) stopped answering: `));
+    expect(lines[0]).toMatch(new RegExp(`^convo-mirror: configuration error: REDIS_URL: Redis at redis://127\\.0\\.0\\.1:${proxy.port}/\\d+ stopped answering: `));
     expectOurWords(r.stderr);
   });
 
@@ -263,7 +263,7 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     const port = await closedPort();
     const r = await run(['enqueue', '--wait'], cliEnvFor(prefixes.next(), `redis://127.0.0.1:${port}`), 30_000);
     expect(r.code, r.stderr).toBe(2);
-    expect(r.stderr).toBe(`convo-mirror: configuration error: REDIS_URL: cannot reach Redis at 127.0.0.1:${port} (redis://127.0.0.1:${port}): connection refused; start Redis there or set REDIS_URL\n`);
+    expect(r.stderr).toBe(`convo-mirror: configuration error: REDIS_URL: cannot reach Redis at redis://127.0.0.1:${port}/0: connection refused; start Redis there or set REDIS_URL\n`);
     expectOurWords(r.stderr);
   });
 });

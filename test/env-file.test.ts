@@ -10,7 +10,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseEnv } from 'node:util';
 import { CONFIG_FIELDS, knownVariables } from '../config/index.js';
-import { editDistance, nearestName, unknownVariableWarnings } from '../config/env-file.js';
+import { editDistance, nearestName, unknownVariableWarnings, unquotedHashCuts } from '../config/env-file.js';
+import { FakeWorkspace, startFakeApi } from '../src/fake-api/index.js';
 import { assertBuilt, CLI, killLeftovers, ROOT, runCommand, cleanEnv, runIn, workDirs } from './children.js';
 
 beforeAll(assertBuilt);
@@ -120,6 +121,75 @@ describe('misspelt CONVO_MIRROR_* variables', () => {
     expect(nearestName('convo_mirror_db', known)).toBe('CONVO_MIRROR_DB');
     expect(nearestName('CONVO_MIRROR_FOO', known)).toBeUndefined();
     expect(unknownVariableWarnings({ CONVO_MIRROR_DB: 'x', LOG_LEVEL: 'y', OTHER: 'z' }, known, new Set())).toEqual([]);
+  });
+});
+
+describe('an unquoted "#" in .env', () => {
+  it('util.parseEnv, like dotenv, ends an unquoted value at the first "#", space before it or not; unquotedHashCuts reports exactly those, skipping quoted (even multi-line) values', () => {
+    const text = [
+      'A=k3y#Secret',
+      'B=value # a note',
+      'C="q#x"',
+      "D='multi",
+      "E=z#y'",
+      'F=#x',
+      'G= # nothing',
+      'export H=a#b',
+      'I=plain',
+      'J=j#k\r',
+      'K=`x#y`  # after the quote',
+    ].join('\n');
+    const parsed = parseEnv(text);
+    expect(parsed).toMatchObject({ A: 'k3y', B: 'value', C: 'q#x', D: 'multi\nE=z#y', F: '', G: '', H: 'a', I: 'plain', J: 'j', K: 'x#y' });
+    expect(unquotedHashCuts(text, parsed)).toEqual([
+      { line: 1, name: 'A', spaced: false },
+      { line: 2, name: 'B', spaced: true },
+      { line: 6, name: 'F', spaced: false },
+      { line: 7, name: 'G', spaced: true },
+      { line: 8, name: 'H', spaced: false },
+      { line: 10, name: 'J', spaced: false },
+    ]);
+    // Only what the parser did: a value it did not cut there is not reported.
+    expect(unquotedHashCuts('A=k3y#Secret', { A: 'k3y#Secret' })).toEqual([]);
+    // Linear: a 1 MiB file of unterminated quotes is read once.
+    expect(unquotedHashCuts('A="x\n'.repeat(150_000), {})).toEqual([]);
+  });
+
+  it('CONVO_MIRROR_API_KEY=k3y#Secret: the API refuses the cut key, and one warning names the line and the variable, never the value; quoted, it works and nothing is said', async () => {
+    const fake = await startFakeApi({ workspace: FakeWorkspace.fromCounts([1]), apiKey: 'k3y#Secret' });
+    try {
+      const env = cleanEnv({ CONVO_MIRROR_BASE_URL: fake.url, CONVO_MIRROR_MAX_RETRIES: '0' });
+      const cut = workDir('# the key\nCONVO_MIRROR_DB=m.sqlite # the mirror\nCONVO_MIRROR_API_KEY=k3y#Secret\n');
+      const warning = `convo-mirror: warning: .env line 3: CONVO_MIRROR_API_KEY's value holds "#" unquoted: everything from it on is read as a comment; quote the value ('...') if the "#" belongs to it\n`;
+      const check = await runIn(cut, ['check', '--no-queue'], env);
+      expect(check.code).toBe(2);
+      expect(check.stdout).toMatch(/^✗ api: .*401.*CONVO_MIRROR_API_KEY/m);
+      expect(check.stderr).toBe(warning);
+      const config = await runIn(cut, ['config'], env);
+      expect(config.stdout).toMatch(/^CONVO_MIRROR_API_KEY +\.env +set \(secret, not shown\)$/m);
+      expect(config.stderr).toBe(warning);
+      for (const r of [check, config]) expect(r.stdout + r.stderr).not.toMatch(/k3y|Secret/);
+      // The environment wins over .env: what .env holds is not used, so not warned about.
+      expect((await runIn(cut, ['config'], { ...env, CONVO_MIRROR_API_KEY: 'k3y#Secret' })).stderr).toBe('');
+      for (const quoted of ["CONVO_MIRROR_API_KEY='k3y#Secret'\n", 'CONVO_MIRROR_API_KEY="k3y#Secret" # the key\n']) {
+        const ok = await runIn(workDir(quoted), ['check', '--no-queue'], env);
+        expect(ok.code, ok.stdout).toBe(0);
+        expect(ok.stderr).toBe('');
+      }
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('" #" after a space is an inline comment: said nothing of for a plain setting, warned about for a secret', async () => {
+    const dir = workDir(`CONVO_MIRROR_DB=m.sqlite # the mirror\nCONVO_MIRROR_ADMIN_PASSWORD=correct horse #battery staple\n`);
+    const r = await runIn(dir, ['config'], cleanEnv());
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe(
+      `convo-mirror: warning: .env line 2: CONVO_MIRROR_ADMIN_PASSWORD's value is followed by an unquoted " #": everything from it on is read as a comment; quote the value ('...') if the "#" belongs to it, or put the comment on a line of its own\n`,
+    );
+    expect(r.stdout).toMatch(/^CONVO_MIRROR_DB +\.env +m\.sqlite$/m);
+    expect(r.stdout + r.stderr).not.toMatch(/horse|battery/);
   });
 });
 

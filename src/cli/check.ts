@@ -1,33 +1,70 @@
 /**
- * `convo-mirror check`: the connection check that Airbyte and Singer taps offer. With at most two
- * API requests per workspace (the first page of the conversation list, then the first page of one
- * listed conversation's messages, no retries) it proves that the base URL answers, the key is
- * accepted and the account is reachable; then that the mirror file and the export directory can be
- * written (nothing is created: see src/writable.ts); in BullMQ mode, that Redis answers. One line
- * per check with a mark and the reason; `--json` for scripts. It writes nothing and never shows
- * the key.
+ * `convo-mirror check`: the connection check that Airbyte and Singer taps offer, and a check of
+ * everything else a run needs. With at most two API requests per workspace (the first page of the
+ * conversation list, then the first page of one listed conversation's messages, no retries) it
+ * proves that the base URL answers, the key is accepted and the account is reachable; then that the
+ * workspaces file reads, the signing key loads, the mirror file and the export directory can be
+ * written (nothing is created: see src/writable.ts); in BullMQ mode, that Redis answers on its
+ * database; with `--daemon`, that the daemon's HTTP address can be listened on. One line per check
+ * with a mark (✓ passed, ! passed with a warning, ✗ failed) and the reason; `--json` for scripts.
+ * It writes nothing and never shows a secret. Settings given but ignored are warned about on stderr.
+ *
+ * Each check is one entry of {@link CHECKS}: adding a check is adding a function there.
  */
+import path from 'node:path';
 import type { Command } from 'commander';
-import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type Workspace } from '../../config/index.js';
+import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type ConfigFlags, type Workspace } from '../../config/index.js';
+import { envFileNames } from '../../config/env-file.js';
+import { ignoredSettings, ignoredWarning } from '../../config/ignored.js';
+import { redisShown } from '../../config/redis-url.js';
 import { checkClientFromConfig, type ApiClient } from '../api/client.js';
-import { AuthError, describeError } from '../errors.js';
+import { AuthError, ConfigError, describeError } from '../errors.js';
+import { assertSafeExportDir } from '../export/paths.js';
+import { loadSigningKey } from '../export/signing.js';
+import { witnessDirProblem } from '../export/witness.js';
 import { createLogger } from '../logger.js';
+import { listenAddress, tryListen } from '../server/listen.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
 import { whyNotWritable } from '../writable.js';
 import { EXIT, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
 import { escapeForTerminal, jsonForTerminal } from '../terminal.js';
+import { selectWorkspaces } from './sync.js';
 
-/** One check's outcome. */
+/** One check's outcome: one line of output. */
 export interface CheckOutcome {
-  /** What was checked: `api`, `messages`, `mirror`, `exports`, `redis` (with several workspaces, `api <account>`). */
+  /**
+   * What was checked: `workspaces`, `api`, `messages` (with several workspaces, `api <account>`,
+   * `messages <account>`), `signing key`, `mirror`, `exports`, `redis`, `http`.
+   */
   name: string;
+  /** True when it passed, with or without a {@link CheckOutcome.warning}. */
   ok: boolean;
-  /** What was found, in words: the reason when it failed. Never a key. */
+  /** Passed, but with something to fix (e.g. a signing key readable by others): marked `!`. */
+  warning?: boolean;
+  /** What was found, in words: the reason when it failed. Never a secret. */
   detail: string;
   /** The exit code this outcome alone calls for ({@link EXIT}): 0 when ok. */
   code: number;
 }
+
+/** What every check reads. */
+export interface CheckContext {
+  config: Config;
+  /** Check Redis in BullMQ mode (`--no-queue`: false). */
+  queue: boolean;
+  /** Check what the daemon needs besides (`--daemon`): its HTTP address. */
+  daemon: boolean;
+  /**
+   * Why the API's settings cannot be used (a base URL or key missing, a workspaces file or a key
+   * variable it names that cannot be used), when they cannot: the API checks report it instead of
+   * calling. `config` was then loaded without them.
+   */
+  apiSettings?: ConfigError | undefined;
+}
+
+/** One check: the lines it reports; none when it does not apply to this configuration. */
+export type Check = (ctx: CheckContext) => readonly CheckOutcome[] | Promise<readonly CheckOutcome[]>;
 
 /** The longest a check's request may take, ms (CONVO_MIRROR_REQUEST_TIMEOUT when shorter). */
 export const CHECK_TIMEOUT_MS = 10_000;
@@ -85,6 +122,40 @@ async function checkWorkspace(config: Config, workspace: Workspace, several: boo
   }
 }
 
+/** The workspaces file, when one is set: it reads, and how many workspaces it lists. */
+const checkWorkspacesFile: Check = ({ config, apiSettings }) => {
+  if (config.workspacesFile === undefined) return [];
+  if (apiSettings !== undefined) return [failed('workspaces', apiSettings)];
+  const n = config.workspaces.length;
+  return [passed('workspaces', `${config.workspacesFile} lists ${n} workspace${n === 1 ? '' : 's'} (${CONFIG_FIELDS.workspacesFile.env})`)];
+};
+
+/** Each workspace's API, in turn; or why the API's settings cannot be used. */
+const checkApis: Check = async ({ config, apiSettings }) => {
+  if (apiSettings !== undefined) return config.workspacesFile === undefined ? [failed('api', apiSettings)] : []; // the workspaces line said why
+  const out: CheckOutcome[] = [];
+  for (const w of config.workspaces) out.push(...(await checkWorkspace(config, w, config.workspaces.length > 1)));
+  return out;
+};
+
+/**
+ * The signing key, when one is set: present, readable, an unencrypted Ed25519 private key (what
+ * `sync` and the daemon load at start); one readable by others passes with a warning.
+ */
+const checkSigningKey: Check = ({ config }) => {
+  if (config.signingKeyFile === undefined) return [];
+  try {
+    const key = loadSigningKey(config.signingKeyFile);
+    const found = `${key.file}: an Ed25519 private key, key id ${key.keyId} (${CONFIG_FIELDS.signingKeyFile.env})`;
+    if (key.warning === undefined) return [passed('signing key', found)];
+    // The warning names the file the line already names: "it can be read or written by others...".
+    const warning = key.warning.startsWith(`${key.file} `) ? `it ${key.warning.slice(key.file.length + 1)}` : key.warning;
+    return [{ ...passed('signing key', `${found}; but ${warning}`), warning: true }];
+  } catch (err) {
+    return [failed('signing key', err)];
+  }
+};
+
 /** Whether `target` can be written, named by its setting. */
 function checkPath(name: string, variable: string, target: string, kind: 'file' | 'dir'): CheckOutcome {
   const why = whyNotWritable(target, kind);
@@ -92,40 +163,97 @@ function checkPath(name: string, variable: string, target: string, kind: 'file' 
   return { name, ok: false, detail: `${variable}: cannot write ${target}: ${why}`, code: EXIT.CONFIG };
 }
 
-/** Whether Redis answers a PING (one attempt, a short timeout); writes nothing. */
-async function checkRedis(config: Config): Promise<CheckOutcome> {
-  const { assertRedisReachable, redisHost } = await import('../../jobs/queue.js'); // the queue's libraries load only here
+const checkMirror: Check = ({ config }) => [checkPath('mirror', CONFIG_FIELDS.db.env, config.db, 'file')];
+
+/** The export directory: not the mirror's own directory (nor a root), and writable. */
+const checkExports: Check = ({ config }) => {
+  try {
+    assertSafeExportDir(config.exportDir, config.db);
+  } catch (err) {
+    return [failed('exports', err)];
+  }
+  return [checkPath('exports', CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir')];
+};
+
+/** The head witness's directory, when one is set: it exists, can be written, and lies outside the export directory. */
+const checkWitness: Check = ({ config }) => {
+  if (config.witnessDir === undefined) return [];
+  const why = witnessDirProblem(config.witnessDir, undefined, config.exportDir);
+  if (why === undefined) return [passed('witness', `${path.resolve(config.witnessDir)} can be appended to (${CONFIG_FIELDS.witnessDir.env})`)];
+  return [{ name: 'witness', ok: false, detail: why, code: EXIT.CONFIG }];
+};
+
+/** In BullMQ mode (unless `--no-queue`): Redis answers a PING on the URL's database (one attempt, a short timeout); writes nothing. */
+const checkRedis: Check = async ({ config, queue }) => {
+  if (!queue || config.scheduler !== 'bullmq') return [];
+  const { assertRedisReachable } = await import('../../jobs/queue.js'); // the queue's libraries load only here
   try {
     await assertRedisReachable(config.redisUrl, 2000);
-    return passed('redis', `Redis answers at ${redisHost(config.redisUrl)} (${CONFIG_FIELDS.redisUrl.env})`);
+    return [passed('redis', `${redisShown(config.redisUrl)} answers PING (${CONFIG_FIELDS.redisUrl.env})`)];
   } catch (err) {
-    const hint = ': the daemon\'s bullmq scheduler needs it (for sync alone, run check --no-queue; a daemon without Redis: CONVO_MIRROR_SCHEDULER=local)';
+    const hint = ": the daemon's bullmq scheduler needs it (for sync alone, run check --no-queue; a daemon without Redis: CONVO_MIRROR_SCHEDULER=local)";
     const f = failed('redis', err);
-    return { ...f, detail: `${f.detail}${hint}` };
+    return [{ ...f, detail: `${f.detail}${hint}` }];
   }
+};
+
+/** With `--daemon`: the HTTP server's address can be listened on now (bound, then released at once). */
+const checkHttp: Check = async ({ config, daemon }) => {
+  if (!daemon) return [];
+  if (config.httpPort === 0) return [passed('http', `no HTTP server (${CONFIG_FIELDS.httpPort.env}=0)`)];
+  try {
+    await tryListen(config.httpHost, config.httpPort);
+    return [passed('http', `${listenAddress(config.httpHost, config.httpPort)} can be listened on (${CONFIG_FIELDS.httpHost.env}, ${CONFIG_FIELDS.httpPort.env})`)];
+  } catch (err) {
+    return [failed('http', err)];
+  }
+};
+
+/** Every check, in the order their lines print. */
+export const CHECKS: readonly Check[] = [checkWorkspacesFile, checkApis, checkSigningKey, checkMirror, checkExports, checkWitness, checkRedis, checkHttp];
+
+/** Runs every check of {@link CHECKS} in turn. */
+export async function runChecks(ctx: CheckContext): Promise<CheckOutcome[]> {
+  const out: CheckOutcome[] = [];
+  for (const check of CHECKS) out.push(...(await check(ctx)));
+  return out;
 }
 
 /**
- * Runs every check: each workspace's API (in turn), the mirror, the exports, and Redis when the
- * scheduler is `bullmq` and `queue` is true.
+ * The configuration to check. When the API's settings cannot be used (a base URL or key missing,
+ * a workspaces file or the key variable it names that cannot be used) but the rest can, the rest
+ * is checked and the API's problem is reported as a line of its own.
+ *
+ * @throws {@link ConfigError} for any other setting, as {@link loadConfig}; naming `--account` for
+ *   an account no workspace has
  */
-export async function runChecks(config: Config, queue: boolean): Promise<CheckOutcome[]> {
-  const out: CheckOutcome[] = [];
-  for (const w of config.workspaces) out.push(...(await checkWorkspace(config, w, config.workspaces.length > 1)));
-  out.push(checkPath('mirror', CONFIG_FIELDS.db.env, config.db, 'file'));
-  out.push(checkPath('exports', CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir'));
-  if (queue && config.scheduler === 'bullmq') out.push(await checkRedis(config));
-  return out;
+function configToCheck(flags: ConfigFlags, accounts: string[] | undefined): Pick<CheckContext, 'config' | 'apiSettings'> {
+  let loaded: Config;
+  try {
+    loaded = loadConfig(process.env, flags);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    // The same settings without the API's: if they load, the API's were the problem.
+    let rest: Config;
+    try {
+      rest = loadConfig(process.env, flags, { needsApi: false });
+    } catch {
+      throw err;
+    }
+    return { config: rest, apiSettings: err };
+  }
+  return { config: Object.freeze({ ...loaded, workspaces: selectWorkspaces(loaded.workspaces, accounts) }) };
 }
 
 /** Prints the outcomes (a line each, or JSON) and returns the exit code: 0 only when all passed. */
 function report(outcomes: readonly CheckOutcome[], json: boolean): number {
   const ok = outcomes.every((o) => o.ok);
   if (json) {
-    process.stdout.write(jsonForTerminal({ ok, checks: outcomes.map(({ name, ok: passedCheck, detail }) => ({ name, ok: passedCheck, detail })) }, 2) + '\n');
+    const checks = outcomes.map(({ name, ok: passedCheck, warning, detail }) => ({ name, ok: passedCheck, ...(warning ? { warning: true } : {}), detail }));
+    process.stdout.write(jsonForTerminal({ ok, checks }, 2) + '\n');
   } else {
     // A detail may quote what the API or Redis answered: escaped for the terminal.
-    for (const o of outcomes) process.stdout.write(`${o.ok ? '✓' : '✗'} ${o.name}: ${escapeForTerminal(o.detail)}\n`);
+    for (const o of outcomes) process.stdout.write(`${o.ok ? (o.warning ? '!' : '✓') : '✗'} ${o.name}: ${escapeForTerminal(o.detail)}\n`);
   }
   return worstExit(outcomes.map((o) => o.code));
 }
@@ -134,20 +262,26 @@ function report(outcomes: readonly CheckOutcome[], json: boolean): number {
 export function addCheckCommand(program: Command, setExit: SetExit): void {
   const cmd = program
     .command('check')
-    .description('Check the configuration: the API answers and accepts the key (at most two requests per workspace), the mirror and exports can be written, Redis answers; exit 0 only when all pass')
+    .description(
+      'Check the configuration: the API answers and accepts the key (at most two requests per workspace), the workspaces file reads, the signing key loads, the mirror and exports can be written, Redis answers; with --daemon, the HTTP port can be listened on. Writes nothing; exit 0 only when all pass',
+    )
+    .option('--daemon', "also check what the daemon needs: its HTTP address (CONVO_MIRROR_HTTP_HOST, CONVO_MIRROR_HTTP_PORT) can be listened on; check takes the daemon's flags")
+    .option('--account <id>', 'only this configured workspace (repeatable), as sync and daemon take it', (v: string, prev: string[] = []) => [...prev, v])
     .option('--no-queue', 'skip the Redis check (sync alone needs no Redis)')
-    .option('--json', 'print {ok, checks: [{name, ok, detail}]} as JSON');
+    .option('--json', 'print {ok, checks: [{name, ok, warning?, detail}]} as JSON');
   addConfigFlags(cmd, 'check').action((o) =>
     settle(setExit, async () => {
-      let config: Config;
+      const flags = configFlagsOf(o, 'check');
+      let loaded: Pick<CheckContext, 'config' | 'apiSettings'>;
       try {
-        config = loadConfig(process.env, configFlagsOf(o, 'check'));
+        loaded = configToCheck(flags, o.account as string[] | undefined);
       } catch (err) {
         // With --json, a configuration that cannot be read is a failed check too (scripts read stdout).
         if (o.json !== true) throw err;
         return report([failed('config', err)], true);
       }
-      return report(await runChecks(config, o.queue !== false), o.json === true);
+      for (const s of ignoredSettings(process.env, flags, envFileNames())) process.stderr.write(`convo-mirror: warning: ${ignoredWarning(s)}\n`);
+      return report(await runChecks({ ...loaded, queue: o.queue !== false, daemon: o.daemon === true }), o.json === true);
     }),
   );
 }

@@ -4,11 +4,13 @@
  * secret, the admin password, a workspaces file's key variables) show only as set or unset; a URL's
  * user info is masked. It requires nothing (no base URL, no key), writes nothing and connects
  * nowhere: no mirror, no directory, no Redis. A malformed value is shown with what is wrong with
- * it, and the exit code is then 2.
+ * it, and the exit code is then 2. A setting given but ignored in the configuration chosen (the
+ * admin password with the local scheduler...) is shown with why (config/ignored.ts).
  */
 import type { Command } from 'commander';
 import { CONFIG_FIELDS, flagName, maskUserInfo, settingReport, workspaceKeyVariables, type ConfigFlags, type FieldKey, type SettingReport, type SettingSource } from '../../config/index.js';
 import { envFileNames } from '../../config/env-file.js';
+import { ignoredSettings } from '../../config/ignored.js';
 import { ConfigError } from '../errors.js';
 import { EXIT, fail, settle, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
@@ -26,6 +28,8 @@ interface Shown {
   /** When malformed: what is wrong; `blame` is the flag or variable to fix. */
   error?: string | undefined;
   blame?: string | undefined;
+  /** When given but ignored in the configuration chosen: why (config/ignored.ts). */
+  ignored?: string | undefined;
 }
 
 /** A validated value as the environment would hold it: lists comma-separated, URLs masked. */
@@ -70,6 +74,10 @@ export function configReport(env: NodeJS.ProcessEnv, flags: ConfigFlags): Shown[
   const fromFile = envFileNames();
   const lines = (Object.keys(CONFIG_FIELDS) as FieldKey[]).map((key) => shownOf(settingReport(key, env, flags, fromFile)));
   const files = lines.find((l) => l.env === CONFIG_FIELDS.workspacesFile.env)!;
+  for (const s of ignoredSettings(env, flags, fromFile)) {
+    const line = lines.find((l) => l.env === CONFIG_FIELDS[s.key].env);
+    if (line) line.ignored = s.reason;
+  }
   return [...lines, ...keyVariableLines(files, env, new Set(lines.map((l) => l.env)))];
 }
 
@@ -77,7 +85,8 @@ export function configReport(env: NodeJS.ProcessEnv, flags: ConfigFlags): Shown[
 function textOf(l: Shown): string {
   const isSet = l.source !== 'unset';
   const value = l.secret ? (isSet ? 'set (secret, not shown)' : '') : l.error !== undefined ? (l.given ?? '') : l.value === null ? '' : String(l.value);
-  return `${value}${l.error === undefined ? '' : `${value === '' ? '' : '  '}(invalid: ${l.error})`}`;
+  const note = l.error !== undefined ? `(invalid: ${l.error})` : l.ignored !== undefined ? `(ignored: ${l.ignored})` : '';
+  return `${value}${note === '' ? '' : `${value === '' ? '' : '  '}${note}`}`;
 }
 
 /** The report as text: `NAME  source  value`, names and sources padded into columns. */
@@ -86,12 +95,15 @@ export function formatConfig(lines: readonly Shown[]): string {
   return lines.map((l) => `${l.env.padEnd(width)}  ${l.source.padEnd(11)}  ${textOf(l)}`.trimEnd()).join('\n') + '\n';
 }
 
-/** The report as JSON, keyed by variable: `{ value, source }`, or `{ set, source }` for a secret; `error` when malformed. */
+/**
+ * The report as JSON, keyed by variable: `{ value, source }`, or `{ set, source }` for a secret;
+ * `error` when malformed; `ignored` (why) when given but ignored in the configuration chosen.
+ */
 export function configJson(lines: readonly Shown[]): Record<string, Record<string, unknown>> {
   const out: Record<string, Record<string, unknown>> = {};
   for (const l of lines) {
     const shown = l.secret ? { set: l.source !== 'unset' } : { value: l.error !== undefined ? (l.given ?? null) : l.value };
-    out[l.env] = { ...shown, source: l.source, ...(l.error === undefined ? {} : { error: l.error }) };
+    out[l.env] = { ...shown, source: l.source, ...(l.error === undefined ? {} : { error: l.error }), ...(l.ignored === undefined ? {} : { ignored: l.ignored }) };
   }
   return out;
 }

@@ -5,6 +5,8 @@
  */
 import type { Command } from 'commander';
 import { loadConfig, type Config } from '../../config/index.js';
+import { envFileNames } from '../../config/env-file.js';
+import { ignoredSettings, ignoredWarning } from '../../config/ignored.js';
 import { selectWorkspaces } from './sync.js';
 import { createLogger } from '../logger.js';
 import { EXIT, exitFor, settle, type SetExit } from './exit.js';
@@ -35,9 +37,12 @@ export function addDaemonCommand(program: Command, setExit: SetExit): void {
   cmd.option('--account <id>', 'only this configured workspace (repeatable); daemons sharing one Redis each own some workspaces, with their own mirror and queue prefix', (v: string, prev: string[] = []) => [...prev, v]);
   addConfigFlags(cmd, 'daemon').action((o) =>
     settle(setExit, async () => {
-      const loaded = loadConfig(process.env, configFlagsOf(o, 'daemon'));
+      const flags = configFlagsOf(o, 'daemon');
+      const loaded = loadConfig(process.env, flags);
       const config: Config = Object.freeze({ ...loaded, workspaces: selectWorkspaces(loaded.workspaces, o.account as string[] | undefined) });
       const logger = createLogger({ level: config.logLevel, pretty: isTTY() });
+      // Once, at start: a setting given but ignored here (the admin password with the local scheduler...).
+      for (const s of ignoredSettings(process.env, flags, envFileNames())) logger.warn({ setting: s.name }, ignoredWarning(s));
       const { stop, signal } = stopOnSignals();
       const { runDaemon } = await import('../../jobs/daemon.js');
       const exit = await runDaemon({ config, logger, stop });

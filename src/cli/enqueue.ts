@@ -4,7 +4,8 @@
  * queue, `--timeout`) stops with exit 3, the jobs left queued.
  */
 import type { Command } from 'commander';
-import { CONFIG_FIELDS, loadConfig, maskUserInfo, workspacesFileAccounts, type Config } from '../../config/index.js';
+import { CONFIG_FIELDS, loadConfig, workspacesFileAccounts, type Config } from '../../config/index.js';
+import { redisShown } from '../../config/redis-url.js';
 import type { JobOutcome, UnfinishedJob } from '../../jobs/admin.js';
 import { ConfigError, describeError } from '../errors.js';
 import { createLogger } from '../logger.js';
@@ -78,7 +79,7 @@ function jobsStay(jobs: readonly UnfinishedJob[]): string {
  * masked), and what to start; the jobs stay queued.
  */
 export function noWorkerMessage(config: Pick<Config, 'queuePrefix' | 'redisUrl'>, jobs: readonly UnfinishedJob[]): string {
-  const where = `queue prefix "${config.queuePrefix}" on ${maskUserInfo(config.redisUrl)}`;
+  const where = `queue prefix "${config.queuePrefix}" on ${redisShown(config.redisUrl)}`;
   const settings = `${CONFIG_FIELDS.redisUrl.env} and ${CONFIG_FIELDS.queuePrefix.env}`;
   return `no worker serves ${where} (no convo-mirror daemon is running there): ${jobsStay(jobs)} queued; start convo-mirror daemon with the same ${settings} to run them`;
 }

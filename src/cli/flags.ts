@@ -6,9 +6,18 @@ import { Option, type Command } from 'commander';
 import { CONFIG_FIELDS, type Config, type ConfigCommand, type ConfigFlags, type FieldDef } from '../../config/index.js';
 import { ConfigError } from '../errors.js';
 
-/** The fields a command takes, in table (= help) order; `config` takes every one (it shows them all). */
+/**
+ * Whether `command` takes the flag of the field `def`: the commands its table entry lists; `config`
+ * takes every one (it shows them all), and `check` the daemon's too, so the command line of a
+ * daemon is checked by writing `check --daemon` for `daemon`.
+ */
+export function takesField(command: ConfigCommand, def: Pick<FieldDef, 'commands'>): boolean {
+  return command === 'config' || def.commands.includes(command) || (command === 'check' && def.commands.includes('daemon'));
+}
+
+/** The fields a command takes ({@link takesField}), in table (= help) order. */
 function fieldsOf(command: ConfigCommand): [keyof Config, FieldDef][] {
-  return (Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][]).filter(([, def]) => command === 'config' || def.commands.includes(command));
+  return (Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][]).filter(([, def]) => takesField(command, def));
 }
 
 /** The default as help shows it: `shownDefault`, else the value (quoted when it holds a space); undefined = none. */

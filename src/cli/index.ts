@@ -12,7 +12,7 @@
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { CONFIG_FIELDS, knownVariables, workspaceKeyVariables } from '../../config/index.js';
-import { envFileNames, loadEnvFile, unknownVariableWarnings } from '../../config/env-file.js';
+import { envFileNames, envFileWarnings, loadEnvFile, unknownVariableWarnings } from '../../config/env-file.js';
 import { describeError } from '../errors.js';
 import { escapeForTerminal } from '../terminal.js';
 import { EXIT, exitFor } from './exit.js';
@@ -44,7 +44,8 @@ function keyVariablesOf(argv: readonly string[], env: NodeJS.ProcessEnv): string
 
 /**
  * Before any command: fills `process.env` from `./.env` (the environment wins), then warns once,
- * one line each, about `CONVO_MIRROR_*` variables nothing reads, naming the nearest known one.
+ * one line each, about `CONVO_MIRROR_*` variables nothing reads, naming the nearest known one, and
+ * about values of `.env` an unquoted `#` cut (config/env-file.ts `envFileWarnings`).
  *
  * @returns undefined to go on; {@link EXIT.CONFIG} when `.env` exists but cannot be used (the
  *   one-line error naming it is printed)
@@ -55,8 +56,11 @@ export function prepareEnvironment(argv: readonly string[]): number | undefined 
   } catch (err) {
     return exitFor(err);
   }
-  const known = knownVariables(keyVariablesOf(argv, process.env));
-  for (const line of unknownVariableWarnings(process.env, known, envFileNames())) process.stderr.write(`convo-mirror: warning: ${line}\n`);
+  const keyVariables = keyVariablesOf(argv, process.env);
+  const known = knownVariables(keyVariables);
+  const secrets = new Set([...Object.values(CONFIG_FIELDS).flatMap((d) => (d.secret === true ? [d.env] : [])), ...keyVariables]);
+  const warnings = [...unknownVariableWarnings(process.env, known, envFileNames()), ...envFileWarnings(secrets)];
+  for (const line of warnings) process.stderr.write(`convo-mirror: warning: ${line}\n`);
   return undefined;
 }
 

@@ -17,6 +17,7 @@ import { startProgress } from '../progress.js';
 import { systemClock } from '../clock.js';
 import { assertSafeExportDir } from '../export/exporter.js';
 import { publishSettingsFromConfig, type PublishSettings } from '../export/publisher.js';
+import { assertWitnessDirSetting } from '../export/witness.js';
 import { fileModes } from '../private-fs.js';
 import { assertWritable } from '../writable.js';
 import { EXIT, fail, settle, verdictOf, worstExit, type SetExit } from './exit.js';
@@ -93,6 +94,7 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   assertSafeExportDir(config.exportDir, config.db);
   assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
   assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
+  if (config.witnessDir !== undefined) assertWitnessDirSetting(config.witnessDir, config.exportDir);
   const target = publishSettingsFromConfig(config, logger);
   const signals = abortOnSignals(logger);
   return { config, logger, tty, signals, mirror: undefined, target, limiters: new RateLimiterPool(config.maxRps, systemClock), answered: false };

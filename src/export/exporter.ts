@@ -188,7 +188,7 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   }
   const mirrorId = mirror.mirrorId();
   assertOwnedBy(dir, mirrorId);
-  if (opts.witnessDir !== undefined) assertWitnessUsable(opts.witnessDir, mirrorId);
+  if (opts.witnessDir !== undefined) assertWitnessUsable(opts.witnessDir, mirrorId, dir);
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
   migrateToLedger(mirror, target, mirrorId, opts);
 

@@ -20,7 +20,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { ExportError } from '../errors.js';
+import { ConfigError, ExportError } from '../errors.js';
 import { fsyncDir, type FileModes } from '../private-fs.js';
 import { osReason } from '../writable.js';
 import { parseSignedHead, renderHeadLine, type SignedHead } from './head.js';
@@ -52,13 +52,17 @@ export function witnessFile(dir: string, mirrorId: string): string {
  * never creates it: it is meant to be another disk or mount), be a directory (a symlink to one is
  * the operator's choice), and be writable by this user; with `mirrorId`, that mirror's witness
  * file, if it exists, must be a regular file this user can read and append to. Writes nothing: for
- * `check`, and for publication before it writes anything.
+ * `check`, and for publication before it writes anything. With `exportDir`, a witness directory
+ * inside the export directory (or equal to it) is refused too: it would witness nothing.
  *
  * @returns one line naming the setting and the path, e.g.
  *   `CONVO_MIRROR_WITNESS_DIR: the witness directory /mnt/w does not exist (it must be another disk or mount, made beforehand: convo-mirror never creates it)`
  */
-export function witnessDirProblem(dir: string, mirrorId?: string): string | undefined {
+export function witnessDirProblem(dir: string, mirrorId?: string, exportDir?: string): string | undefined {
   const abs = path.resolve(dir);
+  if (exportDir !== undefined && isWithin(abs, path.resolve(exportDir))) {
+    return `${WITNESS_VARIABLE}: the witness directory ${abs} is inside the export directory ${path.resolve(exportDir)}: whoever can change the archive could change the witness too; use another disk or mount`;
+  }
   let st: fs.Stats;
   try {
     st = fs.statSync(abs);
@@ -96,9 +100,31 @@ export function witnessDirProblem(dir: string, mirrorId?: string): string | unde
  *
  * @throws {@link ExportError} naming `CONVO_MIRROR_WITNESS_DIR` and the path
  */
-export function assertWitnessUsable(dir: string, mirrorId: string): void {
-  const why = witnessDirProblem(dir, mirrorId);
+export function assertWitnessUsable(dir: string, mirrorId: string, exportDir?: string): void {
+  const why = witnessDirProblem(dir, mirrorId, exportDir);
   if (why !== undefined) throw new ExportError(why, { dir: path.resolve(dir), setting: WITNESS_VARIABLE });
+}
+
+/**
+ * The start-up check of `sync` and the daemon, before any request or file: the witness directory
+ * is usable ({@link witnessDirProblem}) and outside the export directory.
+ *
+ * @throws {@link ConfigError} naming `CONVO_MIRROR_WITNESS_DIR` and the path
+ */
+export function assertWitnessDirSetting(dir: string, exportDir: string): void {
+  const why = witnessDirProblem(dir, undefined, exportDir);
+  if (why !== undefined) throw new ConfigError(WITNESS_VARIABLE, why.slice(`${WITNESS_VARIABLE}: `.length));
+}
+
+/** Whether `inner` is `outer` or lies under it, by path and, where both exist, by real path (a symlink does not hide it). */
+function isWithin(inner: string, outer: string): boolean {
+  const under = (a: string, b: string) => a === b || a.startsWith(b.endsWith(path.sep) ? b : b + path.sep);
+  if (under(inner, outer)) return true;
+  try {
+    return under(fs.realpathSync(inner), fs.realpathSync(outer));
+  } catch {
+    return false;
+  }
 }
 
 /** Opens the witness file for reading and appending, creating it with `mode` exactly when missing. */
