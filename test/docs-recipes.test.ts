@@ -86,7 +86,9 @@ describe('the documentation\'s SQL', () => {
           expect(Object.keys(rows[0]!), label).not.toContain('data');
         } else if (/runs\//.test(b.body)) {
           const runs = rows.reduce((n, r) => n + Number(r['runs']), 0);
-          expect(runs, label).toBe(dir === plain ? 2 : 1);
+          // The plain demo ran twice, but the second run changed nothing: its line waits for the
+          // next publication with changes (or the heartbeat), so both archives hold one run line.
+          expect(runs, label).toBe(1);
           expect(rows.every((r) => r['status'] === 'succeeded'), label).toBe(true);
         } else {
           throw new Error(`${label}: a recipe this test does not know how to check`);

@@ -228,7 +228,7 @@ describe('usage errors, each one line, exit 2', () => {
 });
 
 describe('CONVO_MIRROR_WITNESS_DIR through convo-mirror sync', () => {
-  it('sync appends each new head; verify --witness passes; a missing directory fails the sync naming the setting, and the next sync with it present publishes what was mirrored', async () => {
+  it('sync appends each new head; verify --witness passes; a missing directory stops the sync at start-up naming the setting, and the next sync with it present mirrors and publishes', async () => {
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([4, 30]) });
     const dir = tempDir();
     const wdir = tempDir();
@@ -246,9 +246,13 @@ describe('CONVO_MIRROR_WITNESS_DIR through convo-mirror sync', () => {
 
     h.fake.workspace.appendMessages(h.fake.workspace.list()[1]!.id, 3);
     const gone = path.join(tempDir(), 'unmounted');
+    const asked = h.fake.requests.length;
     const failed = await run(['sync'], { ...env, CONVO_MIRROR_WITNESS_DIR: gone });
-    expect(failed.code).toBe(1);
+    // Refused before any request or file (a witness that vanishes mid-run fails the publication
+    // instead, and loses nothing: test/witness.test.ts).
+    expect(failed.code).toBe(2);
     expect(failed.stderr).toContain(`CONVO_MIRROR_WITNESS_DIR: the witness directory ${gone} does not exist (it must be another disk or mount, made beforehand: convo-mirror never creates it)`);
+    expect(h.fake.requests.length).toBe(asked);
     const again = await run(['sync'], env);
     expect(again.code, again.stderr).toBe(0);
     const after = await verify(['--witness', wdir, '--deep'], exportDir, db);
