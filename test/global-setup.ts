@@ -16,6 +16,9 @@
  * the run uses another (where a URL that lost its database lands), and fails the run naming every
  * key it finds, then deletes them so one failure does not carry into the next run. Keys of other
  * runs or other programs sharing the server never match and are never touched.
+ *
+ * **An unprivileged copy of the CLI** (`unprivileged`, test/unprivileged-copy.ts) when the suite
+ * runs as root, removed in teardown.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -23,9 +26,16 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import type { TestProject } from 'vitest/node';
 import { redactRedisUrl as redactUrl, redisDb, runKeyPrefix, withRedisDb } from './redis-url.js';
+import { makeUnprivilegedCopy, SETPRIV_ARGV, type Unprivileged } from './unprivileged-copy.js';
+
+/** The repository root (this file is test/global-setup.ts). */
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+/** The built CLI, as package.json's `bin` names it. */
+const CLI = path.resolve(ROOT, (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string> }).bin['convo-mirror']!);
 
 const HOW_TO_GET_ONE =
   'set REDIS_URL, or install redis-server (apt-get install -y redis-server), or run Docker';
@@ -264,6 +274,26 @@ async function checkLeftovers(url: string, keyPrefix: string): Promise<Error | u
   );
 }
 
+/** How tests run as an unprivileged user here; logs one line saying which. */
+function unprivilegedRun(): { provided: Unprivileged; remove(): void } {
+  if (os.userInfo().uid !== 0) return { provided: { argv: [], root: ROOT }, remove: () => {} };
+  const copy = makeUnprivilegedCopy(ROOT, CLI);
+  if ('skip' in copy) {
+    process.stderr.write(`Tests as an unprivileged user: skipped (${copy.skip})\n`);
+    return { provided: copy, remove: () => {} };
+  }
+  process.stderr.write(`Tests as an unprivileged user: user 65534 through setpriv, on a readable copy of the CLI in ${copy.dir} (${copy.linked} files linked, ${copy.copied} copied)\n`);
+  // If vitest dies without running teardown, do not leave the copy behind.
+  process.once('exit', copy.remove);
+  return {
+    provided: { argv: SETPRIV_ARGV, root: copy.dir },
+    remove: () => {
+      process.off('exit', copy.remove);
+      copy.remove();
+    },
+  };
+}
+
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const redis = await resolveRedis();
   const runId = randomBytes(4).toString('hex');
@@ -271,6 +301,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('redisUrl', redis.url);
   project.provide('redisRunId', runId);
   process.stderr.write(`Redis for tests: ${redactUrl(redis.url)}, database ${redisDb(redis.url)} (${redis.source}); test keys ${keyPrefix}*\n`);
+  const unprivileged = unprivilegedRun();
+  project.provide('unprivileged', unprivileged.provided);
   return async () => {
     let leftovers: Error | undefined;
     try {
@@ -278,6 +310,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     } catch (err) {
       leftovers = new Error(`could not check for Redis keys left behind (${keyPrefix}*): ${(err as Error).message}`);
     } finally {
+      unprivileged.remove();
       await redis.stop();
     }
     if (leftovers) {
