@@ -17,7 +17,7 @@ import { writerIsLive } from '../src/store/lock.js';
 import { readMirrorResult, statusOf, verifyOf } from '../src/cli/index.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, snapshotEntries, tempDir, type EntrySnapshot } from './helpers.js';
-import { assertBuilt, CLI, killLeftovers, run, within } from './children.js';
+import { assertBuilt, CHILD_CWD, CLI, killLeftovers, run, within } from './children.js';
 import { connectionOf, sqlRun } from './sql.js';
 import { asRoot, asUnprivileged, skipTitle, unprivilegedPath, unprivilegedSkip } from './unprivileged.js';
 
@@ -196,7 +196,8 @@ function readerTmpdir(): string {
 /** Runs `node <args>` as the reader (65534 under setpriv when root), bounded, with `env`. */
 function runAsReader(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const argv = asUnprivileged([process.execPath, ...args]);
-  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // In the children's empty directory: the checkout may be one the reader cannot enter (its .env unreadable).
+  const child = spawn(argv[0]!, argv.slice(1), { env, cwd: CHILD_CWD, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
   let stdout = '';
   let stderr = '';
