@@ -281,9 +281,10 @@ describe('generateKeyPair', () => {
 
 // ------------------------------------------------------------------ child processes
 
-/** Root ignores permission bits: permission cases then run as user 65534 through setpriv (test/unprivileged.ts). */
-
-/** Runs `node -e script args` as an unprivileged user (65534 under setpriv when root), printing JSON. */
+/**
+ * Runs `node -e script args` as an unprivileged user, printing JSON: root ignores permission bits,
+ * so as root it runs as user 65534 through setpriv (test/unprivileged.ts).
+ */
 function runUnprivileged(script: string, args: string[]): Promise<Ran> {
   const node = [process.execPath, '--input-type=module', '-e', script, ...args];
   return runCommand(asUnprivileged(node), { PATH: process.env.PATH }, 20_000);

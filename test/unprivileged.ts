@@ -32,6 +32,7 @@ export { UNPRIVILEGED_UID };
 export const asRoot = os.userInfo().uid === 0;
 
 const provided = inject('unprivileged');
+if (!provided) throw new Error('unprivileged was not provided: is test/global-setup.ts listed in vitest.config.ts globalSetup?');
 
 /** Why tests as an unprivileged user are skipped in this run, or undefined when they run. */
 export const unprivilegedSkip: string | undefined = 'skip' in provided ? provided.skip : undefined;
