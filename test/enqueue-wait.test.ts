@@ -22,9 +22,10 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import net from 'node:net';
 import { Job, Queue, Worker, type Processor } from 'bullmq';
+import { redisShown } from '../config/redis-url.js';
 import { QUEUE_NAME, redisConnection } from '../jobs/queue.js';
 import { assertBuilt, closedPort, killLeftovers, run, start, waitFor, within } from './children.js';
-import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
+import { cleanupPrefix, prefixSequence, redisUrl, redisUrlVia } from './redis.js';
 
 const prefixes = prefixSequence('enqueue-wait');
 const workers: Worker[] = [];
@@ -247,7 +248,9 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     const queue = queueFor(prefix);
     await startWorker(prefix, gatedProcessor());
     const proxy = await redisProxy();
-    const child = start(['enqueue', '--wait'], cliEnvFor(prefix, `redis://127.0.0.1:${proxy.port}`), 40_000);
+    // Through the proxy to the same database the worker watches (REDIS_URL=…/5 included).
+    const viaProxy = redisUrlVia(proxy.port);
+    const child = start(['enqueue', '--wait'], cliEnvFor(prefix, viaProxy), 40_000);
     await waitFor(() => child.stdout.trim() !== '', 10_000, 'the job id');
     await waitFor(async () => (await stateOf(queue, child.stdout.trim())) === 'active', 10_000, 'the job to be active');
     proxy.silence();
@@ -255,7 +258,8 @@ describe('enqueue --wait against a Redis that does not answer', () => {
     expect(r.code, r.stderr).toBe(2);
     const lines = r.stderr.trim().split('\n');
     expect(lines, r.stderr).toHaveLength(1);
-    expect(lines[0]).toMatch(new RegExp(`^convo-mirror: configuration error: REDIS_URL: Redis at redis://127\\.0\\.0\\.1:${proxy.port}/\\d+ stopped answering: `));
+    // The URL shown is the proxy's, with its database (and its password masked, if REDIS_URL has one).
+    expect(lines[0]!.startsWith(`convo-mirror: configuration error: REDIS_URL: Redis at ${redisShown(viaProxy)} stopped answering: `), lines[0]).toBe(true);
     expectOurWords(r.stderr);
   });
 

@@ -6,13 +6,13 @@
  */
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { parseEnv } from 'node:util';
 import { CONFIG_FIELDS, knownVariables } from '../config/index.js';
 import { editDistance, nearestName, unknownVariableWarnings, unquotedHashCuts } from '../config/env-file.js';
 import { FakeWorkspace, startFakeApi } from '../src/fake-api/index.js';
 import { assertBuilt, CLI, killLeftovers, ROOT, runCommand, cleanEnv, runIn, workDirs } from './children.js';
+import { asUnprivileged, skipTitle, unprivilegedPath, unprivilegedSkip } from './unprivileged.js';
 
 beforeAll(assertBuilt);
 afterEach(killLeftovers);
@@ -63,14 +63,12 @@ describe('.env in the working directory', () => {
     expect(r.stderr).toBe(`convo-mirror: configuration error: ${fs.realpathSync(dir)}/.env: cannot be read: is a directory\n`);
   });
 
-  // Root reads any file: as root, the CLI runs as nobody (65534) under setpriv.
-  const asRoot = os.userInfo().uid === 0;
-  it.skipIf(asRoot && !fs.existsSync('/usr/bin/setpriv'))('a .env that cannot be read: one line with the OS reason, exit 2', async () => {
+  // Root reads any file: as root, the CLI runs as nobody (65534) under setpriv (test/unprivileged.ts).
+  it.skipIf(unprivilegedSkip)(skipTitle('a .env that cannot be read: one line with the OS reason, exit 2'), async () => {
     const dir = workDir(`CONVO_MIRROR_API_KEY=${SECRET}\n`);
     fs.chmodSync(path.join(dir, '.env'), 0o000);
     fs.chmodSync(dir, 0o755);
-    const drop = asRoot ? ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'] : [];
-    const r = await runCommand([...drop, '/bin/sh', '-c', 'cd "$0" && exec "$@"', dir, process.execPath, CLI, 'config'], cleanEnv());
+    const r = await runCommand(asUnprivileged(['/bin/sh', '-c', 'cd "$0" && exec "$@"', dir, process.execPath, unprivilegedPath(CLI), 'config']), cleanEnv());
     expect(r.code).toBe(2);
     expect(r.stderr).toBe(`convo-mirror: configuration error: ${fs.realpathSync(dir)}/.env: cannot be read: permission denied\n`);
   });

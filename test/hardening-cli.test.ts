@@ -15,6 +15,7 @@ import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, snapshotFiles, tempDir as makeTempDir, withMirror } from './helpers.js';
 import { CLI, assertBuilt, killLeftovers, run, runCommand, waitFor, type Ran } from './children.js';
 import { sqlAll, sqlValue } from './sql.js';
+import { asRoot, asUnprivileged, skipTitle, unprivilegedPath, unprivilegedSkip } from './unprivileged.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -386,7 +387,7 @@ describe('files are private whatever the umask', () => {
 });
 
 describe('status and verify on a read-only copy', () => {
-  it('read an auditor\'s copy without creating, changing or migrating anything', async () => {
+  it.skipIf(unprivilegedSkip)(skipTitle('read an auditor\'s copy without creating, changing or migrating anything'), async () => {
     const ws = FakeWorkspace.fromCounts([4, 7]);
     const fake = await fakeApi(ws);
     const dir = tempDir();
@@ -399,16 +400,12 @@ describe('status and verify on a read-only copy', () => {
     const copyEnv = cliEnv(fake, copy, { REDIS_URL: 'redis://127.0.0.1:1' });
     // Read-only for real: no write bit anywhere in the copy. Root ignores permission bits, so as
     // root the copy is handed to an unprivileged user (65534) who then reads it without write access.
-    const dropPrivileges = os.userInfo().uid === 0 && fs.existsSync('/usr/bin/setpriv');
-    if (dropPrivileges) {
+    if (asRoot) {
       execFileSync('chown', ['-R', '65534:65534', copy]);
       execFileSync('chmod', ['a+x', path.dirname(copy)]);
     }
     execFileSync('chmod', ['-R', 'a-w', copy]);
-    const asReader = (args: string[]) =>
-      dropPrivileges
-        ? runCommand(['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, CLI, ...args], copyEnv)
-        : run(args, copyEnv);
+    const asReader = (args: string[]) => runCommand(asUnprivileged([process.execPath, unprivilegedPath(CLI), ...args]), copyEnv);
     const st = await asReader(['status', '--json']);
     expect(st.code, st.stderr).toBe(0);
     expect(JSON.parse(st.stdout).counts.messages).toBe(11);

@@ -17,8 +17,9 @@ import { writerIsLive } from '../src/store/lock.js';
 import { readMirrorResult, statusOf, verifyOf } from '../src/cli/index.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, snapshotEntries, tempDir, type EntrySnapshot } from './helpers.js';
-import { assertBuilt, CLI, killLeftovers, run, within } from './children.js';
+import { assertBuilt, CHILD_CWD, CLI, killLeftovers, run, within } from './children.js';
 import { connectionOf, sqlRun } from './sql.js';
+import { asRoot, asUnprivileged, skipTitle, unprivilegedPath, unprivilegedSkip } from './unprivileged.js';
 
 const dirs: string[] = [];
 const mirrors: Mirror[] = [];
@@ -172,8 +173,6 @@ async function kill9(child: ChildProcess): Promise<void> {
   await within(closed, 5000, 'the SIGKILLed child to go');
 }
 
-const asRoot = os.userInfo().uid === 0 && fs.existsSync('/usr/bin/setpriv');
-
 /**
  * Makes `d` (recursively) read-only for whoever reads it next: as root, hands it to user 65534
  * (root ignores permission bits) and drops every write bit; otherwise only drops the write bits.
@@ -196,8 +195,9 @@ function readerTmpdir(): string {
 
 /** Runs `node <args>` as the reader (65534 under setpriv when root), bounded, with `env`. */
 function runAsReader(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const argv = asRoot ? ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, ...args] : [process.execPath, ...args];
-  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const argv = asUnprivileged([process.execPath, ...args]);
+  // In the children's empty directory: the checkout may be one the reader cannot enter (its .env unreadable).
+  const child = spawn(argv[0]!, argv.slice(1), { env, cwd: CHILD_CWD, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
   let stdout = '';
   let stderr = '';
@@ -235,14 +235,14 @@ describe('writerIsLive', () => {
     expectUnchanged(d, killed);
   });
 
-  it('in a read-only directory (as another user when root) answers false, creating nothing', async () => {
+  it.skipIf(unprivilegedSkip)(skipTitle('in a read-only directory (as another user when root) answers false, creating nothing'), async () => {
     const d = path.join(dir(), 'ro');
     fs.mkdirSync(d);
     const file = path.join(d, 'mirror.sqlite');
     Mirror.open(file).close();
     makeReadOnly(d);
     const before = snapshotEntries(d);
-    const script = `const { writerIsLive } = await import(${JSON.stringify(fileURLToPath(new URL('../dist/src/store/lock.js', import.meta.url)))});
+    const script = `const { writerIsLive } = await import(${JSON.stringify(unprivilegedPath(fileURLToPath(new URL('../dist/src/store/lock.js', import.meta.url))))});
       process.stdout.write(String(writerIsLive(${JSON.stringify(file)})));`;
     const r = await runAsReader(['--input-type=module', '-e', script], { PATH: process.env.PATH });
     expect(r.code, r.stderr).toBe(0);
@@ -598,18 +598,18 @@ describe('status and verify (the CLI) on a read-only copy with a -wal', () => {
   }
 
   for (const shm of [false, true]) {
-    it(`${shm ? 'with' : 'without'} -shm, ${asRoot ? 'as an unprivileged user (setpriv) on a copy it does not own' : 'with no write bit'}: the -wal's rows are counted, exports intact, nothing created or changed, no private copy left`, async () => {
+    it.skipIf(unprivilegedSkip)(skipTitle(`${shm ? 'with' : 'without'} -shm, ${asRoot ? 'as an unprivileged user (setpriv) on a copy it does not own' : 'with no write bit'}: the -wal's rows are counted, exports intact, nothing created or changed, no private copy left`), async () => {
       const { fake, copy, runs } = await syncedCopyWithWal(shm);
       const tmp = readerTmpdir();
       makeReadOnly(copy);
       const before = snapshotEntries(copy);
       const env = cliEnv(fake, copy, { REDIS_URL: 'redis://127.0.0.1:1', TMPDIR: tmp });
-      const st = await runAsReader([CLI, 'status', '--json'], env);
+      const st = await runAsReader([unprivilegedPath(CLI), 'status', '--json'], env);
       expect(st.code, st.stderr).toBe(0);
       const status = JSON.parse(st.stdout) as { db: string; counts: Record<string, number> };
       expect(status.db).toBe(path.join(copy, 'mirror.sqlite'));
       expect(status.counts).toMatchObject({ conversations: 3, messages: 13, runs });
-      const v = await runAsReader([CLI, 'verify'], env);
+      const v = await runAsReader([unprivilegedPath(CLI), 'verify'], env);
       expect(v.code, v.stderr + v.stdout).toBe(0);
       expect(v.stdout).toMatch(/^ok   database: quick_check ok/);
       expect(v.stdout).toMatch(/\narchive intact: \d+ records, \d+ files, \d+ lines; head \d+:[0-9a-f]{64}; not checked: signatures, head, witness, deep\n$/);

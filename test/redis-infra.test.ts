@@ -4,7 +4,8 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cleanupPrefix, randomPrefix, redisUrl } from './redis.js';
+import { cleanupPrefix, randomPrefix, redisUrl, redisUrlVia, runPrefix } from './redis.js';
+import { redisDb } from './redis-url.js';
 
 describe('test Redis', () => {
   let redis: Redis;
@@ -25,12 +26,28 @@ describe('test Redis', () => {
     expect(await redis.ping()).toBe('PONG');
   });
 
-  it('gives every call a different, labelled prefix', () => {
+  it('gives every call a different, labelled prefix under the run\'s cmtest-<run id>- (what the global teardown scans)', () => {
+    expect(runPrefix()).toMatch(/^cmtest-[0-9a-f]{8}-$/);
     const a = randomPrefix('infra');
     const b = randomPrefix('infra');
     expect(a).not.toBe(b);
-    expect(a).toMatch(/^cmtest-infra-[0-9a-f]{16}$/);
-    expect(randomPrefix('a b*c')).toMatch(/^cmtest-a-b-c-[0-9a-f]{16}$/);
+    expect(a).toMatch(new RegExp(`^${runPrefix()}infra-[0-9a-f]{16}$`));
+    expect(randomPrefix('a b*c')).toMatch(new RegExp(`^${runPrefix()}a-b-c-[0-9a-f]{16}$`));
+    // Within CONVO_MIRROR_QUEUE_PREFIX's 64 characters, with a sequence number, however long the label.
+    const long = randomPrefix('x'.repeat(100));
+    expect(`${long}-99`.length).toBeLessThanOrEqual(64);
+  });
+
+  it('a URL through a proxy keeps the database, user and password of the run\'s REDIS_URL', () => {
+    const via = new URL(redisUrlVia(6390));
+    const url = new URL(redisUrl());
+    expect([via.hostname, via.port]).toEqual(['127.0.0.1', '6390']);
+    expect([via.username, via.password, via.protocol]).toEqual([url.username, url.password, url.protocol]);
+    expect(redisDb(via.toString())).toBe(redisDb(redisUrl()));
+    // The mistake this guards against: a bare redis://host:port is database 0, whatever REDIS_URL says.
+    expect(redisDb('redis://127.0.0.1:6390')).toBe(0);
+    expect(redisDb('redis://127.0.0.1:6379/5')).toBe(5);
+    expect(new URL(redisUrlVia(6390)).pathname).toBe(`/${redisDb(redisUrl())}`);
   });
 
   it('cleanupPrefix deletes only the keys under <prefix>:', async () => {

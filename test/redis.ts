@@ -1,7 +1,12 @@
 /**
  * Real Redis for tests (design habit 9): `test/global-setup.ts` finds or starts one server for the
- * whole run and provides its URL; each test file uses its own random BullMQ queue prefix, so files
- * running in parallel (and runs sharing one `REDIS_URL`) never see each other's keys.
+ * whole run and provides its URL (with the database of `REDIS_URL`) and a run id; each test file
+ * uses its own random BullMQ queue prefix `cmtest-<run id>-<label>-<random>`, so files running in
+ * parallel (and runs sharing one `REDIS_URL`) never see each other's keys, and the global teardown
+ * fails the run naming any key of its run left behind (in the run's database, and in database 0).
+ *
+ * Every key a test writes goes under such a prefix; a URL built from {@link redisUrl} (a proxy)
+ * keeps its database ({@link redisUrlVia}).
  *
  * ```ts
  * const url = redisUrl();
@@ -13,11 +18,14 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { inject } from 'vitest';
+import { redisUrlVia as via, runKeyPrefix } from './redis-url.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     /** URL of the Redis server shared by the whole test run (see test/global-setup.ts). */
     redisUrl: string;
+    /** 8 hex digits drawn once per run: every test queue prefix starts `cmtest-<run id>-`. */
+    redisRunId: string;
   }
 }
 
@@ -29,12 +37,31 @@ export function redisUrl(): string {
 }
 
 /**
- * A fresh BullMQ queue prefix for one test file: `cmtest-<label>-<16 hex chars>`. Characters of
- * `label` other than letters, digits, `_` and `-` become `-` (a prefix is also a SCAN pattern).
+ * The URL of the test run's Redis reached through `host:port` (a proxy in this process), with the
+ * same database, user and password: a child given it writes where the test looks.
+ */
+export function redisUrlVia(port: number, host = '127.0.0.1'): string {
+  return via(redisUrl(), port, host);
+}
+
+/** What every test queue prefix of this run starts with: `cmtest-<run id>-`. */
+export function runPrefix(): string {
+  const runId = inject('redisRunId');
+  if (!runId) throw new Error('redisRunId was not provided: is test/global-setup.ts listed in vitest.config.ts globalSetup?');
+  return runKeyPrefix(runId);
+}
+
+/** Longest label kept in a prefix: the whole prefix stays within CONVO_MIRROR_QUEUE_PREFIX's 64 characters. */
+const MAX_LABEL = 24;
+
+/**
+ * A fresh BullMQ queue prefix for one test file: `cmtest-<run id>-<label>-<16 hex chars>` (at most
+ * 57 characters; {@link prefixSequence} adds `-<n>`). Characters of `label` other than letters,
+ * digits, `_` and `-` become `-` (a prefix is also a SCAN pattern); a label is cut at 24 characters.
  */
 export function randomPrefix(label: string): string {
-  const safe = label.replace(/[^A-Za-z0-9_-]/g, '-') || 'x';
-  return `cmtest-${safe}-${randomBytes(8).toString('hex')}`;
+  const safe = label.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, MAX_LABEL) || 'x';
+  return `${runPrefix()}${safe}-${randomBytes(8).toString('hex')}`;
 }
 
 /** Escapes Redis glob metacharacters so `prefix` is matched literally by SCAN MATCH. */

@@ -7,7 +7,6 @@
 import { describe, it, expect, beforeAll, afterEach } from 'vitest';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ConfigError } from '../src/errors.js';
@@ -23,6 +22,7 @@ import {
 } from '../src/export/signing.js';
 import { CLI, assertBuilt, killLeftovers, runCommand, type Ran } from './children.js';
 import { tempDir } from './helpers.js';
+import { asRoot, asUnprivileged, skipTitle, unprivilegedPath, unprivilegedSkip } from './unprivileged.js';
 
 afterEach(killLeftovers);
 
@@ -298,15 +298,13 @@ describe('generateKeyPair', () => {
 
 // ------------------------------------------------------------------ child processes
 
-/** Root ignores permission bits: permission cases then run as user 65534 through setpriv. */
-const asRoot = os.userInfo().uid === 0;
-const canDropPrivileges = !asRoot || fs.existsSync('/usr/bin/setpriv');
-
-/** Runs `node -e script args` as an unprivileged user (65534 under setpriv when root), printing JSON. */
+/**
+ * Runs `node -e script args` as an unprivileged user, printing JSON: root ignores permission bits,
+ * so as root it runs as user 65534 through setpriv (test/unprivileged.ts).
+ */
 function runUnprivileged(script: string, args: string[]): Promise<Ran> {
   const node = [process.execPath, '--input-type=module', '-e', script, ...args];
-  const argv = asRoot ? ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', ...node] : node;
-  return runCommand(argv, { PATH: process.env.PATH }, 20_000);
+  return runCommand(asUnprivileged(node), { PATH: process.env.PATH }, 20_000);
 }
 
 /** Calls `signing.<fn>(...args)` in the child; prints `{ok}` or `{name, variable, message}`. */
@@ -324,14 +322,14 @@ function sharedDir(): string {
   return d;
 }
 
-describe.skipIf(!canDropPrivileges)('permissions (as an unprivileged user)', () => {
+describe.skipIf(unprivilegedSkip)(skipTitle('permissions (as an unprivileged user)'), () => {
   beforeAll(assertBuilt);
 
   it('an unreadable signing key: permission denied, naming the variable and the file', async () => {
     const d = sharedDir();
     const { keyFile } = keyPairIn(d);
     if (!asRoot) fs.chmodSync(keyFile, 0o000);
-    const r = await runUnprivileged(CALL_SCRIPT, [pathToFileURL(SIGNING_JS).href, 'loadSigningKey', keyFile]);
+    const r = await runUnprivileged(CALL_SCRIPT, [pathToFileURL(unprivilegedPath(SIGNING_JS)).href, 'loadSigningKey', keyFile]);
     expect(r.code, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout) as { name: string; variable: string; message: string };
     expect(out).toMatchObject({ name: 'ConfigError', variable: 'CONVO_MIRROR_SIGNING_KEY_FILE' });
@@ -347,7 +345,7 @@ describe.skipIf(!canDropPrivileges)('permissions (as an unprivileged user)', () 
     fs.mkdirSync(pubDir);
     fs.chmodSync(pubDir, 0o555);
     const pubFile = path.join(pubDir, 'k.pub');
-    const r = await runUnprivileged(CALL_SCRIPT, [pathToFileURL(SIGNING_JS).href, 'generateKeyPair', path.join(privDir, 'k.key'), pubFile]);
+    const r = await runUnprivileged(CALL_SCRIPT, [pathToFileURL(unprivilegedPath(SIGNING_JS)).href, 'generateKeyPair', path.join(privDir, 'k.key'), pubFile]);
     expect(r.code, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout) as { name: string; variable: string; message: string };
     expect(out).toMatchObject({ name: 'ConfigError', variable: '--out', message: `--out: permission denied creating ${pubFile}` });
