@@ -44,6 +44,22 @@ export interface DaemonOptions {
   httpListen?: { host?: string; port: number } | false;
 }
 
+/**
+ * After the grace period (`CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS`), how long aborted jobs get to stop at
+ * their last committed page and put themselves back, ms.
+ */
+export const ABORT_WAIT_MS = 2000;
+/** Then how long the HTTP server gives requests in flight before it cuts their connections, ms. */
+export const HTTP_CLOSE_WAIT_MS = 1000;
+/** Then how long the engine's Redis connections get to close before they are cut, ms. */
+export const CLOSE_WAIT_MS = 2000;
+/**
+ * The most a shutdown takes past its grace period, ms: 5000 ({@link ABORT_WAIT_MS} +
+ * {@link HTTP_CLOSE_WAIT_MS} + {@link CLOSE_WAIT_MS}). With the default grace of 20 s a shutdown
+ * ends within 25 s of SIGTERM, inside Kubernetes' default 30 s before SIGKILL.
+ */
+export const SHUTDOWN_HARD_BOUND_MS = ABORT_WAIT_MS + HTTP_CLOSE_WAIT_MS + CLOSE_WAIT_MS;
+
 /** How a daemon ended. */
 export interface DaemonExit {
   /** Shutdown time from the stop request to everything closed, ms. */
@@ -84,7 +100,8 @@ interface Resources {
  * (jobs/startup-check.ts: one request each; none usable: it stops), registers one pair of schedules per configured
  * workspace (`config.workspaces`), and processes jobs with `config.concurrency` in parallel. On
  * stop: no new jobs; running ones get `config.shutdownTimeoutMs` to finish, then their requests are
- * aborted (every committed page is a checkpoint, so the job resumes); Redis and SQLite are closed.
+ * aborted (every committed page is a checkpoint, so the job resumes); then at most
+ * {@link SHUTDOWN_HARD_BOUND_MS} more to close the HTTP server, Redis and SQLite.
  *
  * @throws {@link ConfigError} when Redis is unreachable, the queue prefix belongs to another
  *   mirror, or no workspace can be mirrored (every base URL or key refused; {@link AuthError} when
@@ -272,25 +289,26 @@ function listenError(err: unknown, host: string, port: number): unknown {
 
 /**
  * Shutdown: no new jobs; running ones get `config.shutdownTimeoutMs`, then are aborted (they
- * resume from their checkpoints); everything closed.
+ * resume from their checkpoints) and get {@link ABORT_WAIT_MS}; everything is closed within
+ * {@link HTTP_CLOSE_WAIT_MS} + {@link CLOSE_WAIT_MS} more.
  */
 async function shutdown(config: Config, logger: Logger, res: Resources): Promise<Omit<DaemonExit, 'fatal'>> {
   const t0 = Date.now();
   res.stopping = true;
-  logger.info({ grace_ms: config.shutdownTimeoutMs }, 'shutting down: no new jobs; waiting for running ones');
-  const { forced } = await res.engine.stop(config.shutdownTimeoutMs, () => res.abort.abort(new Error('daemon shutting down')));
+  logger.info({ grace_ms: config.shutdownTimeoutMs, then_at_most_ms: SHUTDOWN_HARD_BOUND_MS }, 'shutting down: no new jobs; waiting for running ones');
+  const { forced, abandoned } = await res.engine.stop(config.shutdownTimeoutMs, () => res.abort.abort(new Error('daemon shutting down')), ABORT_WAIT_MS);
   await release(res);
   const shutdownMs = Date.now() - t0;
-  logger.info({ shutdown_ms: shutdownMs, forced }, 'daemon stopped');
+  logger.info({ shutdown_ms: shutdownMs, forced, ...(abandoned > 0 ? { abandoned } : {}) }, 'daemon stopped');
   return { shutdownMs, forced };
 }
 
-/** Closes the HTTP server, the engine, the clients and the mirror (its writer lock released). */
+/** Closes the HTTP server, the engine, the clients and the mirror (its writer lock released), each bounded. */
 async function release(res: Resources): Promise<void> {
   res.stopping = true;
   res.checks.stop();
-  await res.server?.close().catch(() => {});
-  await res.engine.close().catch(() => {});
+  await res.server?.close(HTTP_CLOSE_WAIT_MS).catch(() => {});
+  await res.engine.close(CLOSE_WAIT_MS).catch(() => {});
   await Promise.allSettled(res.workspaces.map((w) => w.api.close()));
   res.mirror.close();
 }
