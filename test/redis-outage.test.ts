@@ -189,6 +189,7 @@ describe('Redis down and back', () => {
       'lost the connection to Redis: /readyz and webhooks answer 503 and no job starts until it is back; reconnecting every second',
       'connected to Redis again',
       'shutting down: no new jobs; waiting for running ones',
+      'http server closed',
       'daemon stopped',
       'exiting',
     ]);
