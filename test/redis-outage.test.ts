@@ -23,6 +23,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
 import { Job, type Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import { openQueue } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
@@ -206,6 +207,28 @@ describe('Redis down and back', () => {
     queues.push(queue);
     expect((await queue.getJobCounts('completed', 'waiting', 'active', 'delayed', 'failed')).failed).toBe(0);
   }, 90_000);
+
+  it('SIGTERM while Redis accepts connections but answers nothing (CLIENT PAUSE): the connections are cut at the bound and the daemon exits 0', async () => {
+    const redis = await ownRedis();
+    const fake = await fakeApi(FakeWorkspace.fromCounts([2]));
+    const graceMs = 1000;
+    const daemon = await startDaemon(env(fake, redis.url, { CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS: String(graceMs) }), [], 60_000);
+    const admin = new Redis(redis.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    admin.on('error', () => {});
+    await admin.connect();
+    await admin.call('CLIENT', 'PAUSE', '20000', 'ALL');
+    admin.disconnect();
+    const termAt = Date.now();
+    daemon.child.kill('SIGTERM');
+    const ended = await within(daemon.done, graceMs + 5_000 + 5_000, 'the daemon to exit while Redis answers nothing');
+    const exitMs = Date.now() - termAt;
+    expect(ended.code, ended.stderr.slice(-3000)).toBe(0);
+    expectInOrder(ended.stderr, ['shutting down: no new jobs; waiting for running ones', 'the Redis connections did not close in time: cutting them', 'daemon stopped', 'exiting']);
+    const stopped = logOf(ended.stderr).find((l) => l.msg === 'daemon stopped')!;
+    expect(stopped['shutdown_ms'] as number).toBeLessThan(graceMs + 5_000);
+    process.stderr.write(`redis-outage: SIGTERM while Redis answers nothing: shutdown_ms ${String(stopped['shutdown_ms'])}, exited ${exitMs} ms after SIGTERM\n`);
+    await redis.stop(); // a paused server still stops
+  }, 60_000);
 
   it('SIGTERM while Redis is down and a conversation job runs: exit 0 within the grace plus 5 s; the next daemon resumes the job from its checkpoint, as after SIGKILL', async () => {
     const redis = await ownRedis();
