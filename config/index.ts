@@ -65,7 +65,11 @@ export interface Config {
   readonly fullSchedule: string;
   /** IANA time zone of both crons. @defaultValue `UTC` */
   readonly tz: string;
-  /** How long the daemon lets running jobs finish after SIGTERM/SIGINT, ms. @defaultValue 30000 */
+  /**
+   * How long the daemon lets running jobs finish after SIGTERM/SIGINT, ms; the shutdown then takes
+   * at most 5 s more (jobs put back, connections closed), so the default ends within 25 s, inside
+   * Kubernetes' default 30 s before SIGKILL. @defaultValue 20000
+   */
   readonly shutdownTimeoutMs: number;
   /** Prefix of the BullMQ keys in Redis (one prefix per mirror). @defaultValue `convo-mirror` */
   readonly queuePrefix: string;
@@ -509,8 +513,8 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     env: 'CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS',
     flag: '--shutdown-timeout <ms>',
     schema: intFrom(0, 3_600_000),
-    defaultValue: 30_000,
-    help: 'grace period for running jobs on SIGTERM/SIGINT, ms',
+    defaultValue: 20_000,
+    help: 'grace period for running jobs on SIGTERM/SIGINT, ms; the shutdown then takes at most 5 s more',
     commands: ['daemon'],
   },
   jobLockMs: {

@@ -2,9 +2,12 @@
  * The daemon's BullMQ engine (`--scheduler bullmq`, the default): job schedulers (one pair per
  * workspace) and a worker on Redis, the readiness check of Redis, and the queue dashboard. The way
  * to scale out: any number of daemons of one mirror share its queue prefix.
+ *
+ * Its shutdown never waits on Redis without a bound: BullMQ's `worker.close()` can wait for good on
+ * a connection that waits to reconnect (BullMQ issue #4656), so the running jobs are tracked here,
+ * and every close is bounded, then cut.
  */
 import { UnrecoverableError, Worker, type Job, type Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
@@ -12,7 +15,10 @@ import { redisShown } from '../config/redis-url.js';
 import { Publisher } from '../src/export/publisher.js';
 import { describeError } from '../src/errors.js';
 import type { ReadinessCheck } from '../src/server/index.js';
-import { jobFigures, type DaemonEngine, type EngineContext } from './engine.js';
+import { settlesWithin } from '../src/clock.js';
+import { DEFAULT_LOG_WINDOW_MS, LogThrottle } from '../src/log-throttle.js';
+import { jobFigures, type DaemonEngine, type EngineContext, type EngineStopped } from './engine.js';
+import { RedisLink, endParked, type LinkClient } from './redis-link.js';
 import { KeyedMutex, processJob, type JobDeps } from './processors.js';
 import type { DashboardOptions } from './dashboard.js';
 import {
@@ -28,35 +34,52 @@ import {
 } from './queue.js';
 
 /**
- * Builds the BullMQ engine: the queue (its prefix claimed for this mirror), one set of job
- * dependencies per workspace, the Redis probe of `/readyz`, and (with `config.adminPassword`) the
- * dashboard. Nothing runs until `start()`.
+ * Builds the BullMQ engine: the queue (its prefix claimed for this mirror) and the state of its
+ * connection (what `/readyz`, the webhook route, the metrics and the dashboard ask), one set of job
+ * dependencies per workspace, and (with `config.adminPassword`) the dashboard. Nothing runs until
+ * `start()`.
  *
  * @throws {@link ConfigError} naming CONVO_MIRROR_QUEUE_PREFIX when the prefix belongs to another mirror
  */
 export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
   const { config, logger } = ctx;
-  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix });
-  const probe = new RedisProbe(config.redisUrl);
-  let worker: Worker | undefined;
+  const where = redisShown(config.redisUrl);
+  // Set during close(): a connection lost from then on ends instead of reconnecting.
+  let closing = false;
+  const stopReconnecting = () => closing;
+  const queue = openQueue({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, { stopReconnecting });
+  const link = new RedisLink(queue.getBackend().client, where, {
+    onLost: (reason) => logger.warn({ redis: where, reason }, 'lost the connection to Redis: /readyz and webhooks answer 503 and no job starts until it is back; reconnecting every second'),
+    onBack: (awayMs) => logger.info({ redis: where, away_ms: awayMs }, 'connected to Redis again'),
+  });
+  const jobs = new RunningJobs();
+  let worker: BullWorker | undefined;
   try {
     await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, ctx.mirror.mirrorId());
   } catch (err) {
-    probe.close();
-    await queue.close().catch(() => {});
+    await closeConnections(undefined, queue, link, { waitMs: 1000, stopReconnecting: () => (closing = true) }, logger);
     throw err;
   }
   const deps = workspaceDeps(ctx, queue);
-  const plugins: FastifyPluginAsync[] = config.adminPassword !== undefined ? [lazyDashboard({ queue, password: config.adminPassword, logger })] : [];
+  const plugins: FastifyPluginAsync[] = config.adminPassword !== undefined ? [lazyDashboard({ queue, link, password: config.adminPassword, logger })] : [];
   return {
     name: 'bullmq',
-    checks: [{ name: 'redis', check: () => probe.ping() }] satisfies ReadinessCheck[],
+    // The queue's own connection: the one a webhook's job is sent on.
+    checks: [{ name: 'redis', check: () => link.ping() }] satisfies ReadinessCheck[],
     plugins,
-    jobCounts: () => queue.getJobCounts(),
+    async jobCounts() {
+      link.assertConnected();
+      return queue.getJobCounts();
+    },
     rateLimit(ms) {
       queue.rateLimit(ms).catch((err: unknown) => logger.warn({ err: describeError(err) }, 'could not set the queue rate limit'));
     },
-    enqueueConversation: (accountId, conversationId) => enqueueConversation(queue, conversationId, { accountId, trigger: 'webhook', policy: jobPolicyOf(config) }),
+    async enqueueConversation(accountId, conversationId) {
+      // Refused at once while the connection is away (the route answers 503, as /readyz does),
+      // rather than held in the client and sent after the 503 was answered.
+      link.assertConnected();
+      return enqueueConversation(queue, conversationId, { accountId, trigger: 'webhook', policy: jobPolicyOf(config) });
+    },
     async start() {
       const removed = await registerSchedulers(
         queue,
@@ -64,18 +87,15 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
         { tz: config.tz, policy: jobPolicyOf(config) },
       );
       if (removed.length > 0) logger.info({ schedulers: removed }, 'removed the job schedulers of workspaces no longer configured');
-      worker = startWorker(config, logger, (job, token) => processJob(depsOf(deps, job), job, token));
-      await worker.waitUntilReady();
+      worker = await startWorker(config, logger, stopReconnecting, (job, token) => jobs.track(processJob(depsOf(deps, job), job, token)));
     },
-    describe: () => ({ redis: redisShown(config.redisUrl), prefix: config.queuePrefix }),
-    async stop(graceMs, abort) {
-      if (!worker) return { forced: false };
-      return closeWorker(worker, graceMs, abort, logger);
+    describe: () => ({ redis: where, prefix: config.queuePrefix }),
+    async stop(graceMs, abort, abortWaitMs) {
+      if (!worker) return { forced: false, abandoned: 0 };
+      return drainWorker(worker, jobs, { graceMs, abortWaitMs, abort }, logger);
     },
-    async close() {
-      await worker?.close(true).catch(() => {});
-      probe.close();
-      await queue.close().catch(() => {});
+    async close(waitMs) {
+      await closeConnections(worker, queue, link, { waitMs, stopReconnecting: () => (closing = true) }, logger);
     },
   };
 }
@@ -130,10 +150,22 @@ export function depsOf(deps: ReadonlyMap<string, JobDeps>, job: Job): JobDeps {
   return d;
 }
 
-/** The worker: one per daemon, `config.concurrency` jobs at a time, its events logged. */
-function startWorker(config: Config, logger: Logger, processor: (job: Job, token?: string) => Promise<unknown>): Worker {
+/** The worker and the clients of its two connections. */
+interface BullWorker {
+  worker: Worker;
+  /** BullMQ's main connection: jobs' commands, locks. */
+  main: LinkClient;
+  /** The connection BullMQ waits for new jobs on (BZPOPMIN). */
+  blocking: LinkClient | undefined;
+}
+
+/**
+ * The worker: one per daemon, `config.concurrency` jobs at a time, its events logged (the same
+ * error at most once per 10 s: while Redis is away each connection fails every second).
+ */
+async function startWorker(config: Config, logger: Logger, stopReconnecting: () => boolean, processor: (job: Job, token?: string) => Promise<unknown>): Promise<BullWorker> {
   const worker = new Worker(QUEUE_NAME, processor, {
-    connection: redisConnection(config.redisUrl),
+    connection: redisConnection(config.redisUrl, { stopReconnecting }),
     prefix: config.queuePrefix,
     concurrency: config.concurrency,
     // BullMQ honours queue.rateLimit() (set on a 429) only for workers with a limiter; this one
@@ -143,72 +175,89 @@ function startWorker(config: Config, logger: Logger, processor: (job: Job, token
     stalledInterval: config.jobLockMs,
     maxStalledCount: 3,
   });
-  worker.on('error', (err) => logger.error({ err: describeError(err) }, 'worker error'));
+  // The same error repeats every second while Redis is away: logged at most once per 10 s each.
+  const errors = new LogThrottle({ onSuppressed: (message, suppressed) => logger.error({ err: message, suppressed, window_ms: DEFAULT_LOG_WINDOW_MS }, 'worker errors suppressed') });
+  worker.on('error', (err) => {
+    if (errors.size >= 100) errors.flush(); // bounded: messages naming ever new things
+    const admitted = errors.admit(err.message);
+    if (admitted) logger.error({ err: describeError(err), ...(admitted.suppressed ? { suppressed: admitted.suppressed } : {}) }, 'worker error');
+  });
   worker.on('active', (job) => logger.info({ job: job.id, name: job.name, account_id: job.data?.accountId, conversation_id: job.data?.conversationId, attempt: job.attemptsMade + 1 }, 'job started'));
   worker.on('completed', (job, value: unknown) => logger.info({ job: job.id, name: job.name, account_id: job.data?.accountId, ...jobFigures(value) }, 'job completed'));
   worker.on('failed', (job, err) =>
     logger.warn({ job: job?.id, name: job?.name, account_id: job?.data?.accountId, conversation_id: job?.data?.conversationId, attempts: job?.attemptsMade, err: err.message }, 'job failed'),
   );
-  return worker;
+  await worker.waitUntilReady();
+  const backend = worker.getBackend();
+  return { worker, main: await backend.client, blocking: await backend.blockingClient };
 }
 
 /**
- * No new jobs; running ones get `graceMs`, then `abort()` (they resume from their checkpoints), and
- * after 5 s more are left to their locks (picked up again by the next daemon).
+ * The jobs the worker's processor runs now, tracked here: BullMQ's `worker.close()`, which would
+ * tell when they have ended, can wait for good on a connection that waits to reconnect.
  */
-async function closeWorker(worker: Worker, graceMs: number, abort: () => void, logger: Logger): Promise<{ forced: boolean }> {
-  let forced = false;
-  const closing = worker.close();
-  let timer: NodeJS.Timeout | undefined;
-  const graceOver = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), graceMs)));
-  if ((await Promise.race([closing.then(() => 'closed' as const), graceOver])) === 'timeout') {
-    forced = true;
-    logger.warn('grace period over: aborting running jobs; they resume from their checkpoints');
-    abort();
+class RunningJobs {
+  private readonly running = new Set<Promise<unknown>>();
+
+  /** Runs `p` as a tracked job. */
+  track<T>(p: Promise<T>): Promise<T> {
+    this.running.add(p);
+    const done = () => void this.running.delete(p);
+    p.then(done, done);
+    return p;
   }
-  clearTimeout(timer);
-  const hard = await Promise.race([closing.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 5000).unref())]);
-  if (hard) {
-    logger.warn('jobs still running 5 s after the abort: closing without them; they will be picked up again');
-    await worker.close(true);
+
+  get size(): number {
+    return this.running.size;
   }
-  return { forced };
+
+  /** Resolves once no job runs (jobs started meanwhile included). */
+  async idle(): Promise<void> {
+    while (this.running.size > 0) await Promise.allSettled([...this.running]);
+  }
 }
 
 /**
- * The Redis connection of `/readyz`: its own, never queueing a command while Redis is away (a
- * check then fails at once, naming the connection's state and last error) and reconnecting by
- * itself within a second of Redis coming back.
+ * No new jobs (BullMQ's `worker.close()` begins); running ones get `graceMs`, then `abort()` (they
+ * stop at their last committed page and put themselves back, delayed 1 s, without spending an
+ * attempt) and `abortWaitMs` more. A job still running then is left to its lock: once the lock
+ * expires (CONVO_MIRROR_JOB_LOCK_MS) a daemon picks it up again from its checkpoint, as after a
+ * crash.
  */
-class RedisProbe {
-  private readonly redis: Redis;
-  private lastError: string | undefined;
+async function drainWorker(w: BullWorker, jobs: RunningJobs, o: { graceMs: number; abortWaitMs: number; abort: () => void }, logger: Logger): Promise<EngineStopped> {
+  void w.worker.close().catch(() => undefined);
+  // BullMQ's close first disconnects the blocking connection and waits for its end, which never
+  // comes while that connection waits out its reconnect delay: end it here.
+  endParked([w.blocking]);
+  if (await settlesWithin(jobs.idle(), o.graceMs)) return { forced: false, abandoned: 0 };
+  logger.warn({ running: jobs.size }, 'grace period over: aborting running jobs; they resume from their checkpoints');
+  o.abort();
+  if (await settlesWithin(jobs.idle(), o.abortWaitMs)) return { forced: true, abandoned: 0 };
+  logger.warn(
+    { running: jobs.size, wait_ms: o.abortWaitMs },
+    'jobs still running after the abort: closing without them; they are picked up again from their checkpoints once their lock expires',
+  );
+  return { forced: true, abandoned: jobs.size };
+}
 
-  constructor(private readonly url: string) {
-    this.redis = new Redis({
-      ...redisConnection(url),
-      lazyConnect: false,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      connectTimeout: 1000,
-      retryStrategy: (times: number) => Math.min(100 * times, 1000),
-    });
-    this.redis.on('error', (err: Error) => (this.lastError = err.message));
-    this.redis.on('ready', () => (this.lastError = undefined));
-  }
-
-  /** @throws Error naming the host (never the password) when Redis does not answer PONG */
-  async ping(): Promise<void> {
-    if (this.redis.status !== 'ready') {
-      throw new Error(`Redis at ${redisShown(this.url)} is not connected (${this.redis.status}${this.lastError ? `: ${this.lastError}` : ''})`);
-    }
-    const answer = await this.redis.ping();
-    if (answer !== 'PONG') throw new Error(`Redis at ${redisShown(this.url)} answered PING with ${JSON.stringify(answer)}`);
-  }
-
-  close(): void {
-    this.redis.disconnect();
-  }
+/**
+ * BullMQ's close of the worker and of the queue (they record what the jobs that just ended
+ * returned, then close their connections), bounded by `waitMs`. For its first half a connection
+ * lost meanwhile reconnects as usual (within a second of Redis); then `stopReconnecting()` turns
+ * true and a connection waiting to reconnect is ended, its queued commands failing (a job whose
+ * outcome could not be recorded stays active until its lock expires, then runs again from its
+ * checkpoint); what is still open at `waitMs` is cut.
+ */
+async function closeConnections(w: BullWorker | undefined, queue: Queue, link: RedisLink, o: { waitMs: number; stopReconnecting: () => void }, logger: Logger): Promise<void> {
+  const clients = [w?.main, w?.blocking, link.raw];
+  const closed = Promise.all([w?.worker.close(), queue.close()]);
+  if (await settlesWithin(closed, o.waitMs / 2)) return;
+  o.stopReconnecting();
+  endParked(clients);
+  if (await settlesWithin(closed, o.waitMs / 2)) return;
+  logger.warn({ wait_ms: o.waitMs }, 'the Redis connections did not close in time: cutting them');
+  for (const c of clients) c?.disconnect();
+  endParked(clients);
 }
 
 /**

@@ -51,6 +51,28 @@ export interface DaemonOptions {
   clock?: Clock;
 }
 
+/**
+ * After the grace period (`CONVO_MIRROR_SHUTDOWN_TIMEOUT_MS`), how long aborted jobs get to stop at
+ * their last committed page and put themselves back, ms.
+ */
+export const ABORT_WAIT_MS = 2000;
+/** Then how long the HTTP server gives requests in flight before it cuts their connections, ms. */
+export const HTTP_CLOSE_WAIT_MS = 1000;
+/** Then how long the engine's Redis connections get to close before they are cut, ms. */
+export const CLOSE_WAIT_MS = 2000;
+/**
+ * The most a shutdown takes past its grace period, ms: 5000 ({@link ABORT_WAIT_MS} +
+ * {@link HTTP_CLOSE_WAIT_MS} + {@link CLOSE_WAIT_MS}). With the default grace of 20 s a shutdown
+ * ends within 25 s of SIGTERM, inside Kubernetes' default 30 s before SIGKILL.
+ */
+export const SHUTDOWN_HARD_BOUND_MS = ABORT_WAIT_MS + HTTP_CLOSE_WAIT_MS + CLOSE_WAIT_MS;
+
+/**
+ * Where the daemon is, as `/readyz`'s `daemon` check says it: `ready` only between the `daemon
+ * ready` log line and the start of the shutdown.
+ */
+export type DaemonPhase = 'starting: checking the workspaces' | 'starting: registering the job schedulers and starting the worker' | 'ready' | 'shutting down';
+
 /** How a daemon ended. */
 export interface DaemonExit {
   /** Shutdown time from the stop request to everything closed, ms. */
@@ -77,21 +99,22 @@ interface Resources {
   metrics: Metrics;
   /** The HTTP server, once listening (undefined when off). */
   server?: RunningServer | undefined;
-  /** Set when shutdown begins: `/readyz` answers 503 from then on. */
-  stopping: boolean;
-  /** Set once the workspaces are checked and the engine runs: `/readyz` answers 503 until then. */
-  started: boolean;
+  /** `/readyz` answers 200 only in phase `ready`. */
+  phase: DaemonPhase;
   /** The workspaces' start-up checks and re-checks (jobs/startup-check.ts). */
   checks: WorkspaceChecks;
 }
 
 /**
  * Runs the daemon until `stop` resolves: checks Redis (BullMQ mode), takes the mirror's writer lock
- * (a second daemon on the same file is refused), starts the HTTP server, checks every workspace
- * (jobs/startup-check.ts: one request each; none usable: it stops), registers one pair of schedules per configured
- * workspace (`config.workspaces`), and processes jobs with `config.concurrency` in parallel. On
- * stop: no new jobs; running ones get `config.shutdownTimeoutMs` to finish, then their requests are
- * aborted (every committed page is a checkpoint, so the job resumes); Redis and SQLite are closed.
+ * (a second daemon on the same file is refused), starts the HTTP server (`/healthz` answers from
+ * then on, `/readyz` says 503 and why until the daemon is ready), checks every workspace
+ * (jobs/startup-check.ts: one request each; none usable: the HTTP server closes and it throws),
+ * registers one pair of schedules per configured workspace (`config.workspaces`), processes jobs
+ * with `config.concurrency` in parallel, and logs `daemon ready`. On stop: `/readyz` says 503; no
+ * new jobs; running ones get `config.shutdownTimeoutMs` to finish, then their requests are aborted
+ * (every committed page is a checkpoint, so the job resumes); then at most
+ * {@link SHUTDOWN_HARD_BOUND_MS} more to close the HTTP server, Redis and SQLite.
  *
  * @throws {@link ConfigError} when Redis is unreachable, the queue prefix belongs to another
  *   mirror, or no workspace can be mirrored (every base URL or key refused; {@link AuthError} when
@@ -119,8 +142,8 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
   try {
     await startUp(config, logger, res, o, () => stopAsked);
   } catch (err) {
-    // Startup failed: release everything, report the cause.
-    await release(res);
+    // Startup failed: release everything (the HTTP server closes before the caller exits), report the cause.
+    await release(res, logger);
     throw err;
   }
   await Promise.race([o.stop, fatalStop]);
@@ -129,17 +152,22 @@ export async function runDaemon(o: DaemonOptions): Promise<DaemonExit> {
 }
 
 /**
- * Starts the HTTP server (first, so `/readyz` can say why the daemon is not ready yet), checks the
- * workspaces, starts the engine and says ready; stops short once `stopAsked()`.
+ * Starts the HTTP server (first, so `/readyz` can say what the daemon waits for), checks the
+ * workspaces, starts the engine and says ready; stops short once `stopAsked()`. Each phase is in
+ * `res.phase` (`/readyz`) and in the log: `http server listening on …`, `checking the workspaces`,
+ * `daemon ready`.
  *
  * @throws what {@link WorkspaceChecks.initial} and the engine throw
  */
 async function startUp(config: Config, logger: Logger, res: Resources, o: DaemonOptions, stopAsked: () => boolean): Promise<void> {
   res.server = await startHttp(config, logger, res, o.httpListen);
+  logger.info({ workspaces: res.workspaces.map((w) => w.accountId) }, 'checking the workspaces');
   await res.checks.initial();
   if (stopAsked()) return;
+  res.phase = 'starting: registering the job schedulers and starting the worker';
   await res.engine.start();
-  res.started = true;
+  if (stopAsked()) return;
+  res.phase = 'ready';
   const checked = new Map(res.checks.states.map((c) => [c.accountId, c.state]));
   logger.info(
     {
@@ -200,7 +228,15 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     mirror.close();
     throw err;
   }
-  return { mirror, workspaces, engine, abort, metrics, stopping: false, started: false, checks: new WorkspaceChecks(config, logger, (account) => metrics.attemptHook(account)) };
+  return {
+    mirror,
+    workspaces,
+    engine,
+    abort,
+    metrics,
+    phase: 'starting: checking the workspaces',
+    checks: new WorkspaceChecks(config, logger, (account) => metrics.attemptHook(account)),
+  };
 }
 
 /**
@@ -232,7 +268,8 @@ function workspaceClients(config: Config, logger: Logger, metrics: Metrics, sign
 /**
  * Starts the HTTP server (health, readiness, metrics) on `config.httpHost:config.httpPort`, or on
  * `override`; none when the port is 0 (or `override` is false). `/readyz` checks that Redis answers
- * a PING, that the mirror answers a read, and that the daemon is not shutting down.
+ * a PING on the queue's connection (BullMQ mode), that the mirror answers a read, that a workspace
+ * passed its check, and that the daemon is in phase `ready` (else it names the phase).
  *
  * @throws {@link ConfigError} naming CONVO_MIRROR_HTTP_PORT when the port is taken or not allowed,
  *   or CONVO_MIRROR_HTTP_HOST when the interface does not exist here
@@ -248,8 +285,7 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
     {
       name: 'daemon',
       check: () => {
-        if (res.stopping) throw new Error('shutting down');
-        if (!res.started) throw new Error('starting: checking the workspaces');
+        if (res.phase !== 'ready') throw new Error(res.phase);
       },
     },
   ];
@@ -271,26 +307,33 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
 }
 
 /**
- * Shutdown: no new jobs; running ones get `config.shutdownTimeoutMs`, then are aborted (they
- * resume from their checkpoints); everything closed.
+ * Shutdown: `/readyz` says 503; no new jobs; running ones get `config.shutdownTimeoutMs`, then are
+ * aborted (they resume from their checkpoints) and get {@link ABORT_WAIT_MS}; everything is closed
+ * within {@link HTTP_CLOSE_WAIT_MS} + {@link CLOSE_WAIT_MS} more.
  */
 async function shutdown(config: Config, logger: Logger, res: Resources): Promise<Omit<DaemonExit, 'fatal'>> {
   const t0 = Date.now();
-  res.stopping = true;
-  logger.info({ grace_ms: config.shutdownTimeoutMs }, 'shutting down: no new jobs; waiting for running ones');
-  const { forced } = await res.engine.stop(config.shutdownTimeoutMs, () => res.abort.abort(new Error('daemon shutting down')));
-  await release(res);
+  res.phase = 'shutting down';
+  logger.info({ grace_ms: config.shutdownTimeoutMs, then_at_most_ms: SHUTDOWN_HARD_BOUND_MS }, 'shutting down: no new jobs; waiting for running ones');
+  const { forced, abandoned } = await res.engine.stop(config.shutdownTimeoutMs, () => res.abort.abort(new Error('daemon shutting down')), ABORT_WAIT_MS);
+  await release(res, logger);
   const shutdownMs = Date.now() - t0;
-  logger.info({ shutdown_ms: shutdownMs, forced }, 'daemon stopped');
+  logger.info({ shutdown_ms: shutdownMs, forced, ...(abandoned > 0 ? { abandoned } : {}) }, 'daemon stopped');
   return { shutdownMs, forced };
 }
 
-/** Closes the HTTP server, the engine, the clients and the mirror (its writer lock released). */
-async function release(res: Resources): Promise<void> {
-  res.stopping = true;
+/**
+ * Closes the HTTP server (logging `http server closed`), the engine, the clients and the mirror
+ * (its writer lock released), each bounded.
+ */
+async function release(res: Resources, logger: Logger): Promise<void> {
+  res.phase = 'shutting down';
   res.checks.stop();
-  await res.server?.close().catch(() => {});
-  await res.engine.close().catch(() => {});
+  if (res.server) {
+    await res.server.close(HTTP_CLOSE_WAIT_MS).catch(() => {});
+    logger.info({ http: res.server.url }, 'http server closed');
+  }
+  await res.engine.close(CLOSE_WAIT_MS).catch(() => {});
   await Promise.allSettled(res.workspaces.map((w) => w.api.close()));
   res.mirror.close();
 }

@@ -14,6 +14,10 @@
  * a step job waiting for its children, and removing, promoting, emptying or editing jobs or
  * schedulers by hand can cut a run short or leave it waiting forever. Re-queue failed jobs with
  * `convo-mirror retry-failed`, which keeps each job's run.
+ *
+ * While Redis is away it answers at once with 503 and the reason (the page and its API; its static
+ * assets still load), and an API request whose Redis does not answer within 4 s gets 503 too: never
+ * a request held until Redis returns.
  */
 import crypto from 'node:crypto';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
@@ -25,16 +29,24 @@ import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { FastifyAdapter } from '@bull-board/fastify';
 import { DEFAULT_LOG_WINDOW_MS, LogThrottle, type LogThrottleOptions } from '../src/log-throttle.js';
 import { escapeForTerminal } from '../src/terminal.js';
+import type { AppControllerRoute, ControllerHandlerReturnType } from '@bull-board/api/typings/app';
+import type { RedisLink } from './redis-link.js';
 
 /** Where the dashboard is served. */
 export const DASHBOARD_PATH = '/admin/queues';
 /** The one user of the dashboard's basic auth. */
 export const DASHBOARD_USER = 'admin';
+/** Default of {@link DashboardOptions.answerWithinMs}: 4000 ms. */
+export const DASHBOARD_ANSWER_WITHIN_MS = 4000;
 
 /** Options of {@link dashboardPlugin}. */
 export interface DashboardOptions {
   /** The daemon's queue. */
   queue: Queue;
+  /** The state of the queue's connection: while it is not ready, every route but the assets answers 503. */
+  link: Pick<RedisLink, 'problem' | 'where'>;
+  /** Longest wait for an API request's Redis commands, ms; past it the answer is 503. @defaultValue 4000 */
+  answerWithinMs?: number;
   /** Basic-auth password of user `admin` (`CONVO_MIRROR_ADMIN_PASSWORD`). Never logged. */
   password: string;
   logger: Logger;
@@ -52,8 +64,11 @@ const digest = (s: string) => crypto.createHash('sha256').update(s, 'utf8').dige
 /**
  * A Fastify plugin (for `ServerDeps.plugins`) serving bull-board's page, assets and JSON API under
  * `basePath`, every route behind basic auth (401 with `WWW-Authenticate: Basic realm="convo-mirror"`
- * otherwise; user and password compared in constant time). Its hooks are encapsulated: routes
- * outside the plugin are untouched.
+ * otherwise; user and password compared in constant time). While `link` is not ready, the page and
+ * the API answer 503 `{"error":"the queue dashboard needs Redis: Redis at <host:port> is not
+ * connected (<state>: <last error>)"}` at once; an API request not answered within
+ * `answerWithinMs` gets 503 `{"error":"the queue dashboard needs Redis: Redis at <host:port> did
+ * not answer within 4 s"}`. Its hooks are encapsulated: routes outside the plugin are untouched.
  */
 export function dashboardPlugin(o: DashboardOptions): FastifyPluginAsync {
   const basePath = o.basePath ?? DASHBOARD_PATH;
@@ -82,7 +97,13 @@ export function dashboardPlugin(o: DashboardOptions): FastifyPluginAsync {
       },
     });
     app.addHook('onRequest', app.basicAuth);
-    const serverAdapter = new FastifyAdapter();
+    const assets = `${basePath}/static/`;
+    app.addHook('onRequest', async (req, reply) => {
+      const problem = o.link.problem();
+      if (problem === undefined || req.url.startsWith(assets)) return;
+      return reply.code(503).send({ error: `the queue dashboard needs Redis: ${problem}` });
+    });
+    const serverAdapter = new BoundedAdapter(o.answerWithinMs ?? DASHBOARD_ANSWER_WITHIN_MS, o.link.where);
     serverAdapter.setBasePath(basePath);
     createBullBoard({
       queues: [new BullMQAdapter(o.queue, { readOnlyMode: true, displayName: `convo-mirror (${o.queue.qualifiedName})`, description: 'workspace runs and conversation jobs' })],
@@ -91,4 +112,37 @@ export function dashboardPlugin(o: DashboardOptions): FastifyPluginAsync {
     });
     await app.register(serverAdapter.registerPlugin(), { prefix: basePath });
   };
+}
+
+/**
+ * bull-board's Fastify adapter with each JSON API handler bounded: one whose Redis commands are not
+ * answered within `answerWithinMs` answers 503 (its commands are abandoned, not waited for).
+ */
+class BoundedAdapter extends FastifyAdapter {
+  constructor(
+    private readonly answerWithinMs: number,
+    private readonly where: string,
+  ) {
+    super();
+  }
+
+  override setApiRoutes(routes: AppControllerRoute[]): FastifyAdapter {
+    return super.setApiRoutes(routes.map((route) => ({ ...route, handler: (req) => this.bounded(Promise.resolve(route.handler(req))) }) as AppControllerRoute));
+  }
+
+  private async bounded<T extends ControllerHandlerReturnType>(work: Promise<T>): Promise<T | ControllerHandlerReturnType> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<ControllerHandlerReturnType>((resolve) => {
+      timer = setTimeout(
+        // bull-board's type lists the statuses its own handlers answer; its Fastify adapter sends any.
+        () => resolve({ status: 503 as ControllerHandlerReturnType['status'], body: { error: `the queue dashboard needs Redis: Redis at ${this.where} did not answer within ${this.answerWithinMs / 1000} s` } }),
+        this.answerWithinMs,
+      );
+    });
+    try {
+      return await Promise.race([work, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
 }

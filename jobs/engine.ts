@@ -65,12 +65,27 @@ export interface DaemonEngine {
   /** Fields of the `daemon ready` log line. */
   describe(): Record<string, unknown>;
   /**
-   * No new jobs; running ones get `graceMs` (ms), then `abort()` is called. @returns whether
-   * running jobs had to be cut short
+   * No new jobs; running ones get `graceMs` (ms) to end; then `abort()` is called (they stop at
+   * their last committed page and put themselves back) and they get `abortWaitMs` more. Returns by
+   * `graceMs + abortWaitMs` whatever happens (never waiting on a Redis that is away).
+   *
+   * @returns whether running jobs had to be cut short, and how many had not ended when it gave up
+   *   on them (they are picked up again from their checkpoints, as after a crash)
    */
-  stop(graceMs: number, abort: () => void): Promise<{ forced: boolean }>;
-  /** Releases connections (after `stop`, or after a failed start). */
-  close(): Promise<void>;
+  stop(graceMs: number, abort: () => void, abortWaitMs: number): Promise<EngineStopped>;
+  /**
+   * Releases connections (after `stop`, or after a failed start) within `waitMs` (ms): what has not
+   * closed by then is cut, never waited for.
+   */
+  close(waitMs: number): Promise<void>;
+}
+
+/** What {@link DaemonEngine.stop} reports. */
+export interface EngineStopped {
+  /** Running jobs had to be aborted at the grace period's end. */
+  forced: boolean;
+  /** Jobs still running when the engine gave up waiting for them (0 when all ended). */
+  abandoned: number;
 }
 
 /** The figures of a job's return value, for its `job completed` line. */

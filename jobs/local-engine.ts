@@ -58,15 +58,21 @@ export function localEngine(ctx: EngineContext): DaemonEngine {
       }
     },
     describe: () => ({ queue: 'in-process' }),
-    async stop(graceMs, abort) {
+    async stop(graceMs, abort, abortWaitMs) {
       scheduler.stop();
-      const { forced } = await queue.close(graceMs);
-      if (forced) abort();
-      return { forced };
+      // The queue aborts each running job's own signal at the grace period's end; abort() then
+      // cuts the requests of the daemon's clients too.
+      const closing = queue.close(graceMs, { abortWaitMs });
+      const timer = setTimeout(abort, graceMs);
+      try {
+        return await closing;
+      } finally {
+        clearTimeout(timer);
+      }
     },
-    async close() {
+    async close(waitMs) {
       scheduler.stop();
-      await queue.close(0);
+      await queue.close(0, { abortWaitMs: waitMs });
     },
   };
 }

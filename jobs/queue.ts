@@ -146,13 +146,38 @@ export interface QueueSettings {
   prefix: string;
 }
 
+/** Longest wait between two attempts to reconnect to Redis, ms: a connection is back within this long of Redis. */
+export const REDIS_RECONNECT_MAX_MS = 1000;
+
+/**
+ * The wait before the `attempt`-th attempt to reconnect (1, 2, ...), ms: 250, 500, 750, then
+ * {@link REDIS_RECONNECT_MAX_MS} (1000) for as long as Redis is away. BullMQ's own default backs off
+ * to 20 s: after a Redis restart the queue's connection stayed away for up to 20 s while Redis
+ * answered again (webhooks got 503 meanwhile).
+ */
+export const reconnectDelayMs = (attempt: number): number => Math.min(250 * attempt, REDIS_RECONNECT_MAX_MS);
+
+/** How long a connection being closed may take before its socket is destroyed, ms. */
+const DISCONNECT_TIMEOUT_MS = 300;
+
+/** Options of {@link redisConnection}. */
+export interface RedisConnectionOptions {
+  /**
+   * Asked each time a connection is lost: true ends it for good instead of reconnecting (its
+   * pending commands fail at once). For a shutdown that must not wait for a Redis that is away.
+   * @defaultValue never stop
+   */
+  stopReconnecting?: () => boolean;
+}
+
 /**
  * ioredis options for a Redis URL (`redis://[user:pass@]host[:port][/db]`, `rediss://` for TLS;
  * config/redis-url.ts reads it, so what is shown is what is connected to), with
- * `maxRetriesPerRequest: null` as BullMQ workers require. Passing options (not a client) lets
- * BullMQ open and close its own connections.
+ * `maxRetriesPerRequest: null` as BullMQ workers require, reconnecting every
+ * {@link reconnectDelayMs} (at most 1 s apart) while Redis is away. Passing options (not a client)
+ * lets BullMQ open and close its own connections.
  */
-export function redisConnection(url: string): RedisOptions {
+export function redisConnection(url: string, o: RedisConnectionOptions = {}): RedisOptions {
   const t = redisTarget(url);
   return {
     host: t.host,
@@ -163,6 +188,11 @@ export function redisConnection(url: string): RedisOptions {
     ...(t.tls ? { tls: {} } : {}),
     maxRetriesPerRequest: null,
     enableReadyCheck: true,
+    retryStrategy: (attempt: number) => (o.stopReconnecting?.() ? null : reconnectDelayMs(attempt)),
+    // On disconnect ioredis ends the socket and destroys it if it has not closed within this long;
+    // it arms that timer on a socket that had already closed too (Redis gone), and the timer held
+    // a stopped daemon's process for its 2 s default.
+    disconnectTimeout: DISCONNECT_TIMEOUT_MS,
   };
 }
 
@@ -258,12 +288,14 @@ export interface OpenQueueOptions {
    * closing: for the CLI, never for a daemon's long-lived queue.
    */
   answerWithinMs?: number;
+  /** See {@link RedisConnectionOptions.stopReconnecting} (the daemon's shutdown). @defaultValue never stop */
+  stopReconnecting?: () => boolean;
 }
 
 /** Opens the queue (its own connection). Close it with `queue.close()`. */
 export function openQueue(settings: QueueSettings, o: OpenQueueOptions = {}): Queue {
   const bounded = o.answerWithinMs !== undefined ? { commandTimeout: o.answerWithinMs, maxRetriesPerRequest: 1, disconnectTimeout: 200 } : {};
-  const connection = { ...redisConnection(settings.redisUrl), ...bounded };
+  const connection = { ...redisConnection(settings.redisUrl, o.stopReconnecting ? { stopReconnecting: o.stopReconnecting } : {}), ...bounded };
   const queue = new Queue(QUEUE_NAME, { connection, prefix: settings.prefix, ...(o.readOnly ? { skipMetasUpdate: true } : {}) });
   queue.on('error', () => {}); // reported by the callers' awaits; avoid unhandled 'error' events
   return queue;

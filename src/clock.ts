@@ -36,3 +36,24 @@ export const systemClock: Clock = {
 export function isoNow(clock: Clock): string {
   return new Date(clock.now()).toISOString();
 }
+
+/**
+ * Whether `p` settles (resolves or rejects alike) within `ms` of real time. The timer keeps the
+ * process alive while it runs (a shutdown step must not let the process end in its middle) and is
+ * cleared as soon as `p` settles.
+ */
+export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      timeout,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

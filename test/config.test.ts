@@ -49,7 +49,7 @@ describe('loadConfig defaults', () => {
       schedule: '*/15 * * * *',
       fullSchedule: '0 3 * * *',
       tz: 'UTC',
-      shutdownTimeoutMs: 30_000,
+      shutdownTimeoutMs: 20_000,
       queuePrefix: 'convo-mirror',
       jobAttempts: 5,
       failedJobsMaxAgeMs: 604_800_000,

@@ -285,7 +285,7 @@ describe('interruptions', () => {
     // and ended at once (never left behind to its lock: no "still running" warning).
     const [stoppedLine] = logLines(ended.stderr, 'daemon stopped');
     expect(stoppedLine, 'the daemon stopped log line').toMatchObject({ forced: true });
-    expect(logLines(ended.stderr, 'jobs still running 5 s after the abort: closing without them; they will be picked up again')).toHaveLength(0);
+    expect(logLines(ended.stderr, 'jobs still running after the abort: closing without them; they are picked up again from their checkpoints once their lock expires')).toHaveLength(0);
     process.stderr.write(`daemon-cli: shutdown after SIGTERM during a crawl: ${String(stoppedLine!['shutdown_ms'])} ms (grace ${graceMs} ms)\n`);
     const checkpoint = checkpointOf(db, x);
     expect(checkpoint, 'a checkpoint after the interrupted crawl').toBeDefined();

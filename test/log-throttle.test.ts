@@ -12,6 +12,8 @@ import type { Queue } from 'bullmq';
 import { LogThrottle, DEFAULT_LOG_WINDOW_MS } from '../src/log-throttle.js';
 import { dashboardPlugin } from '../jobs/dashboard.js';
 import { openQueue } from '../jobs/queue.js';
+import { RedisLink } from '../jobs/redis-link.js';
+import { redisShown } from '../config/redis-url.js';
 import { Metrics, startServer, type RunningServer } from '../src/server/index.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 
@@ -129,12 +131,14 @@ describe('the dashboard: failed logins', () => {
     const PASSWORD = 'correct-horse-battery-staple';
     const queue = openQueue({ redisUrl: redisUrl(), prefix: prefixes.next() });
     queues.push(queue);
+    const link = new RedisLink(queue.getBackend().client, redisShown(redisUrl()));
+    await link.connected;
     let now = 1_800_000_000_000;
     let log = '';
     const logger = pino({ level: 'debug' }, new Writable({ write: (c, _e, cb) => ((log += String(c)), cb()) }));
     const server = await startServer(
       // Summary timers never fire by themselves (manual): a slow machine cannot write one mid-test.
-      { logger, metrics: new Metrics({ processMetrics: false }), checks: [], plugins: [dashboardPlugin({ queue, password: PASSWORD, logger, now: () => now, setTimer: manualTimers().setTimer })] },
+      { logger, metrics: new Metrics({ processMetrics: false }), checks: [], plugins: [dashboardPlugin({ queue, link, password: PASSWORD, logger, now: () => now, setTimer: manualTimers().setTimer })] },
       { host: '127.0.0.1', port: 0 },
     );
     servers.push(server);

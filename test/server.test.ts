@@ -359,6 +359,35 @@ describe('HTTP server', () => {
     const hung = await readiness([{ name: 'slow', check: () => new Promise(() => {}) }], 50);
     expect(hung).toEqual({ status: 'unavailable', checks: { slow: 'slow check timed out after 50 ms' }, failed: [{ check: 'slow', reason: 'slow check timed out after 50 ms' }] });
   });
+
+  it('close(waitMs): a request in flight that never ends is cut after waitMs instead of holding the close', async () => {
+    let arrived!: () => void;
+    const inFlight = new Promise<void>((r) => (arrived = r));
+    const s = await startServer(
+      {
+        logger: quietLogger(),
+        metrics: new Metrics({ processMetrics: false }),
+        checks: [],
+        plugins: [
+          async (app) =>
+            void app.get('/never', () => {
+              arrived();
+              return new Promise(() => {});
+            }),
+        ],
+      },
+      { host: '127.0.0.1', port: 0 },
+    );
+    const request = fetch(`${s.url}/never`).then(
+      () => 'answered',
+      () => 'cut',
+    );
+    await inFlight;
+    await within(s.close(200), 5_000, 'close(200) with a request that never ends');
+    expect(await request).toBe('cut');
+    // Idempotent: a later call shares the first one's close.
+    await within(s.close(), 1_000, 'a second close');
+  });
 });
 
 // ------------------------------------------------------------------ the daemon's server

@@ -11,6 +11,7 @@
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import { settlesWithin } from '../clock.js';
 import { Metrics, withTimeout } from './metrics.js';
 import { webhookPlugin, type WebhookOptions } from './webhooks.js';
 
@@ -72,8 +73,13 @@ export interface RunningServer {
   port: number;
   /** `http://<host>:<port>` (IPv6 hosts in brackets). */
   url: string;
-  /** Stops listening; requests in flight finish, idle keep-alive connections are closed. Idempotent. */
-  close(): Promise<void>;
+  /**
+   * Stops listening; idle keep-alive connections are closed, requests in flight get `waitMs` (ms)
+   * to finish, then their connections are cut. Idempotent (later calls share the first one's close).
+   *
+   * @param waitMs - @defaultValue no limit
+   */
+  close(waitMs?: number): Promise<void>;
 }
 
 /** `/readyz`'s body. */
@@ -165,5 +171,10 @@ export async function startServer(deps: ServerDeps, listen: ListenOptions): Prom
   const host = typeof addr === 'object' && addr ? addr.address : listen.host;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
   let closing: Promise<void> | undefined;
-  return { app, host, port, url, close: () => (closing ??= app.close()) };
+  const close = async (waitMs: number | undefined): Promise<void> => {
+    const closed = app.close();
+    if (waitMs !== undefined && !(await settlesWithin(closed, waitMs))) app.server.closeAllConnections();
+    await closed;
+  };
+  return { app, host, port, url, close: (waitMs) => (closing ??= close(waitMs)) };
 }
