@@ -23,6 +23,7 @@ import { ConfigError } from '../errors.js';
 import { loadPublicKey, type PublicKey } from '../export/signing.js';
 import type { Check, HeadRef, VerifyOptions, VerifyProblem } from '../export/verify.js';
 import { EXIT, exitFor, type SetExit } from './exit.js';
+import { escapeForTerminal, jsonForTerminal } from '../terminal.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
 import { verifyOf, withExistingMirror, type VerifyResult } from './read-only.js';
 
@@ -88,7 +89,9 @@ const UNIT: Partial<Record<VerifyProblem['problem'], string>> = { size: ' bytes'
 export function problemLine(p: VerifyProblem): string {
   const unit = UNIT[p.problem] ?? '';
   const values = p.found !== undefined || p.expected !== undefined ? ` found ${p.found ?? 'nothing'}${unit}, expected ${p.expected ?? 'nothing'}${unit}` : '';
-  return `problem: ${p.path || '(exports)'}: ${p.problem}${values}${p.detail ? ` (${p.detail})` : ''}`;
+  // Paths and details quote what the archive holds (file names, a record's or the manifest's
+  // fields): escaped, so a tampered archive cannot write over the lines an auditor reads.
+  return escapeForTerminal(`problem: ${p.path || '(exports)'}: ${p.problem}${values}${p.detail ? ` (${p.detail})` : ''}`);
 }
 
 /** Prints the report (problems on stderr; checks and verdict on stdout); returns the exit code. */
@@ -96,12 +99,12 @@ function printVerify(r: VerifyResult, o: { json: boolean; deepWithoutDb: boolean
   const code = o.deepWithoutDb ? EXIT.CONFIG : r.problems.length === 0 ? EXIT.OK : EXIT.FAILURES;
   const withoutDb = r.file ? '' : ' (verified without the database)';
   if (o.json) {
-    process.stdout.write(JSON.stringify({ ok: code === EXIT.OK, exit_code: code, db: r.file ?? null, ...r, verdict: r.verdict + withoutDb }, null, 2) + '\n');
+    process.stdout.write(jsonForTerminal({ ok: code === EXIT.OK, exit_code: code, db: r.file ?? null, ...r, verdict: r.verdict + withoutDb }, 2) + '\n');
     return code;
   }
   for (const p of r.problems) process.stderr.write(problemLine(p) + '\n');
-  const lines = r.checks.map((c) => `${MARK[c.status]} ${c.name}: ${c.detail}`);
-  lines.push(r.verdict + withoutDb);
+  const lines = r.checks.map((c) => `${MARK[c.status]} ${c.name}: ${escapeForTerminal(c.detail)}`);
+  lines.push(escapeForTerminal(r.verdict + withoutDb));
   if (o.deepWithoutDb) lines.push(`--deep needs the mirror's database: none at the configured CONVO_MIRROR_DB`);
   process.stdout.write(lines.join('\n') + '\n');
   return code;

@@ -124,7 +124,7 @@ const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'a SHA-256 in lowercase hex
 const SignedHeadSchema = z.strictObject({
   format: z.literal('convo-mirror-exports'),
   version: z.literal(SIGNED_HEAD_VERSION),
-  mirror_id: z.string().min(1),
+  mirror_id: z.string().regex(/^[0-9a-f]{32}$/, 'a mirror id: 32 lowercase hex digits'),
   watermark: z.number().int().min(0),
   ledger: z.literal('_ledger'),
   head: z.strictObject({ batch_id: z.number().int().min(1), hash: sha256Hex, record: z.string() }).nullable(),

@@ -154,7 +154,7 @@ const RecordSchema = z.strictObject({
   format: z.literal('convo-mirror-ledger'),
   version: z.literal(1),
   kind: z.enum(['batch', 'migration']),
-  mirror_id: z.string().min(1),
+  mirror_id: z.string().regex(/^[0-9a-f]{32}$/, 'a mirror id: 32 lowercase hex digits'),
   batch_id: z.number().int().min(1),
   run_id: z.number().int().min(1).nullable(),
   planned_at: z.string(),
