@@ -240,7 +240,9 @@ export async function assertRedisReachable(url: string, timeoutMs = 3000): Promi
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new RedisTimeout()), timeoutMs)));
   try {
-    await Promise.race([probe.connect().then(() => probe.ping()), timedOut]);
+    // SELECT explicitly: ioredis only emits an event when the URL's database does not exist, and
+    // the connection then goes on in database 0.
+    await Promise.race([probe.connect().then(() => probe.select(redisTarget(url).db)).then(() => probe.ping()), timedOut]);
   } catch (err) {
     const why = socketError ?? err;
     throw new ConfigError('REDIS_URL', `cannot reach Redis at ${redisShown(url)}: ${redisProblem(why, timeoutMs)}; start Redis there or set REDIS_URL`, redisCause(why));

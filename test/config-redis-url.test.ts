@@ -138,4 +138,16 @@ describe('every command shows the database number', () => {
       await queue.close();
     }
   });
+
+  it('a database number the server does not have fails check and the daemon, naming REDIS_URL (it used to pass and run in database 0)', async () => {
+    const fake = await startFakeApi({ workspace: FakeWorkspace.fromCounts([1]), apiKey: API_KEY, accountId: ACCOUNT_ID });
+    fakes.push(fake);
+    const env = cliEnv(fake, tempDir(), { REDIS_URL: onDb(9999), CONVO_MIRROR_QUEUE_PREFIX: prefixes.next() });
+    const check = await run(['check'], env);
+    expect(check.code, check.stdout).toBe(2);
+    expect(check.stdout).toMatch(/^✗ redis: REDIS_URL: cannot reach Redis at redis:\/\/\S+\/9999: the database number in the URL does not exist;/m);
+    const daemon = await run(['daemon'], env);
+    expect(daemon.code).toBe(2);
+    expect(daemon.stderr).toContain('the database number in the URL does not exist');
+  });
 });
