@@ -16,7 +16,7 @@ import { publishChanges } from '../src/export/exporter.js';
 import { checkHeadSignature, parseSignedHead, renderHeadLine, sealHead, type SignedHead } from '../src/export/head.js';
 import { generateKeyPair, loadPublicKey, loadSigningKey, type PublicKey, type SigningKey } from '../src/export/signing.js';
 import { verifyArchive, type VerifyOptions } from '../src/export/verify.js';
-import { appendWitness, witnessDirProblem, witnessFile } from '../src/export/witness.js';
+import { appendWitness, readWitnessLines, witnessDirProblem, witnessFile } from '../src/export/witness.js';
 import { PRIVATE_MODES, GROUP_READABLE_MODES } from '../src/private-fs.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ACCOUNT_ID, harnessPool, snapshotFiles, tempDir, testClock, type Harness } from './helpers.js';
@@ -272,6 +272,37 @@ describe('verify --witness: what it proves', () => {
       },
     ]);
     expect(found.verdict).toBe('NOT intact: witness FAILED (1 problem); everything else ok or skipped');
+  });
+
+  it('a publication while verify runs raises no witness alarm: the witness is sized before the archive is read', async () => {
+    const { h, wdir, signing, pub } = await witnessedArchive();
+    h.fake.workspace.appendMessages(h.fake.workspace.list()[0]!.id, 2);
+    // Commit the changes now; publish them (a new record, then its witness line) after verify has
+    // read the archive's chain and before it reads the witness.
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    const report = check(h, {
+      publicKey: pub,
+      witnessDir: wdir,
+      failpoint: () => void publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir }),
+    });
+    // The witness says nothing is missing (its ninth head came after the chain was read). The
+    // batch landing mid-verification shows elsewhere, as on any live archive: its files are not
+    // yet listed by a record this verification read, and the manifest points past it.
+    expect(report.problems.filter((p) => p.problem === 'witness')).toEqual([]);
+    expect(report.problems.map((p) => p.problem).sort()).toEqual(['manifest', 'unlisted', 'unlisted']);
+    expect(report.records).toBe(8);
+    expect(witnessed(wdir, h)).toHaveLength(9);
+  });
+
+  it('a line being appended when the witness was sized is left out, not called cut short', () => {
+    const dir = tempDir();
+    const file = path.join(dir, 'w.heads.jsonl');
+    const head = sealHead({ format: 'convo-mirror-exports', version: 3, mirror_id: 'a'.repeat(32), watermark: 10, ledger: '_ledger', head: { batch_id: 2, hash: 'b'.repeat(64), record: '_ledger/000000000002.json' }, signed_at: '2026-11-25T10:00:00.000Z' });
+    const line = renderHeadLine(head);
+    fs.writeFileSync(file, Buffer.concat([line, line]));
+    // Sized in the middle of the second line: one head; the whole file: two.
+    expect([...readWitnessLines(file, { upTo: line.length + 10 })]).toEqual([{ line: 1, head }]);
+    expect([...readWitnessLines(file)].map((l) => ('head' in l ? l.line : l.why))).toEqual([1, 2]);
   });
 
   it('a byte changed in a file a witnessed head covers: the witness says which batch broke', async () => {

@@ -66,6 +66,11 @@ export interface VerifyOptions {
   deep?: boolean | undefined;
   /** The clock the head's age is measured with. @defaultValue the system clock */
   clock?: Clock | undefined;
+  /**
+   * Test hook (a failpoint): called at `chain-read`, once the archive's chain is read and before
+   * the witness file is (a publication then lands between the two). Never set in production.
+   */
+  failpoint?: ((point: 'chain-read') => void) | undefined;
 }
 
 /** The newest signed head {@link verifyArchive} found: the one whose age it reports. */
@@ -185,7 +190,12 @@ export function verifyArchive(o: VerifyOptions): ArchiveReport {
     return { ...empty, verdict: archiveVerdict(empty) };
   }
 
+  // The witness's sizes first: a publisher writes a record before its witness line, so what the
+  // witness held before the archive was read is what the archive must hold (a publication during
+  // the verification is no false alarm).
+  const witnessSizes = o.witnessDir !== undefined ? sizesOfWitnessFiles(o.witnessDir) : undefined;
   const chain = readChain(root, mirror?.mirrorId());
+  o.failpoint?.('chain-read');
   checkLedger(report, chain, mirror);
   const listed = checkFiles(report, root, chain);
   const manifest = checkManifest(report, root, chain, mirror);
@@ -197,7 +207,7 @@ export function verifyArchive(o: VerifyOptions): ArchiveReport {
   const timed: TimedHead[] = manifestHead ? [{ head: manifestHead, source: MANIFEST, authenticated: o.publicKey !== undefined && checkHeadSignature(manifestHead, o.publicKey) === 'valid' }] : [];
   if (o.witnessDir !== undefined) {
     const mirrorId = mirror?.mirrorId() ?? chain.records[0]?.mirror_id ?? (manifest?.ok ? manifest.mirror_id : undefined);
-    timed.push(...checkWitness(report, chain, { dir: o.witnessDir, mirrorId, key: o.publicKey, signedFrom: o.signedFrom, firstBad }));
+    timed.push(...checkWitness(report, chain, { dir: o.witnessDir, mirrorId, key: o.publicKey, signedFrom: o.signedFrom, firstBad, sizes: witnessSizes ?? new Map() }));
   } else report.skip('witness', 'no --witness given');
   const newestSignedHead = checkAge(report, timed, { key: o.publicKey, maxAgeMs: o.maxAgeMs, now: (o.clock ?? systemClock).now() });
   if (mirror) checkMirror(report, chain, mirror);
@@ -464,6 +474,27 @@ interface TimedHead {
   authenticated: boolean;
 }
 
+/** The size of every regular file of a witness directory (by name), now; empty when it cannot be listed. */
+function sizesOfWitnessFiles(dir: string): Map<string, number> {
+  const out = new Map<string, number>();
+  let names: string[];
+  try {
+    names = fs.readdirSync(dir);
+  } catch {
+    return out;
+  }
+  for (const name of names) {
+    try {
+      const st = fs.lstatSync(path.join(dir, name));
+      // Anything else is read as it is then, and refused by the reader (a symlink, a directory...).
+      out.set(name, st.isFile() ? st.size : Number.MAX_SAFE_INTEGER);
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return out;
+}
+
 /**
  * The witness file of the mirror in `o.dir`: every line a signed head of this mirror (signed by
  * the key, with one; from `signedFrom` on), in non-decreasing batch order, one hash per batch;
@@ -475,7 +506,7 @@ interface TimedHead {
 function checkWitness(
   report: Report,
   chain: Chain,
-  o: { dir: string; mirrorId: string | undefined; key: PublicKey | undefined; signedFrom: number | undefined; firstBad: number | undefined },
+  o: { dir: string; mirrorId: string | undefined; key: PublicKey | undefined; signedFrom: number | undefined; firstBad: number | undefined; sizes: ReadonlyMap<string, number> },
 ): TimedHead[] {
   if (o.mirrorId === undefined) {
     report.add('witness', [{ path: path.resolve(o.dir), problem: 'witness', detail: 'cannot tell which mirror this archive belongs to (no record, no manifest, no database): no witness file to read' }], '');
@@ -495,7 +526,9 @@ function checkWitness(
   const seen = new Map<number, { hash: string; line: number }>();
   let newest: { head: SignedHead; line: number } | undefined;
   try {
-    for (const l of readWitnessLines(file)) {
+    const upTo = o.sizes.get(path.basename(file));
+    if (upTo === undefined) throw Object.assign(new Error('no witness file'), { code: 'ENOENT' }); // absent when the verification began
+    for (const l of readWitnessLines(file, { upTo })) {
       const at = `${file}:${l.line}`;
       if ('why' in l) {
         found.push({ path: at, problem: 'witness', detail: `malformed line: ${l.why}` });

@@ -242,13 +242,19 @@ export type WitnessLine = { line: number; head: SignedHead } | { line: number; w
  * last line cut short without its LF). Stops after {@link MAX_WITNESS_LINES} lines with a line
  * saying so.
  *
+ * @param o.upTo - read only the file's first `upTo` bytes: its size when a verification began,
+ *   before it read the archive (a publisher writes a record, then its witness line, so a witness
+ *   read first never holds a head the archive read after it lacks); a line still being appended at
+ *   that size is left out, not called cut short. @defaultValue the whole file
  * @throws what `fs` throws opening it (ENOENT when it is missing, ELOOP for a symlink); an Error
  *   when it is not a regular file
  */
-export function* readWitnessLines(file: string): Generator<WitnessLine> {
+export function* readWitnessLines(file: string, o: { upTo?: number } = {}): Generator<WitnessLine> {
   const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
   try {
-    if (!fs.fstatSync(fd).isFile()) throw new Error(`${file} is not a regular file`);
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) throw new Error(`${file} is not a regular file`);
+    let left = Math.min(o.upTo ?? st.size, st.size);
     const buf = Buffer.allocUnsafe(1 << 20);
     let parts: Buffer[] = [];
     let partBytes = 0;
@@ -266,7 +272,12 @@ export function* readWitnessLines(file: string): Generator<WitnessLine> {
       const parsed = parseSignedHead(json);
       return parsed.ok ? { line: n, head: parsed.head } : { line: n, why: parsed.why };
     };
-    for (let got = fs.readSync(fd, buf); got > 0; got = fs.readSync(fd, buf)) {
+    const read = (): number => {
+      const got = left > 0 ? fs.readSync(fd, buf, 0, Math.min(buf.length, left), null) : 0;
+      left -= got;
+      return got;
+    };
+    for (let got = read(); got > 0; got = read()) {
       let start = 0;
       for (let i = buf.indexOf(10, 0); i !== -1 && i < got; i = buf.indexOf(10, start)) {
         if (!tooLong) parts.push(Buffer.from(buf.subarray(start, i)));
@@ -288,7 +299,8 @@ export function* readWitnessLines(file: string): Generator<WitnessLine> {
         else parts.push(Buffer.from(buf.subarray(start, got)));
       }
     }
-    if (partBytes > 0) {
+    // A last line without its LF that the file has since grown past was being appended: left out.
+    if (partBytes > 0 && !(o.upTo !== undefined && fs.fstatSync(fd).size > o.upTo)) {
       const last = parse(tooLong ? '' : Buffer.concat(parts).toString('utf8'));
       yield 'why' in last ? last : { line: last.line, why: 'cut short: no LF at its end (a write interrupted by a crash?)' };
     }
