@@ -58,16 +58,20 @@ async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: str
   // exist either (a webhook's typo, an attacker's id) completes the job and leaves nothing behind.
   const ahead = earlier === undefined ? await firstContact(d, conversationId) : undefined;
   if (ahead?.outcome === 'not-found') return notFound(d, conversationId, ahead);
-  // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
-  const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
-  if (run.runId !== earlier) {
-    // A run of its own from here on: what the job did for another run (as a child of a run that
-    // has ended, re-queued by retry-failed) is not this run's.
-    const { tally: _tally, failure: _failure, ...rest } = job.data;
-    await job.updateData({ ...rest, ownRunId: run.runId });
+  try {
+    // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
+    const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
+    if (run.runId !== earlier) {
+      // A run of its own from here on: what the job did for another run (as a child of a run that
+      // has ended, re-queued by retry-failed) is not this run's.
+      const { tally: _tally, failure: _failure, ...rest } = job.data;
+      await job.updateData({ ...rest, ownRunId: run.runId });
+    }
+    const { crawl, summary } = await crawlOnDemand(d, run, conversationId, { full, spent: job.data.tally, prefetched: ahead });
+    return await settle(job, token, crawl, summary);
+  } finally {
+    ahead?.release(); // whatever failed before the crawl took it: never served to a later request
   }
-  const { crawl, summary } = await crawlOnDemand(d, run, conversationId, { full, spent: job.data.tally, prefetched: ahead });
-  return settle(job, token, crawl, summary);
 }
 
 /** What an on-demand job returns for a conversation that does not exist: no run was recorded. */

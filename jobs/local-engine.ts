@@ -142,8 +142,14 @@ async function conversationRun(d: RunJobDeps, data: ConversationJobData): Promis
   // As the BullMQ job: a conversation that does not exist leaves no run behind.
   const ahead = await firstContact(d, data.conversationId);
   if (ahead?.outcome === 'not-found') return notFound(d, data.conversationId, ahead);
-  const run = startRun(d, onDemandSpec(d.accountId, data));
-  const { crawl, summary } = await crawlOnDemand(d, run, data.conversationId, { full: data.full, prefetched: ahead });
+  let outcome: Awaited<ReturnType<typeof crawlOnDemand>>;
+  try {
+    const run = startRun(d, onDemandSpec(d.accountId, data));
+    outcome = await crawlOnDemand(d, run, data.conversationId, { full: data.full, prefetched: ahead });
+  } finally {
+    ahead?.release(); // whatever failed before the crawl took it: never served to a later request
+  }
+  const { crawl, summary } = outcome;
   if (crawl.kind === 'failed') throw crawl.failure.error;
   return summary;
 }

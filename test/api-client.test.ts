@@ -293,6 +293,24 @@ describe('ApiClient: prefetch (first contact ahead of a run)', () => {
     await expect(nothing.prefetch()).rejects.toBeInstanceOf(ConfigError);
   });
 
+  it('a web page or another JSON at the base URL is a ConfigError naming it: the list page 1 is not JSON, or not {data, meta}', async () => {
+    const html = await tinyServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>Support portal</title>');
+    });
+    const a = await rejection(client(html.url, { failFast: true }).prefetch());
+    expect(a).toBeInstanceOf(ConfigError);
+    expect((a as Error).message).toMatch(/^CONVO_MIRROR_BASE_URL: .*not JSON.*: is the base URL the API's \{base_url\}\?/);
+    const other = await tinyServer((_req, res) => json(res, 200, { status: 'ok', version: 3 }));
+    const b = await rejection(client(other.url, { failFast: true }).prefetch());
+    expect(b).toBeInstanceOf(ConfigError);
+    expect((b as Error).message).toBe(
+      "CONVO_MIRROR_BASE_URL: GET /v1/conversations?page=1&per_page=100 answered 200 with an object without a data array (spec 4.1's page: {data, meta}): is the base URL the API's {base_url}? (something other than the API answers there)",
+    );
+    // A conversation's page that is not JSON is that conversation's problem, kept for its crawl.
+    const ahead = await client(html.url).prefetch('c-1');
+    expect(ahead.outcome).toBe('error');
+  });
+
   it("a conversation's 404 is not-found, and a 503 after retries is an error: both kept for the run's request", async () => {
     const ws = FakeWorkspace.fromCounts([2]);
     const fake = await fakeApi(ws);
@@ -312,6 +330,20 @@ describe('ApiClient: prefetch (first contact ahead of a run)', () => {
     expect((err as HttpError).status).toBe(503);
     expect(tally).toEqual({ requests: 2, retries: 1, rateLimited: 0, served: 0 });
     expect(fake.requests).toHaveLength(3);
+  });
+
+  it('a second prefetch of the same page asks again: an answer a run never took is not served to the next one', async () => {
+    const ws = FakeWorkspace.fromCounts([3]);
+    const fake = await fakeApi(ws);
+    const api = client(fake.url);
+    const id = ws.list()[0]!.id;
+    await api.prefetch(id); // never released (a run that failed before its crawl)
+    ws.appendMessages(id, 5);
+    await api.prefetch(id);
+    expect(fake.requests).toHaveLength(2);
+    const pages = await collect(api.messages(id));
+    expect(pages[0]!.data).toHaveLength(8);
+    expect(fake.requests).toHaveLength(2);
   });
 
   it('an id no request can carry sends nothing', async () => {

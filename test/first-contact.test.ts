@@ -6,6 +6,8 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { API_KEY, cliEnv, snapshotEntries, tempDir, withMirror } from './helpers.js';
@@ -25,19 +27,28 @@ afterEach(killLeftovers);
 describe('sync: first contact before anything is touched', () => {
   let fake: FakeApi;
   let ws: FakeWorkspace;
+  /** A web portal where the API was expected: 200 and HTML for every path. */
+  let portal: { url: string; close: () => Promise<void> };
   beforeAll(async () => {
     ws = FakeWorkspace.generate({ seed: 24, conversations: 12 });
     fake = await startFakeApi({ workspace: ws, apiKey: API_KEY, accountId: '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10' });
+    const server = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>Help center</title>'));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    portal = { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
   });
-  afterAll(async () => fake.close());
+  afterAll(async () => {
+    await fake.close();
+    await portal.close();
+  });
 
-  /** The five first-contact mistakes a newcomer makes, each with the setting its one line names. */
+  /** The first-contact mistakes a newcomer makes, each with the setting its one line names. */
   const mistakes = async (): Promise<{ what: string; env: Record<string, string>; names: RegExp }[]> => [
     { what: 'nothing listening', env: { CONVO_MIRROR_BASE_URL: `http://127.0.0.1:${await closedPort()}` }, names: /CONVO_MIRROR_BASE_URL.*nothing is listening/ },
     { what: 'https against plain HTTP', env: { CONVO_MIRROR_BASE_URL: fake.url.replace('http:', 'https:') }, names: /CONVO_MIRROR_BASE_URL.*plain HTTP/ },
     { what: 'a wrong path', env: { CONVO_MIRROR_BASE_URL: `${fake.url}/api` }, names: /CONVO_MIRROR_BASE_URL.*answered 404/ },
     { what: 'a refused key', env: { CONVO_MIRROR_API_KEY: 'typo-in-the-key' }, names: /authentication error: .*CONVO_MIRROR_API_KEY/ },
     { what: 'a workspace the key may not read', env: { CONVO_MIRROR_ACCOUNT_ID: '7a1c9e04-2b3d-4f5e-8a6b-1c2d3e4f5a6b' }, names: /authentication error: .*CONVO_MIRROR_ACCOUNT_ID/ },
+    { what: 'a web page at the base URL', env: { CONVO_MIRROR_BASE_URL: portal.url }, names: /CONVO_MIRROR_BASE_URL: .*not JSON.*is the base URL the API's/ },
   ];
 
   it('on a new machine: exit 2, one line naming the setting, and no file at all', async () => {
@@ -53,7 +64,7 @@ describe('sync: first contact before anything is touched', () => {
     }
   });
 
-  it('on a live mirror: five mistakes change no byte of the mirror or the archive, and record no run', async () => {
+  it('on a live mirror: six mistakes change no byte of the mirror or the archive, and record no run', async () => {
     const dir = tempDir();
     const first = await run(['sync'], cliEnv(fake, dir));
     expect(first.code, first.stderr).toBe(0);

@@ -414,7 +414,8 @@ export class ApiClient {
    * @param conversationId - prefetch page 1 of this conversation's messages; undefined: page 1 of
    *   the conversation list (spec 4.1, 4.2)
    * @throws {@link ConfigError} naming the base URL's setting when nothing answers there, it
-   *   redirects, or the list answers 404 (the base URL is wrong); {@link AuthError} for 401/403.
+   *   redirects, or the list's first page answers 404, a body that is not JSON, or JSON that is not
+   *   the documented envelope (the base URL is not the API's); {@link AuthError} for 401/403.
    *   Nothing is kept then.
    */
   async prefetch(conversationId?: string): Promise<Prefetch> {
@@ -426,13 +427,19 @@ export class ApiClient {
     const path = conversationId === undefined ? this.listPath(1) : messagesPath(conversationId, 1);
     const what = conversationId === undefined ? 'conversation list page 1' : `conversation ${conversationId} messages page 1`;
     const context = conversationId === undefined ? {} : { conversation_id: conversationId };
+    // A kept answer for this path (one a run never took) is dropped: first contact always asks.
+    this.prefetched.delete(path);
     let kept: Kept;
     try {
       kept = { response: await this.getJson(path, context, tally, what), tally, used: false };
     } catch (err) {
-      const error = conversationId === undefined && err instanceof NotFoundError ? wrongBaseUrl(err, this.opts.baseUrlSetting) : err;
+      const error = conversationId === undefined ? listAtFirstContact(err, this.opts.baseUrlSetting) : err;
       if (error instanceof ConfigError || error instanceof AuthError) throw error;
       kept = { error, tally, used: false };
+    }
+    if (conversationId === undefined && kept.response) {
+      const why = notAListPage(kept.response.body);
+      if (why !== undefined) throw notTheApi(path, kept.response.status, why, this.opts.baseUrlSetting);
     }
     this.prefetched.set(path, kept);
     const outcome = kept.error === undefined ? 'page' : kept.error instanceof NotFoundError ? 'not-found' : 'error';
@@ -794,6 +801,31 @@ function redirectAtFirstContact(baseUrl: string, status: number, location: strin
  * A 404 of the conversation list: the list endpoint itself is missing, so the base URL is wrong
  * (not a transient failure, and not a deletion).
  */
+/**
+ * What a failure of the list's first page at first contact means: a 404 (the list endpoint is not
+ * there) or a body that is not JSON (a web page answers there) says the base URL is not the API's,
+ * a {@link ConfigError}; anything else is what it is.
+ */
+function listAtFirstContact(err: unknown, setting?: string): unknown {
+  if (err instanceof NotFoundError) return wrongBaseUrl(err, setting);
+  if (err instanceof SchemaError) return new ConfigError(setting ?? 'CONVO_MIRROR_BASE_URL', `${err.message}: is the base URL the API's {base_url}? (something other than the API answers there)`, err);
+  return err;
+}
+
+/** Why a list page's body is not the documented envelope at all (`{ data: [...], meta: {...} }`), or undefined. */
+function notAListPage(body: unknown): string | undefined {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return `a JSON ${body === null ? 'null' : Array.isArray(body) ? 'array' : typeof body}, not an object`;
+  const b = body as { data?: unknown; meta?: unknown };
+  if (!Array.isArray(b.data)) return 'an object without a data array';
+  if (b.meta === null || typeof b.meta !== 'object' || Array.isArray(b.meta)) return 'an object without a meta object';
+  return undefined;
+}
+
+/** The {@link ConfigError} of a first list page that is JSON but not the documented envelope. */
+function notTheApi(path: string, status: number, why: string, setting = 'CONVO_MIRROR_BASE_URL'): ConfigError {
+  return new ConfigError(setting, `GET ${path} answered ${status} with ${why} (spec 4.1's page: {data, meta}): is the base URL the API's {base_url}? (something other than the API answers there)`);
+}
+
 function wrongBaseUrl(err: NotFoundError, setting = 'CONVO_MIRROR_BASE_URL'): ConfigError {
   return new ConfigError(
     setting,
