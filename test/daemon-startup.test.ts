@@ -76,8 +76,9 @@ async function get(url: string): Promise<{ status: number; body: Record<string, 
 describe('the HTTP server during start-up', () => {
   it('listens before the workspaces are checked: /healthz 200, /readyz 503 naming what the daemon waits for, 200 from "daemon ready" on', async () => {
     const { fake, env, port, base } = await setUp();
-    // The start-up check (page 1 of the list) takes 3 s.
-    fake.injectFault({ kind: 'slow', delayMs: 3000, match: { path: '/v1/conversations' }, times: 1 });
+    // The start-up check (page 1 of the list) is held until the test has seen the phase.
+    let release!: () => void;
+    fake.injectFault({ kind: 'hold', until: new Promise<void>((r) => (release = r)), match: { path: '/v1/conversations' }, times: 1 });
     const d = start(['daemon'], env, 30_000);
     await waitFor(() => d.stderr.includes('"msg":"checking the workspaces"') || d.child.exitCode !== null, 15_000, 'the workspace check to begin');
     expect((await get(`${base}/healthz`)).status).toBe(200);
@@ -85,6 +86,7 @@ describe('the HTTP server during start-up', () => {
     expect(waiting.status).toBe(503);
     expect(waiting.body['checks']).toMatchObject({ daemon: 'starting: checking the workspaces', api: `account ${ACCOUNT_ID}: not checked yet`, redis: 'ok', mirror: 'ok' });
     expect(d.stderr).not.toContain('daemon ready');
+    release();
 
     await waitFor(() => d.stderr.includes('"msg":"daemon ready"') || d.child.exitCode !== null, 15_000, 'the daemon to be ready');
     expect(await get(`${base}/readyz`)).toEqual({ status: 200, body: { status: 'ready', checks: { redis: 'ok', mirror: 'ok', api: 'ok', daemon: 'ok' } } });

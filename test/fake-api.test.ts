@@ -278,6 +278,22 @@ describe('fault injection', () => {
     expect(order).toEqual(['plain', 'slowed']);
   });
 
+  it('holds a request until the test releases it, then answers it normally', async () => {
+    const api = await start(FakeWorkspace.fromCounts([1]));
+    let release!: () => void;
+    api.injectFault({ kind: 'hold', until: new Promise<void>((r) => (release = r)), times: 1 });
+    const order: string[] = [];
+    const held = get(api, '/v1/conversations').then((r) => (order.push('held'), r));
+    await waitFor(() => api.requests.length === 1, 5000, 'the held request to arrive');
+    const plain = await get(api, '/v1/conversations?page=1');
+    order.push('plain');
+    expect(api.requests.map((q) => q.status)).toEqual([0, 200]);
+    release();
+    expect((await held).status).toBe(200);
+    expect(plain.status).toBe(200);
+    expect(order).toEqual(['plain', 'held']);
+  });
+
   it('validates faults', async () => {
     const api = await start(FakeWorkspace.fromCounts([1]));
     expect(() => api.injectFault({ kind: 'drop', times: 0 })).toThrow(RangeError);

@@ -80,6 +80,9 @@ export interface FaultMatch {
  * - `drop`: destroy the socket without answering (the client sees a connection reset / `fetch` rejects).
  * - `slow`: wait `delayMs` ms, then handle the request normally (the response reflects the workspace
  *   as it is after the wait).
+ * - `hold`: keep the request waiting until `until` settles, then handle it normally: a test holds
+ *   an answer exactly as long as it needs to observe something (no timing to guess). A request
+ *   still held when the fake closes is dropped with its socket.
  * - `huge`: answer 200 with a body of exactly `bytes` bytes: a valid JSON page with no records
  *   (`{"data":[],"meta":{"current_page":<page>,"total_pages":0,"total_count":0},"padding":"xxx…"}`),
  *   padded to length inside `padding`. It is streamed in 64 KiB chunks, waiting for `'drain'` whenever
@@ -100,6 +103,7 @@ export type Fault =
   | { kind: 'status'; status: number; retryAfter?: string; body?: string; match?: FaultMatch; times?: number }
   | { kind: 'drop'; match?: FaultMatch; times?: number }
   | { kind: 'slow'; delayMs: number; match?: FaultMatch; times?: number }
+  | { kind: 'hold'; until: Promise<unknown>; match?: FaultMatch; times?: number }
   | { kind: 'huge'; bytes: number; contentLength?: boolean; match?: FaultMatch; times?: number }
   | { kind: 'endless'; match?: FaultMatch; times?: number }
   | { kind: 'runaway'; match?: FaultMatch; times?: number };
@@ -631,6 +635,13 @@ function applyFault(state: FakeState, f: Fault, req: IncomingMessage, res: Serve
         run();
       }, f.delayMs);
       state.timers.add(timer);
+      return;
+    }
+    case 'hold': {
+      const go = () => {
+        if (!res.writableEnded && !req.socket.destroyed) run();
+      };
+      f.until.then(go, go);
       return;
     }
   }
