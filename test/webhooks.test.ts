@@ -179,6 +179,20 @@ describe('POST /webhooks/conversations', () => {
     expect((await post(server, body, old)).status).toBe(401);
   });
 
+  it('one instant per request: a replay at exactly its timestamp plus the tolerance is refused even when the clock moves while it is handled', async () => {
+    const t0 = Date.UTC(2026, 0, 1);
+    let now = t0;
+    // Every read of this clock moves it 1 ms on: a request that read it twice would check the
+    // timestamp at one instant and the replay memory at the next.
+    const { server, queued } = await serve({ now: () => now++ });
+    const body = JSON.stringify({ conversation_id: 'conv-edge' });
+    const captured = signed(body, { id: 'msg_edge', at: new Date(t0) });
+    expect((await post(server, body, captured)).status).toBe(202);
+    now = t0 + 300_000; // the last instant the timestamp check passes
+    expect((await post(server, body, captured)).status).toBe(409);
+    expect(queued).toHaveLength(1);
+  });
+
   it('a full replay memory refuses new deliveries with 503 and Retry-After until its first id expires (none is forgotten early); replays stay 409', async () => {
     const t0 = Date.UTC(2026, 0, 1);
     let now = t0;

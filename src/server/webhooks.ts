@@ -152,21 +152,25 @@ export class ReplayCache {
     readonly max = MAX_REMEMBERED_IDS,
   ) {}
 
-  /** When `id` was accepted and until when it is remembered (epoch ms), if it still is. */
-  seen(id: string): { at: number; until: number } | undefined {
-    this.prune();
+  /**
+   * When `id` was accepted and until when it is remembered (epoch ms), if it still is at `at`.
+   * @param at - the request's instant (read once per request), epoch ms. @defaultValue now
+   */
+  seen(id: string, at = this.now()): { at: number; until: number } | undefined {
+    this.prune(at);
     return this.ids.get(id);
   }
 
   /**
-   * Remembers `id` as accepted now, until `until` (epoch ms, inclusive).
+   * Remembers `id` as accepted at `at`, until `until` (epoch ms, inclusive).
+   * @param at - the request's instant (read once per request), epoch ms. @defaultValue now
    * @returns false, remembering nothing, when {@link max} ids are remembered and none has expired
    */
-  remember(id: string, until: number): boolean {
-    this.prune();
+  remember(id: string, until: number, at = this.now()): boolean {
+    this.prune(at);
     this.forget(id);
     if (this.ids.size >= this.max) return false;
-    this.ids.set(id, { at: this.now(), until });
+    this.ids.set(id, { at, until });
     let bucket = this.buckets.get(until);
     if (bucket === undefined) {
       bucket = new Set();
@@ -186,10 +190,10 @@ export class ReplayCache {
   }
 
   /** Ms until the first remembered id is forgotten (0 when none is remembered). */
-  nextExpiryIn(): number {
-    this.prune();
+  nextExpiryIn(at = this.now()): number {
+    this.prune(at);
     const first = this.order[0];
-    return first === undefined ? 0 : Math.max(0, first + 1 - this.now());
+    return first === undefined ? 0 : Math.max(0, first + 1 - at);
   }
 
   /** Ids remembered now. */
@@ -198,9 +202,8 @@ export class ReplayCache {
     return this.ids.size;
   }
 
-  /** Drops every id whose instant has passed (and empty buckets). */
-  private prune(): void {
-    const now = this.now();
+  /** Drops every id whose instant has passed by `now` (and empty buckets). */
+  private prune(now = this.now()): void {
     while (this.order.length > 0 && (this.order[0]! < now || this.buckets.get(this.order[0]!)!.size === 0)) {
       const until = this.order.shift()!;
       for (const id of this.buckets.get(until)!) this.ids.delete(id);
@@ -287,17 +290,20 @@ export function webhookPlugin(o: WebhookOptions, logger: Logger): FastifyPluginA
       const raw = typeof req.body === 'string' ? req.body : '';
       const webhookId = headerOf(req.headers['webhook-id'])?.slice(0, MAX_ID_CHARS);
       try {
-        const { id: webhook, timestampMs } = verify(verifier, raw, req.headers, now(), toleranceMs);
+        // One instant for the whole request: the timestamp check and the replay memory must agree
+        // (read twice, a replay at exactly its timestamp plus the tolerance could pass both).
+        const at = now();
+        const { id: webhook, timestampMs } = verify(verifier, raw, req.headers, at, toleranceMs);
         const unusable = unusableId(webhook, 'the webhook-id header');
         if (unusable) throw new Refusal(422, 'bad_id', unusable);
         // Remembered whole: two long ids sharing their first 256 characters must not collide.
         if (webhook.length > MAX_ID_CHARS) throw new Refusal(422, 'bad_id', `the webhook-id header is not usable as an id: it is over ${MAX_ID_CHARS} characters`);
-        const seen = replays.seen(webhook);
+        const seen = replays.seen(webhook, at);
         if (seen !== undefined) {
           throw new Refusal(409, 'replay', `replayed: webhook-id ${JSON.stringify(webhook)} was already received at ${new Date(seen.at).toISOString()} (remembered until ${new Date(seen.until).toISOString()}, its timestamp plus ${toleranceMs / 1000} s)`);
         }
-        if (!replays.remember(webhook, timestampMs + toleranceMs)) {
-          const retryAfter = String(Math.max(1, Math.ceil(replays.nextExpiryIn() / 1000)));
+        if (!replays.remember(webhook, timestampMs + toleranceMs, at)) {
+          const retryAfter = String(Math.max(1, Math.ceil(replays.nextExpiryIn(at) / 1000)));
           throw new Refusal(503, 'ids_full', `too many webhook ids to remember (${replays.max}, each until its timestamp plus ${toleranceMs / 1000} s); retry after ${retryAfter} s`, { headers: { 'retry-after': retryAfter } });
         }
         const target = targetOf(raw, headerOf(req.headers['x-account-id']), o);
