@@ -45,4 +45,15 @@ describe('CONVO_MIRROR_WITNESS_DIR at start-up', () => {
     expect(fake.requests).toHaveLength(0);
     expect(fs.readdirSync(dir)).toEqual([]);
   });
+
+  it('daemon: a witness directory inside the export directory stops it at start-up, one line naming the setting', async () => {
+    const dir = tempDir();
+    fs.mkdirSync(path.join(dir, 'exports', 'witness'), { recursive: true });
+    fake.requests.length = 0;
+    const r = await run(['daemon', '--scheduler', 'local'], cliEnv(fake, dir, { CONVO_MIRROR_WITNESS_DIR: path.join(dir, 'exports', 'witness') }));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/CONVO_MIRROR_WITNESS_DIR: the witness directory .* is inside the export directory /);
+    expect(fake.requests).toHaveLength(0);
+    expect(fs.existsSync(path.join(dir, 'mirror.sqlite'))).toBe(false);
+  });
 });
