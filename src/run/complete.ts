@@ -34,12 +34,14 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
     // and records the head it leaves; the line of a run that changed nothing waits for the next
     // publication with changes, or the heartbeat (a quiet daemon adds no record every tick).
     // (Its failure is no failure of the run, recorded as it is: the line waits for the next publication.)
-    if (published.error === undefined && (!o.target.runsHeartbeatMs || changedAnything(deps, o.run.runId))) {
-      const own = publishRun(publisher, 'now');
-      if (own.error !== undefined) log.warn({ err: describeError(own.error) }, "could not publish the run's own line; the next publication exports it");
-    } else if (published.error === undefined) {
-      const held = heldLines(deps, o.target.runsHeartbeatMs);
-      if (held) summary.export.held = held;
+    if (published.error === undefined) {
+      if (!o.target.runsHeartbeatMs || changedAnything(deps, o.run.runId)) {
+        const own = publishRun(publisher, 'now');
+        if (own.error !== undefined) log.warn({ err: describeError(own.error) }, "could not publish the run's own line; the next publication exports it");
+      } else {
+        const held = heldLines(deps, o.target.runsHeartbeatMs);
+        if (held) summary.export.held = held;
+      }
     }
     const head = deps.mirror.ledgerHead();
     deps.mirror.setRunLedgerHead(o.run.runId, head);
