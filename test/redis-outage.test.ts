@@ -105,6 +105,17 @@ async function get(url: string, headers: Record<string, string> = {}): Promise<{
   return { status: res.status, text, ms: Date.now() - t0 };
 }
 
+/**
+ * Sends SIGTERM to a daemon and waits (bounded by `withinMs`) for it to exit. `exitMs` is only
+ * reported, never asserted: the assertions read the daemon's own `shutdown_ms`.
+ */
+async function terminate(d: Started, withinMs: number, what: string): Promise<{ ended: Awaited<Started['done']>; exitMs: number }> {
+  const termAt = Date.now();
+  d.child.kill('SIGTERM');
+  const ended = await within(d.done, withinMs, what);
+  return { ended, exitMs: Date.now() - termAt };
+}
+
 /** A delivery signed with {@link SECRET} for conversation `id`: its status, body, and how long it took. */
 async function deliver(base: string, id: string): Promise<{ status: number; body: Record<string, unknown>; ms: number }> {
   const body = JSON.stringify({ type: 'conversation.updated', conversation_id: id });
@@ -181,10 +192,7 @@ describe('Redis down and back', () => {
 
     // SIGTERM a second after Redis came back.
     await new Promise((r) => setTimeout(r, Math.max(0, backAt + 1_000 - Date.now())));
-    const termAt = Date.now();
-    daemon.child.kill('SIGTERM');
-    const ended = await within(daemon.done, graceMs + 10_000, 'the daemon to exit after SIGTERM');
-    const exitMs = Date.now() - termAt;
+    const { ended, exitMs } = await terminate(daemon, graceMs + 10_000, 'the daemon to exit after SIGTERM');
     expect(ended.code, ended.stderr.slice(-3000)).toBe(0);
     expectInOrder(ended.stderr, [
       'daemon ready',
@@ -219,10 +227,7 @@ describe('Redis down and back', () => {
     await admin.connect();
     await admin.call('CLIENT', 'PAUSE', '20000', 'ALL');
     admin.disconnect();
-    const termAt = Date.now();
-    daemon.child.kill('SIGTERM');
-    const ended = await within(daemon.done, graceMs + 5_000 + 5_000, 'the daemon to exit while Redis answers nothing');
-    const exitMs = Date.now() - termAt;
+    const { ended, exitMs } = await terminate(daemon, graceMs + 5_000 + 5_000, 'the daemon to exit while Redis answers nothing');
     expect(ended.code, ended.stderr.slice(-3000)).toBe(0);
     expectInOrder(ended.stderr, ['shutting down: no new jobs; waiting for running ones', 'the Redis connections did not close in time: cutting them', 'daemon stopped', 'exiting']);
     const stopped = logOf(ended.stderr).find((l) => l.msg === 'daemon stopped')!;
@@ -249,10 +254,7 @@ describe('Redis down and back', () => {
 
     await redis.stop();
     await waitFor(() => /"msg":"lost the connection to Redis|ECONNREFUSED/.test(first.stderr), 5_000, 'the daemon to see Redis gone');
-    const termAt = Date.now();
-    first.child.kill('SIGTERM');
-    const ended = await within(first.done, graceMs + 5_000 + 5_000, 'the daemon to exit after SIGTERM while Redis is down');
-    const exitMs = Date.now() - termAt;
+    const { ended, exitMs } = await terminate(first, graceMs + 5_000 + 5_000, 'the daemon to exit after SIGTERM while Redis is down');
     expect(ended.code, ended.stderr.slice(-3000)).toBe(0);
     expectInOrder(ended.stderr, [
       'shutting down: no new jobs; waiting for running ones',
