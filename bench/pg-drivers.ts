@@ -29,6 +29,7 @@
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -86,31 +87,33 @@ function text(seed: number, n: number): string {
   return s.slice(0, n);
 }
 
+/**
+ * The served JSON of page `p`'s 100 messages (about 1 KB each). Every conversation's page `p`
+ * reuses them, so the measured process holds a few MB of pages, not the whole run's (whose
+ * garbage collection would be charged to the drivers).
+ */
+function pageRaws(p: number): string[] {
+  return Array.from({ length: PER_PAGE }, (_, i) => {
+    const position = p * PER_PAGE + i;
+    return JSON.stringify({
+      id: `m-${position}`,
+      content: text(position, 720),
+      visibility: i % 5 === 0 ? 'personal' : 'global',
+      sender: { id: `u${i % 7}`, name: `Agent ${i % 7}`, type: i % 2 ? 'Customer' : 'User', email: `agent${i % 7}@example.com` },
+      attachments: i % 4 === 0 ? [{ id: `a${position}`, name: 'screenshot.png', size: 48213, url: `https://files.example.com/a${position}` }] : [],
+      created_at: new Date(Date.UTC(2026, 0, 1) + position * 1000).toISOString(),
+    });
+  });
+}
+const RAWS = Array.from({ length: PAGES }, (_, p) => pageRaws(p));
+
 /** Page `k` (see the header): 100 messages, each about 1 KB of JSON. */
 function pageData(k: number): PageData {
   const conversationId = `c${Math.floor(k / PAGES)}`;
   const page = k % PAGES;
-  const ids: string[] = [];
-  const positions: number[] = [];
-  const raws: string[] = [];
-  for (let i = 0; i < PER_PAGE; i++) {
-    const position = page * PER_PAGE + i;
-    const id = `m-${conversationId}-${position}`;
-    ids.push(id);
-    positions.push(position);
-    raws.push(
-      JSON.stringify({
-        id,
-        conversation_id: conversationId,
-        content: text(k * PER_PAGE + i, 720),
-        visibility: i % 5 === 0 ? 'internal' : 'global',
-        sender: { id: `u${i % 7}`, name: `Agent ${i % 7}`, type: i % 2 ? 'Customer' : 'User', email: `agent${i % 7}@example.com` },
-        attachments: i % 4 === 0 ? [{ id: `a${k}-${i}`, name: 'screenshot.png', size: 48213, url: `https://files.example.com/a${k}-${i}` }] : [],
-        created_at: new Date(Date.UTC(2026, 0, 1) + k * 60_000 + i * 1000).toISOString(),
-      }),
-    );
-  }
-  return { conversationId, page, ids, positions, raws, now: new Date(Date.UTC(2026, 5, 1) + k).toISOString() };
+  const positions = Array.from({ length: PER_PAGE }, (_, i) => page * PER_PAGE + i);
+  const ids = positions.map((position) => `m-${conversationId}-${position}`);
+  return { conversationId, page, ids, positions, raws: RAWS[page]!, now: new Date(Date.UTC(2026, 5, 1) + k).toISOString() };
 }
 
 // ------------------------------------------------------------------ SQL (both drivers, same text)
@@ -362,7 +365,8 @@ async function main(): Promise<void> {
   process.stdout.write(
     `page commit: ${PER_PAGE} message upserts (raw jsonb, ${Math.round(avgRaw)} bytes on average) + ${PER_PAGE} change-log rows + counter seq + checkpoint, one transaction\n` +
       `PostgreSQL ${server} at ${maskUserInfo(dsn)}, schema ${schema}; node ${process.version}, pg ${versionOf('pg')}, pg-cursor ${versionOf('pg-cursor')}, postgres ${versionOf('postgres')}\n` +
-      `${rounds} rounds of ${warmup} warm-up + ${commits} measured commits per driver, order alternating${gc ? '' : ' (run with node --expose-gc to collect garbage between runs)'}\n`,
+      `${rounds} rounds of ${warmup} warm-up + ${commits} measured commits per driver, order alternating${gc ? '' : ' (run with node --expose-gc to collect garbage between runs)'}; ` +
+      `${os.cpus().length} CPUs, load average ${os.loadavg()[0]!.toFixed(2)} (the figures are only comparable within one run)\n`,
   );
   const all: [string, () => Promise<Driver>][] = [['pg', () => pgDriver(false)], ['pg-named', () => pgDriver(true)], ['postgres', () => postgresDriver()]];
   const only = argValue('--only')?.split(',');
@@ -393,12 +397,12 @@ async function main(): Promise<void> {
   const header = ['driver', 'commits/s', 'CPU µs/commit', 'stream rows/s', 'CPU µs/row'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
-  process.stdout.write(`\nmedian [min-max] over ${rounds} rounds\n${line(header)}\n${rows.map(line).join('\n')}\n`);
+  process.stdout.write(`\nmedian [min-max] over ${rounds} rounds; load average at the end ${os.loadavg()[0]!.toFixed(2)}\n${line(header)}\n${rows.map(line).join('\n')}\n`);
 
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
   fs.writeFileSync(
     outFile,
-    `${JSON.stringify({ at: new Date().toISOString(), server, node: process.version, versions: { pg: versionOf('pg'), 'pg-cursor': versionOf('pg-cursor'), postgres: versionOf('postgres') }, perPage: PER_PAGE, avgRawBytes: Math.round(avgRaw), warmup, commits, rounds, figures }, null, 2)}\n`,
+    `${JSON.stringify({ at: new Date().toISOString(), server, node: process.version, cpus: os.cpus().length, loadAverage: os.loadavg()[0], versions: { pg: versionOf('pg'), 'pg-cursor': versionOf('pg-cursor'), postgres: versionOf('postgres') }, perPage: PER_PAGE, avgRawBytes: Math.round(avgRaw), warmup, commits, rounds, figures }, null, 2)}\n`,
   );
   process.stdout.write(`written to ${outFile}\n`);
 }
