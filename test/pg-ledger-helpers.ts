@@ -3,7 +3,7 @@
  * and migrations land): one random schema per test file (`cmtest_<random>`), dropped at the end,
  * holding the ledger group's tables (from their DDL constants) and stand-ins for the core engine's
  * tables they read (conversations, messages, message_history, change_log, change_payloads,
- * checkpoints), with the SQLite columns those reads use.
+ * checkpoints), with the columns of the core engine's schema (i25-pgcore) those reads use.
  *
  * Server: `CONVO_MIRROR_TEST_PG` (default `postgres://postgres@127.0.0.1:5432/test`).
  */
@@ -31,14 +31,16 @@ export function testPool(max = 10): pg.Pool {
 const CORE_STANDINS = (schema: string): string[] => {
   const t = (table: string) => qualify(schema, table);
   return [
-    `CREATE TABLE ${t('conversations')} (account_id text NOT NULL, id text NOT NULL, raw jsonb, deleted_at text, PRIMARY KEY (account_id, id))`,
-    `CREATE TABLE ${t('messages')} (account_id text NOT NULL, conversation_id text NOT NULL, id text NOT NULL, raw jsonb NOT NULL, deleted_at text,
-       PRIMARY KEY (account_id, conversation_id, id))`,
-    `CREATE TABLE ${t('message_history')} (account_id text NOT NULL, conversation_id text NOT NULL, id text NOT NULL, raw jsonb NOT NULL, replaced_by_seq bigint NOT NULL)`,
-    `CREATE TABLE ${t('change_log')} (seq bigint PRIMARY KEY, stream text NOT NULL, op text NOT NULL, account_id text NOT NULL, conversation_id text NOT NULL,
-       record_id text NOT NULL, synced_at text NOT NULL, run_id bigint)`,
+    `CREATE TABLE ${t('conversations')} (account_id text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL, raw jsonb, raw_text text, deleted_at text,
+       PRIMARY KEY (account_id, id))`,
+    `CREATE TABLE ${t('messages')} (account_id text COLLATE "C" NOT NULL, conversation_id text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL,
+       raw jsonb, raw_text text NOT NULL, deleted_at text, PRIMARY KEY (account_id, conversation_id, id))`,
+    `CREATE TABLE ${t('message_history')} (account_id text COLLATE "C" NOT NULL, conversation_id text COLLATE "C" NOT NULL, id text COLLATE "C" NOT NULL,
+       raw jsonb, raw_text text NOT NULL, replaced_by_seq bigint NOT NULL)`,
+    `CREATE TABLE ${t('change_log')} (seq bigint PRIMARY KEY, stream text COLLATE "C" NOT NULL, op text COLLATE "C" NOT NULL, account_id text COLLATE "C" NOT NULL,
+       conversation_id text COLLATE "C" NOT NULL, record_id text COLLATE "C" NOT NULL, synced_at text NOT NULL, run_id bigint)`,
     `CREATE TABLE ${t('change_payloads')} (seq bigint PRIMARY KEY, record text, line text)`,
-    `CREATE TABLE ${t('checkpoints')} (account_id text NOT NULL, conversation_id text NOT NULL, PRIMARY KEY (account_id, conversation_id))`,
+    `CREATE TABLE ${t('checkpoints')} (account_id text COLLATE "C" NOT NULL, conversation_id text COLLATE "C" NOT NULL, PRIMARY KEY (account_id, conversation_id))`,
   ];
 };
 

@@ -192,12 +192,12 @@ describe('status and audit', () => {
   beforeEach(reset);
 
   it('counts every row kind as the SQLite group names them, in its order; mirror id and meta', async () => {
-    await pool.query(`INSERT INTO ${t('conversations')} (account_id, id, raw, deleted_at) VALUES ('A', 'c1', '{"id":"c1"}', NULL), ('A', 'c2', NULL, NULL), ('B', 'c3', '{"id":"c3"}', $1)`, [T0]);
+    await pool.query(`INSERT INTO ${t('conversations')} (account_id, id, raw_text, deleted_at) VALUES ('A', 'c1', '{"id":"c1"}', NULL), ('A', 'c2', NULL, NULL), ('B', 'c3', '{"id":"c3"}', $1)`, [T0]);
     await pool.query(
-      `INSERT INTO ${t('messages')} (account_id, conversation_id, id, raw, deleted_at) VALUES ('A', 'c1', 'm1', '{}', NULL), ('A', 'c1', 'm2', '{}', NULL), ('A', 'c1', 'm3', '{}', $1), ('B', 'c3', 'm4', '{}', NULL)`,
+      `INSERT INTO ${t('messages')} (account_id, conversation_id, id, raw_text, deleted_at) VALUES ('A', 'c1', 'm1', '{}', NULL), ('A', 'c1', 'm2', '{}', NULL), ('A', 'c1', 'm3', '{}', $1), ('B', 'c3', 'm4', '{}', NULL)`,
       [T0],
     );
-    await pool.query(`INSERT INTO ${t('message_history')} (account_id, conversation_id, id, raw, replaced_by_seq) VALUES ('A', 'c1', 'm1', '{}', 4)`);
+    await pool.query(`INSERT INTO ${t('message_history')} (account_id, conversation_id, id, raw_text, replaced_by_seq) VALUES ('A', 'c1', 'm1', '{}', 4)`);
     await pool.query(`INSERT INTO ${t('checkpoints')} (account_id, conversation_id) VALUES ('A', 'c1')`);
     await appendChanges(pool, schema, [change('A', '2026-03-01', 'm1'), change('A', '2026-03-01', 'm2'), change('A', '2026-03-01', 'm3')]);
     await runs.start(pool, { scope: 'workspace', refresh: 'full', trigger: 'cli', accountId: 'A' }, T0);
@@ -231,34 +231,41 @@ describe('status and audit', () => {
     expect(await status.meta(pool, 'list_order:A')).toBe('{"a":2}');
   });
 
-  it('streams every record row (tombstones as 1), history and runs; a reader that stops early gives its client back', async () => {
+  it('streams every record row byte for byte as served (raw_text, not jsonb\'s text; tombstones as 1), history and runs; a reader that stops early gives its client back', async () => {
     const n = 2500; // more than one read of the cursor
+    // As served: "id" after "zeta", and 1.50 as written; jsonb would give {"id": ..., "zeta": 1.5}.
+    const served = (id: string) => `{"zeta":1.50,"id":"${id}"}`;
     await pool.query(
-      `INSERT INTO ${t('messages')} (account_id, conversation_id, id, raw, deleted_at)
-       SELECT 'A', 'c1', 'm' || lpad(i::text, 5, '0'), jsonb_build_object('id', 'm' || lpad(i::text, 5, '0')), CASE WHEN i % 10 = 0 THEN $1 END FROM generate_series(1, $2::int) i`,
+      `INSERT INTO ${t('messages')} (account_id, conversation_id, id, raw, raw_text, deleted_at)
+       SELECT 'A', 'c1', k, r::jsonb, r, CASE WHEN i % 10 = 0 THEN $1 END
+       FROM generate_series(1, $2::int) i, LATERAL (SELECT 'm' || lpad(i::text, 5, '0') AS k) k, LATERAL (SELECT '{"zeta":1.50,"id":"' || k || '"}' AS r) r`,
       [T0, n],
     );
-    await pool.query(`INSERT INTO ${t('conversations')} (account_id, id, raw, deleted_at) VALUES ('A', 'c1', '{"id": "c1"}', NULL), ('A', 'c0', NULL, $1)`, [T0]);
-    await pool.query(`INSERT INTO ${t('message_history')} (account_id, conversation_id, id, raw, replaced_by_seq) VALUES ('A', 'c1', 'm00001', '{"id": "m00001"}', 9), ('A', 'c1', 'm00002', '{"id": "m00002"}', 7)`);
+    await pool.query(`INSERT INTO ${t('conversations')} (account_id, id, raw, raw_text, deleted_at) VALUES ('A', 'c1', $2::text::jsonb, $2::text, NULL), ('A', 'c0', NULL, NULL, $1)`, [T0, served('c1')]);
+    await pool.query(
+      `INSERT INTO ${t('message_history')} (account_id, conversation_id, id, raw, raw_text, replaced_by_seq) VALUES ('A', 'c1', 'm00001', $1::text::jsonb, $1::text, 9), ('A', 'c1', 'm00002', $2::text::jsonb, $2::text, 7)`,
+      [served('m00001'), served('m00002')],
+    );
     await runs.start(pool, { scope: 'workspace', refresh: 'full', trigger: 'cli', accountId: 'A' }, T0);
+    expect((await pool.query(`SELECT raw::text AS j FROM ${t('messages')} WHERE id = 'm00001'`)).rows[0].j).toBe('{"id": "m00001", "zeta": 1.50}');
 
     const messages = [];
     for await (const r of audit.records(pool, 'messages')) messages.push(r);
     expect(messages).toHaveLength(n);
-    expect(messages[0]).toEqual({ account_id: 'A', conversation_id: 'c1', id: 'm00001', raw: '{"id": "m00001"}', deleted: 0 });
+    expect(messages[0]).toEqual({ account_id: 'A', conversation_id: 'c1', id: 'm00001', raw: served('m00001'), deleted: 0 });
     expect(messages[9]!.deleted).toBe(1);
     expect(messages.map((m) => m.id)).toEqual([...messages.map((m) => m.id)].sort());
     const conversations = [];
     for await (const r of audit.records(pool, 'conversations')) conversations.push(r);
     expect(conversations).toEqual([
       { account_id: 'A', conversation_id: 'c0', id: 'c0', raw: null, deleted: 1 },
-      { account_id: 'A', conversation_id: 'c1', id: 'c1', raw: '{"id": "c1"}', deleted: 0 },
+      { account_id: 'A', conversation_id: 'c1', id: 'c1', raw: served('c1'), deleted: 0 },
     ]);
     const history = [];
     for await (const h of audit.history(pool)) history.push(h);
-    expect(history.map((h) => [h.seq, h.id])).toEqual([
-      [7, 'm00002'],
-      [9, 'm00001'],
+    expect(history.map((h) => [h.seq, h.id, h.raw])).toEqual([
+      [7, 'm00002', served('m00002')],
+      [9, 'm00001', served('m00001')],
     ]);
     expect(await audit.runs(pool)).toEqual([{ id: 1, status: 'running' }]);
 

@@ -37,7 +37,7 @@ export interface LedgerGenesis {
 /**
  * The DDL of the export ledger in `schema` (statements, in order), for the engine's migration
  * list: SQLite's columns and meanings; record JSON, paths and times are `text` (byte for byte what
- * was published), numbers `bigint`, `gzip` a boolean. New here: `ledger_head` (the chain head, one
+ * was published; keys `COLLATE "C"`), numbers `bigint`, `gzip` a boolean. New here: `ledger_head` (the chain head, one
  * row, moved by compare-and-set; a deferred foreign key keeps it on a recorded entry), `UNIQUE
  * (prev_hash)` on `ledger` (no fork), and on `export_batches` at most one unpublished batch and no
  * two overlapping seq ranges.
@@ -67,10 +67,10 @@ export const LEDGER_DDL = (schema: string): string[] => {
     // At most one batch planned and not yet published.
     `CREATE UNIQUE INDEX export_batches_one_pending ON ${t('export_batches')} ((true)) WHERE published_at IS NULL`,
     `CREATE TABLE ${t('export_files')} (
-      path         text PRIMARY KEY,   -- relative to the export directory, '/'-separated
+      path         text COLLATE "C" PRIMARY KEY, -- relative to the export directory, '/'-separated
       batch_id     bigint NOT NULL REFERENCES ${t('export_batches')} (id),
-      stream       text NOT NULL,
-      account_id   text NOT NULL,
+      stream       text COLLATE "C" NOT NULL,
+      account_id   text COLLATE "C" NOT NULL,
       date         text NOT NULL,
       first_seq    bigint NOT NULL,
       last_seq     bigint NOT NULL,
