@@ -120,19 +120,21 @@ function scrub(text: string, secret: string | undefined): string {
 /** An identifier as PostgreSQL would quote it in a message. */
 const q = (s: string): string => `"${s.replace(/"/g, '""')}"`;
 
-/** What the failure was doing: opening a connection, creating the mirror's schema, or any later query. */
-export type DatabaseStep = 'connect' | 'create-schema' | 'query';
+/**
+ * What the failure was doing: opening the first connection, creating the mirror's schema,
+ * migrating it, or any later query.
+ */
+export type DatabaseStep = 'connect' | 'create-schema' | 'migrate' | 'query';
 
 /**
  * The error to throw for `err`, raised while `step` on `target`: a {@link MirrorDatabaseError} for
- * a failure to reach or use the database (unreachable, refused credentials, missing database,
- * missing privilege; during `'query'` only a lost connection); anything else as it is. Messages
- * never hold the password.
+ * a failure to reach or use the database (unreachable or lost connection, refused credentials,
+ * missing database, missing privilege); anything else as it is. Messages never hold the password.
  *
  * @param schema - the mirror's schema, named by a `42501` on `'create-schema'`
  */
 export function translateError(err: unknown, target: PostgresTarget, step: DatabaseStep, schema?: string): unknown {
-  if (err instanceof MirrorDatabaseError) return err;
+  if (err instanceof MirrorDatabaseError || err instanceof StoreError) return err;
   const parts = targetParts(target);
   const code = codeOf(err);
   const message = err instanceof Error ? err.message : String(err);
@@ -148,15 +150,15 @@ export function translateError(err: unknown, target: PostgresTarget, step: Datab
         `GRANT CREATE ON DATABASE ${q(parts.database)} TO ${q(parts.user)}, or create the schema with that user as its owner`,
     );
   }
-  if (code === '42501' && step === 'connect') return fail('DB_PRIVILEGE', `user ${q(parts.user)} lacks a privilege (SQLSTATE 42501: ${message})`);
+  if (code === '42501') return fail('DB_PRIVILEGE', `user ${q(parts.user)} lacks a privilege the mirror needs (SQLSTATE 42501: ${message})`);
   if (code !== undefined && SESSION_GONE.has(code)) return fail('DB_UNREACHABLE', `the connection was lost (SQLSTATE ${code}: ${message})`);
   if (code === 'ECONNREFUSED') return fail('DB_UNREACHABLE', `cannot connect to ${where}: connection refused (is PostgreSQL running and listening there?)`);
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return fail('DB_UNREACHABLE', `cannot connect: host ${parts.host} not found (${code})`);
   if (code !== undefined && UNREACHABLE.has(code)) return fail('DB_UNREACHABLE', `cannot connect to ${where} (${code}: ${message})`);
-  if (/timeout|timed out/i.test(message) && step !== 'query') {
+  if (code === undefined && /timeout expired|timeout exceeded when trying to connect|connection timeout/i.test(message)) {
     return fail('DB_UNREACHABLE', `cannot connect to ${where}: no answer within the connect timeout`);
   }
-  if (/Connection terminated/i.test(message)) return fail('DB_UNREACHABLE', `the connection was lost (${message})`);
+  if (code === undefined && /Connection terminated/i.test(message)) return fail('DB_UNREACHABLE', `the connection was lost (${message})`);
   if (step === 'connect' && code === undefined) return fail('DB_UNREACHABLE', `cannot connect to ${where}: ${message}`);
   return err;
 }
