@@ -310,7 +310,9 @@ export class PostgresMirror {
         await client.query('SELECT pg_advisory_lock($1::int4, $2::int4)', key);
       } catch (err) {
         fail(err);
-        throw this.closed ? closed() : translateError(err, this.target, 'query');
+        throw this.closed
+          ? new StoreError(`the mirror ${this.location} was closed while waiting for a lock`, { target: this.location }, err)
+          : translateError(err, this.target, 'query');
       } finally {
         this.lockWaiters.delete(client);
       }
