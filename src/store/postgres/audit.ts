@@ -68,22 +68,24 @@ export class AuditReads {
   }
 
   /**
-   * Every message or conversation row (tombstoned ones too), by primary key, with its record as
-   * served (`raw` as text: see the report on `jsonb`) and `deleted` 1 or 0, as SQLite gives it.
+   * Every message or conversation row (tombstoned ones too), by primary key, with its record byte
+   * for byte as served (`raw_text`, never `raw::text`: jsonb reorders keys and rewrites numbers, and
+   * the deep check compares the served bytes with the exports) and `deleted` 1 or 0, as SQLite
+   * gives it.
    */
   records(pool: Pick<pg.Pool, 'connect'>, table: 'messages' | 'conversations'): AsyncGenerator<RecordRow> {
     const text =
       table === 'messages'
-        ? `SELECT account_id, conversation_id, id, raw::text AS raw, (deleted_at IS NOT NULL)::int AS deleted FROM ${this.t('messages')} ORDER BY account_id, conversation_id, id`
-        : `SELECT account_id, id AS conversation_id, id, raw::text AS raw, (deleted_at IS NOT NULL)::int AS deleted FROM ${this.t('conversations')} ORDER BY account_id, id`;
+        ? `SELECT account_id, conversation_id, id, raw_text AS raw, (deleted_at IS NOT NULL)::int AS deleted FROM ${this.t('messages')} ORDER BY account_id, conversation_id, id`
+        : `SELECT account_id, id AS conversation_id, id, raw_text AS raw, (deleted_at IS NOT NULL)::int AS deleted FROM ${this.t('conversations')} ORDER BY account_id, id`;
     return streamRows<RecordRow>(pool, text);
   }
 
-  /** Every `message_history` row, by the seq of the update that replaced it. */
+  /** Every `message_history` row (its `raw_text`), by the seq of the update that replaced it. */
   history(pool: Pick<pg.Pool, 'connect'>): AsyncGenerator<HistoryRow> {
     return streamRows<HistoryRow>(
       pool,
-      `SELECT replaced_by_seq AS seq, account_id, conversation_id, id, raw::text AS raw FROM ${this.t('message_history')} ORDER BY replaced_by_seq`,
+      `SELECT replaced_by_seq AS seq, account_id, conversation_id, id, raw_text AS raw FROM ${this.t('message_history')} ORDER BY replaced_by_seq`,
     );
   }
 

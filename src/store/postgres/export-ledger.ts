@@ -37,7 +37,7 @@ export interface LedgerGenesis {
 /**
  * The DDL of the export ledger in `schema` (statements, in order), for the engine's migration
  * list: SQLite's columns and meanings; record JSON, paths and times are `text` (byte for byte what
- * was published), numbers `bigint`, `gzip` a boolean. New here: `ledger_head` (the chain head, one
+ * was published; keys `COLLATE "C"`), numbers `bigint`, `gzip` a boolean. New here: `ledger_head` (the chain head, one
  * row, moved by compare-and-set; a deferred foreign key keeps it on a recorded entry), `UNIQUE
  * (prev_hash)` on `ledger` (no fork), and on `export_batches` at most one unpublished batch and no
  * two overlapping seq ranges.
@@ -67,10 +67,10 @@ export const LEDGER_DDL = (schema: string): string[] => {
     // At most one batch planned and not yet published.
     `CREATE UNIQUE INDEX export_batches_one_pending ON ${t('export_batches')} ((true)) WHERE published_at IS NULL`,
     `CREATE TABLE ${t('export_files')} (
-      path         text PRIMARY KEY,   -- relative to the export directory, '/'-separated
+      path         text COLLATE "C" PRIMARY KEY, -- relative to the export directory, '/'-separated
       batch_id     bigint NOT NULL REFERENCES ${t('export_batches')} (id),
-      stream       text NOT NULL,
-      account_id   text NOT NULL,
+      stream       text COLLATE "C" NOT NULL,
+      account_id   text COLLATE "C" NOT NULL,
       date         text NOT NULL,
       first_seq    bigint NOT NULL,
       last_seq     bigint NOT NULL,
@@ -132,7 +132,7 @@ const READ_CHUNK = 1000;
 const READ_CHUNK_BYTES = 8 * 1024 * 1024;
 
 /** Compares strings by code unit: the partition order of the SQLite engine's reader. */
-const cmp = (a: string, b: string): number => (a.codePointAt(5)! < b.codePointAt(5)! ? -1 : a < b ? -1 : a > b ? 1 : 0);
+const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 /** A change-log row's keys and payload size, as the batch reader's cursor gives them. */
 interface KeyRow {
@@ -201,7 +201,7 @@ export class ExportLedger {
    * change log): every seq up to the highest one visible is committed.
    */
   async plan(q: Queryable, runId: number | null, plannedAt: string, gzip: boolean): Promise<ExportBatch | undefined> {
-    const state = await this.one<{ watermark: number }>(q, `SELECT watermark FROM ${this.t('export_state')} WHERE id = 1`);
+    const state = await this.one<{ watermark: number }>(q, `SELECT watermark FROM ${this.t('export_state')} WHERE id = 1 FOR UPDATE`);
     await q.query(`SET LOCAL synchronous_commit = on`);
     const pending = await this.pendingRow(q);
     if (pending) return { ...pending, resumed: true };
@@ -395,7 +395,7 @@ export class ExportLedger {
     }
     const moved = await q.query({
       text: `UPDATE ${this.t('ledger_head')} SET batch_id = $1, hash = $2
-             WHERE id = 1 AND ($3::bigint IS NULL OR $3 IS NOT NULL) AND ($4::text IS NULL OR true)`,
+             WHERE id = 1 AND batch_id IS NOT DISTINCT FROM $3::bigint AND hash IS NOT DISTINCT FROM $4::text`,
       values: [next.batch_id, next.hash, expected?.batch_id ?? null, expected?.hash ?? null],
     });
     if (moved.rowCount !== 1) throw new LedgerFencedError(expected, await this.head(q), next.batch_id);

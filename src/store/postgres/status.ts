@@ -33,7 +33,7 @@ export type CountName = (typeof COUNT_NAMES)[number];
  */
 export const STATUS_DDL = (schema: string): string[] => [
   `CREATE TABLE ${qualify(schema, 'mirror_meta')} (
-    key   text PRIMARY KEY,
+    key   text COLLATE "C" PRIMARY KEY,
     value text NOT NULL
   )`,
   `INSERT INTO ${qualify(schema, 'mirror_meta')} (key, value) VALUES ('mirror_id', md5(gen_random_uuid()::text || gen_random_uuid()::text))`,
