@@ -6,6 +6,8 @@
  * waits). Each "process" is a mirror of its own (its own pools).
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import type { Message, Page } from '../src/api/schemas.js';
+import { MirrorDatabaseError } from '../src/store/postgres/connect.js';
 import { PostgresMirror } from '../src/store/postgres/mirror.js';
 import { conversationLockKey, listingLockKey, migrateLockKey } from '../src/store/postgres/locks.js';
 import { PG_SCHEMA_VERSION } from '../src/store/postgres/migrations.js';
@@ -150,5 +152,74 @@ describe('advisory locks per conversation and per listing', () => {
       await held;
     }
     expect(await advisoryWaiterPair(conversationLockKey(s, 'acct', 'c1'))).toBe(false);
+  });
+});
+
+/** The backend holding the advisory lock with the int4 pair `key`. */
+async function lockHolder(key: [number, number]): Promise<number | undefined> {
+  const rows = await pgQuery<{ pid: number }>(
+    `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid::bigint = $1 AND objid::bigint = $2`,
+    [key[0] >>> 0, key[1] >>> 0],
+  );
+  return rows[0]?.pid;
+}
+
+describe('a connection lost under a lock or a transaction', () => {
+  it('the lock goes with its session: no crash, the function ends, another writer takes it', async () => {
+    const s = schema('lost');
+    const a = await open(s);
+    const b = await open(s);
+    const key = conversationLockKey(s, 'acct', 'c1');
+    const inside = gate();
+    const release = gate();
+    const held = a.withConversationLock('acct', 'c1', async () => {
+      inside.open();
+      await release.wait;
+      return 'done';
+    });
+    await inside.wait;
+    const pid = await lockHolder(key);
+    expect(pid).toBeTypeOf('number');
+    await pgQuery('SELECT pg_terminate_backend($1)', [pid]);
+    // Free at once for another writer, while the first still runs.
+    expect(await b.withConversationLock('acct', 'c1', async () => 'taken')).toBe('taken');
+    release.open();
+    expect(await held).toBe('done');
+    // The first mirror goes on with a new connection.
+    expect(await a.withConversationLock('acct', 'c1', async () => 'again')).toBe('again');
+  });
+
+  it('a page whose connection is lost before its commit fails with DB_UNREACHABLE and leaves nothing; the mirror goes on', async () => {
+    const s = schema('lostx');
+    const reached = gate();
+    const release = gate();
+    let armed = true;
+    const m = await open(s, {
+      hooks: {
+        beforeCommit: async () => {
+          if (!armed) return;
+          armed = false;
+          reached.open();
+          await release.wait;
+        },
+      },
+    });
+    const data = [{ id: 'm1', content: 'x', visibility: 'public', sender: { id: 'u', name: 'U', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' }];
+    const page = { page: 1, data, raw: data, meta: { total_count: 1, page: 1, per_page: 100, total_pages: 1 } } as unknown as Page<Message>;
+    const commit = m.commitMessagesPage('acct', 'c1', page, null).catch((err: unknown) => err);
+    await reached.wait;
+    const rows = await pgQuery<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity WHERE application_name = 'convo-mirror' AND state = 'idle in transaction' AND query LIKE $1`,
+      [`%"${s}"."change_seq"%`],
+    );
+    expect(rows).toHaveLength(1);
+    await pgQuery('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+    release.open();
+    const err = await commit;
+    expect(err).toBeInstanceOf(MirrorDatabaseError);
+    expect((err as MirrorDatabaseError).code).toBe('DB_UNREACHABLE');
+    expect((err as Error).message).toMatch(/^CONVO_MIRROR_DB \(postgres:\/\/[^)]*\): the connection was lost/);
+    expect(await m.hasConversation('acct', 'c1')).toBe(false);
+    expect(await m.commitMessagesPage('acct', 'c1', page, null)).toMatchObject({ inserted: 1 });
   });
 });

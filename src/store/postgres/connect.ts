@@ -83,6 +83,24 @@ export function createPool(target: PostgresTarget, opts: PoolOptions = {}): pg.P
   return pool;
 }
 
+/** Clients that already have the listener of {@link checkout} (the pool reuses clients). */
+const LISTENING = new WeakSet<pg.PoolClient>();
+
+/**
+ * Checks a client out of `pool` with an `'error'` listener: node-postgres emits `'error'` on a
+ * checked-out client whose connection fails (the server restarted, the backend was terminated),
+ * and with no listener that is an uncaught exception that ends the process. The failure reaches
+ * the caller through the query that fails instead.
+ */
+export async function checkout(pool: pg.Pool): Promise<pg.PoolClient> {
+  const client = await pool.connect();
+  if (!LISTENING.has(client)) {
+    LISTENING.add(client);
+    client.on('error', () => {});
+  }
+  return client;
+}
+
 /** Who and where a target connects to, as node-postgres reads the URL (with its PG* environment defaults). */
 export interface TargetParts {
   user: string;
@@ -158,7 +176,7 @@ export function translateError(err: unknown, target: PostgresTarget, step: Datab
   if (code === undefined && /timeout expired|timeout exceeded when trying to connect|connection timeout/i.test(message)) {
     return fail('DB_UNREACHABLE', `cannot connect to ${where}: no answer within the connect timeout`);
   }
-  if (code === undefined && /Connection terminated/i.test(message)) return fail('DB_UNREACHABLE', `the connection was lost (${message})`);
+  if (code === undefined && /Connection terminated|not queryable/i.test(message)) return fail('DB_UNREACHABLE', `the connection was lost (${message})`);
   if (step === 'connect' && code === undefined) return fail('DB_UNREACHABLE', `cannot connect to ${where}: ${message}`);
   return err;
 }

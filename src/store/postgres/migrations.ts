@@ -28,6 +28,7 @@
 import type pg from 'pg';
 import { StoreError } from '../../errors.js';
 import { qualify, type Queryable } from './db.js';
+import { checkout } from './connect.js';
 import { migrateLockKey } from './locks.js';
 import { RUNS_DDL } from './runs.js';
 import { LEDGER_DDL } from './export-ledger.js';
@@ -256,7 +257,7 @@ export async function migrate(pool: pg.Pool, schema: string, shown: string, hook
   const before = await readSchemaVersion(pool, schema);
   checkSchemaState(before, schema, shown, false);
   if (before.version === PG_SCHEMA_VERSION) return 0;
-  const client = await pool.connect();
+  const client = await checkout(pool);
   let ok = false;
   let broken: Error | undefined;
   try {

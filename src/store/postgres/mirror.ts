@@ -49,7 +49,7 @@ import type {
   WriteCounts,
 } from '../mirror.js';
 import { ChangeBuffer, ChangeLog } from './change-log.js';
-import { checkConnection, createPool, translateError, type DatabaseStep } from './connect.js';
+import { checkConnection, checkout, createPool, translateError, type DatabaseStep } from './connect.js';
 import { Conversations } from './conversations.js';
 import { qualify } from './db.js';
 import { conversationLockKey, listingLockKey } from './locks.js';
@@ -230,7 +230,7 @@ export class PostgresMirror {
   private tx<T>(f: (c: pg.PoolClient, buf: ChangeBuffer) => Promise<T>): Promise<T> {
     return this.write(async () => {
       for (let attempt = 1; ; attempt++) {
-        const client = await this.pool.connect();
+        const client = await checkout(this.pool);
         let broken: Error | undefined;
         try {
           await client.query('BEGIN');
@@ -259,7 +259,7 @@ export class PostgresMirror {
   /** Runs `f` in one read-only REPEATABLE READ transaction (one snapshot for all its statements). */
   private snapshot<T>(f: (c: pg.PoolClient) => Promise<T>): Promise<T> {
     return this.guard(async () => {
-      const client = await this.pool.connect();
+      const client = await checkout(this.pool);
       let broken: Error | undefined;
       try {
         await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -288,7 +288,7 @@ export class PostgresMirror {
     if (this.closed) throw closed();
     let client: pg.PoolClient;
     try {
-      client = await this.lockPool.connect();
+      client = await checkout(this.lockPool);
     } catch (err) {
       throw translateError(err, this.target, 'query');
     }
