@@ -8,7 +8,7 @@
  * back: the next one gets them, no gap.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Message, Page } from '../src/api/schemas.js';
+import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { PostgresMirror, type PostgresHooks } from '../src/store/postgres/mirror.js';
 import { dropSchema, pgQuery, pgUrl, randomSchema, until } from './pg.js';
 
@@ -134,5 +134,37 @@ describe('change-log seqs on PostgreSQL', () => {
     // Nothing of the rolled-back page is in the mirror.
     expect(await writerA.hasConversation(ACCOUNT, 'cR')).toBe(false);
     expect(await writerA.quickCheck()).toEqual([]);
+  });
+
+  it('a row two writers insert at once: the second runs its transaction again and records what a serial order would (insert, then update)', async () => {
+    // A syncs conversation cX by id (a stand-in insert) and is held at its commit; B lists cX
+    // meanwhile: its insert waits on A's key, fails with a unique violation once A commits, and
+    // B's transaction runs again, now seeing A's row: an update, as if B had come after A.
+    held = { armed: true, reached: gate(), release: gate(), fail: false };
+    const a = writerA.commitMessagesPage(ACCOUNT, 'cX', page('cX', 1), null);
+    await held.reached.wait;
+    const listed = [{ id: 'cX', status: 'open' }];
+    const listing = { page: 1, data: listed, raw: listed, meta: { total_count: 1, page: 1, per_page: 100, total_pages: 1 } } as unknown as Page<Conversation>;
+    const b = writerB.upsertConversations(ACCOUNT, listing, null);
+    await until(async () => {
+      const rows = await pgQuery(
+        `SELECT 1 FROM pg_stat_activity WHERE application_name = 'convo-mirror' AND wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE $1`,
+        [`%INSERT INTO "${schema}"."conversations"%`],
+      );
+      return rows.length > 0;
+    }, 'the listing to wait on the stand-in insert');
+    held.release.open();
+    await a;
+    expect(await b).toEqual({ inserted: 0, updated: 1, unchanged: 0, deleted: 0 });
+    const rows = (await logRows()).filter((r) => r.record_id === 'cX');
+    expect(rows).toHaveLength(2);
+    const ops = await pgQuery<{ op: string; record: string }>(
+      `SELECT c.op, p.record FROM "${schema}".change_log c JOIN "${schema}".change_payloads p USING (seq) WHERE c.record_id = 'cX' ORDER BY c.seq`,
+    );
+    expect(ops).toEqual([
+      { op: 'insert', record: '{"id":"cX"}' },
+      { op: 'update', record: '{"id":"cX","status":"open"}' },
+    ]);
+    expect(await writerB.quickCheck()).toEqual([]);
   });
 });
