@@ -208,4 +208,22 @@ describe('what only the PostgreSQL engine has', () => {
       await dropSchema(s);
     }
   });
+
+  it('pages commit without waiting for the WAL flush; an export plan and a recorded publication wait for it (every change before them durable)', async () => {
+    const s = randomSchema('durable');
+    const seen: string[] = [];
+    const m = await PostgresMirror.open(pgUrl(s), { hooks: { beforeCommit: ({ synchronousCommit }) => void seen.push(synchronousCommit) } });
+    try {
+      await m.upsertConversations(A, conversations([{ id: 'c1' }]), null);
+      await m.commitMessagesPage(A, 'c1', messages([msg('m1', 'x')]), null);
+      await m.completeCrawl(A, 'c1', null);
+      expect(seen.splice(0)).toEqual(['off', 'off', 'off']);
+      const batch = (await m.planExportBatch(null, '2026-01-15T12:00:00.000Z'))!;
+      await m.recordPublication(batch, [], { batch_id: batch.id, hash: 'h', prev_hash: null, path: '_ledger/x.json', files: 0, lines: 0, key_id: null }, '2026-01-15T12:00:01.000Z');
+      expect(seen).toEqual(['on', 'on']);
+    } finally {
+      await m.close();
+      await dropSchema(s);
+    }
+  });
 });

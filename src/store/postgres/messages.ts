@@ -43,7 +43,7 @@ export class Messages {
    * is written but is no change of the record; an insert or update buffers its change; an update
    * keeps the superseded version for `message_history`. A page that repeats an id applies each
    * occurrence seeing the one before. Then one multi-row upsert of the rows as the page leaves
-   * them, and one statement for the page's ids and the checkpoint.
+   * them, the page's ids and the checkpoint.
    *
    * Positions are `(page - 1) * 100 + index` (spec 4.1).
    */
@@ -83,27 +83,38 @@ export class Messages {
       writes.set(key, { id, position, raw, updated_at: now });
       state.set(key, { id: key, raw_text: raw, position, deleted_at: null, updated_at: now });
     });
-    if (writes.size > 0) {
-      const w = [...writes.values()];
-      await q.query(
-        `INSERT INTO ${this.t('messages')} (account_id, conversation_id, id, position, raw, raw_text, first_seen_at, updated_at)
+    // One statement: the rows as the page leaves them (none when nothing changed), the page's ids
+    // and the checkpoint.
+    const w = [...writes.values()];
+    await q.query(
+      `WITH upsert AS (
+         INSERT INTO ${this.t('messages')} (account_id, conversation_id, id, position, raw, raw_text, first_seen_at, updated_at)
          SELECT $1, $2, u.id, u.position, CASE WHEN u.ok THEN u.raw_text::jsonb END, u.raw_text, $3, u.updated_at
          FROM unnest($4::text[], $5::int[], $6::text[], $7::bool[], $8::text[]) AS u(id, position, raw_text, ok, updated_at)
          ON CONFLICT (account_id, conversation_id, id) DO UPDATE SET
-           position = excluded.position, raw = excluded.raw, raw_text = excluded.raw_text, updated_at = excluded.updated_at, deleted_at = NULL`,
-        [accountId, conversationId, now, w.map((r) => r.id), w.map((r) => r.position), w.map((r) => r.raw), w.map((r) => jsonbSafe(r.raw)), w.map((r) => r.updated_at)],
-      );
-    }
-    await q.query(
-      `WITH page AS (
-         INSERT INTO ${this.t('crawl_pages')} (account_id, conversation_id, page, ids) VALUES ($1, $2, $3, $4::text[])
+           position = excluded.position, raw = excluded.raw, raw_text = excluded.raw_text, updated_at = excluded.updated_at, deleted_at = NULL
+       ), page AS (
+         INSERT INTO ${this.t('crawl_pages')} (account_id, conversation_id, page, ids) VALUES ($1, $2, $9, $10::text[])
          ON CONFLICT (account_id, conversation_id, page) DO UPDATE SET ids = excluded.ids
        )
        INSERT INTO ${this.t('checkpoints')} (account_id, conversation_id, next_page, total_count, crawl_started_at, run_id, updated_at)
-       VALUES ($1, $2, $3 + 1, $5, $6, $7, $6)
+       VALUES ($1, $2, $9 + 1, $11, $3, $12, $3)
        ON CONFLICT (account_id, conversation_id) DO UPDATE SET next_page = excluded.next_page,
          total_count = excluded.total_count, run_id = excluded.run_id, updated_at = excluded.updated_at`,
-      [accountId, conversationId, page.page, ids, page.meta.total_count, now, runId],
+      [
+        accountId,
+        conversationId,
+        now,
+        w.map((r) => r.id),
+        w.map((r) => r.position),
+        w.map((r) => r.raw),
+        w.map((r) => jsonbSafe(r.raw)),
+        w.map((r) => r.updated_at),
+        page.page,
+        ids,
+        page.meta.total_count,
+        runId,
+      ],
     );
     return counts;
   }

@@ -71,10 +71,11 @@ export const LOCK_POOL_MAX = 128;
 export interface PostgresHooks {
   /**
    * Called in every write transaction after its change-log rows were flushed (its seqs allocated,
-   * the counter's row locked) and just before COMMIT. A failpoint: a test holds a transaction
-   * open here, or throws to roll it back.
+   * the counter's row locked) and just before COMMIT, with the seqs and the transaction's
+   * `synchronous_commit` (`off` for a group commit, `on` for a durable one: see `tx`). A
+   * failpoint: a test holds a transaction open here, or throws to roll it back.
    */
-  beforeCommit?: (tx: { seqs: readonly number[] }) => Promise<void> | void;
+  beforeCommit?: (tx: { seqs: readonly number[]; synchronousCommit: string }) => Promise<void> | void;
   /** Called by the open's migration once it holds the migration lock (see `MigrateHooks.onLocked`). */
   onMigrationLocked?: () => Promise<void> | void;
 }
@@ -226,18 +227,28 @@ export class PostgresMirror {
    * flush, the `beforeCommit` hook, COMMIT. Rolled back on any error; run again from the start
    * (a new transaction, a new buffer) after a unique violation, a serialization failure or a
    * deadlock, at most {@link TX_ATTEMPTS} times in all.
+   *
+   * `durability` (as the SQLite engine's `synchronous`): `'group'` commits without waiting for
+   * the WAL flush (`synchronous_commit = off`: a server crash may take the last few commits back,
+   * each whole, never a part of one; the crawl re-reads them); `'durable'` waits for it, and since
+   * the WAL is flushed in order, makes every earlier commit durable too. Export batch plans and
+   * recorded publications are durable: no seq in a published file can be lost and handed out
+   * again.
    */
-  private tx<T>(f: (c: pg.PoolClient, buf: ChangeBuffer) => Promise<T>): Promise<T> {
+  private tx<T>(f: (c: pg.PoolClient, buf: ChangeBuffer) => Promise<T>, durability: 'group' | 'durable' = 'group'): Promise<T> {
     return this.write(async () => {
       for (let attempt = 1; ; attempt++) {
         const client = await checkout(this.pool);
         let broken: Error | undefined;
         try {
-          await client.query('BEGIN');
+          await client.query(durability === 'durable' ? 'BEGIN' : 'BEGIN; SET LOCAL synchronous_commit TO OFF');
           const buf = new ChangeBuffer();
           const result = await f(client, buf);
           const seqs = await this.changes.flush(client, buf);
-          await this.hooks.beforeCommit?.({ seqs });
+          if (this.hooks.beforeCommit) {
+            const sc = await client.query<{ synchronous_commit: string }>('SHOW synchronous_commit');
+            await this.hooks.beforeCommit({ seqs, synchronousCommit: sc.rows[0]!.synchronous_commit });
+          }
           await client.query('COMMIT');
           return result;
         } catch (err) {
@@ -578,12 +589,13 @@ export class PostgresMirror {
   }
 
   /**
-   * The batch to publish, in one transaction: the pending one, else a new batch over
+   * The batch to publish, in one durable transaction: the pending one, else a new batch over
    * `(watermark, max(seq)]`. Every seq up to the max is committed (see change-log.ts), so the
-   * range has no hole a late commit could fill.
+   * range has no hole a late commit could fill; and the plan's commit waits for the WAL flush,
+   * which makes every change before it durable (pages commit without waiting: see `tx`).
    */
   planExportBatch(runId: number | null, plannedAt: string, gzip = false): Promise<ExportBatch | undefined> {
-    return this.tx((c) => this.ledger.plan(c, runId, plannedAt, gzip));
+    return this.tx((c) => this.ledger.plan(c, runId, plannedAt, gzip), 'durable');
   }
 
   /** The change-log rows of a batch, in file order, streamed. */
@@ -606,7 +618,7 @@ export class PostgresMirror {
     return this.tx(async (c) => {
       const expected = expectedHead ?? (await this.headChainedOn(c, entry));
       await this.ledger.record(c, batch, files, entry, publishedAt, expected);
-    });
+    }, 'durable');
   }
 
   /** The ledger record `entry` says it chains on (by its `prev_hash`); undefined for a first record. */
@@ -624,7 +636,7 @@ export class PostgresMirror {
 
   /** Records the genesis record of a migrated export directory (the first chain head). */
   recordLedgerGenesis(entry: LedgerEntry, publishedAt: string): Promise<void> {
-    return this.tx((c) => this.ledger.recordGenesis(c, entry, publishedAt));
+    return this.tx((c) => this.ledger.recordGenesis(c, entry, publishedAt), 'durable');
   }
 
   /** The chain head; undefined before the first record. */
