@@ -208,13 +208,18 @@ describe('a connection lost under a lock or a transaction', () => {
     const page = { page: 1, data, raw: data, meta: { total_count: 1, page: 1, per_page: 100, total_pages: 1 } } as unknown as Page<Message>;
     const commit = m.commitMessagesPage('acct', 'c1', page, null).catch((err: unknown) => err);
     await reached.wait;
+    // The backend of the held transaction: the one holding the change-log counter's row.
     const rows = await pgQuery<{ pid: number }>(
-      `SELECT pid FROM pg_stat_activity WHERE application_name = 'convo-mirror' AND state = 'idle in transaction' AND query LIKE $1`,
-      [`%"${s}"."change_seq"%`],
+      `SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname = $1 AND c.relname = 'change_seq' AND l.mode = 'RowExclusiveLock' AND l.granted`,
+      [s],
     );
-    expect(rows).toHaveLength(1);
-    await pgQuery('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
-    release.open();
+    try {
+      expect(rows).toHaveLength(1);
+      await pgQuery('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+    } finally {
+      release.open();
+    }
     const err = await commit;
     expect(err).toBeInstanceOf(MirrorDatabaseError);
     expect((err as MirrorDatabaseError).code).toBe('DB_UNREACHABLE');
