@@ -36,7 +36,7 @@ import {
   type HttpErrorDetails,
 } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
-import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions, type RateLimiterPool } from './rate-limit.js';
+import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions, type LimiterPool, type RequestLimiter } from './rate-limit.js';
 import { parseRetryAfter, retryDelay, type BackoffOptions } from './backoff.js';
 import { firstContactError } from './first-contact.js';
 import {
@@ -87,7 +87,7 @@ export interface ApiClientOptions {
    * key); when given, `maxRps` and `rateLimit` are not used (the limiter has its own).
    * @defaultValue a limiter of this client's own
    */
-  limiter?: RateLimiter | undefined;
+  limiter?: RequestLimiter | undefined;
   /** Keep-alive connections to the API. @defaultValue 8 */
   connections?: number;
   /**
@@ -272,7 +272,7 @@ export class ApiClient {
   /** `&`-prefixed, encoded {@link ApiClientOptions.listParams} ('' when none). */
   private readonly listQuery: string;
   private readonly headers: Record<string, string>;
-  private readonly limiter: RateLimiter;
+  private readonly limiter: RequestLimiter;
   private readonly clock: Clock;
   private readonly timeoutMs: number;
   private readonly maxRetries: number;
@@ -930,7 +930,7 @@ export interface ApiConfig {
 export function apiClientFromConfig(
   config: ApiConfig,
   extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'onAttempt' | 'clock' | 'failFast' | 'baseUrlSetting' | 'maxRetries'> & {
-    limiters?: RateLimiterPool | undefined;
+    limiters?: LimiterPool | undefined;
   } = {},
 ): ApiClient {
   if (!config.baseUrl || !config.apiKey) throw new Error('apiClientFromConfig: baseUrl and apiKey are required');
