@@ -303,6 +303,13 @@ export class FleetRateLimiter extends RateLimiter {
   private freeSends = 0;
   /** When the last of them left, epoch ms (Redis' clock), as last read. */
   private freeLast: number | undefined;
+  /**
+   * What the limiter did, for metrics and the bench: slots tried and found taken, slots won then
+   * given up (`late`: its time had passed by more than {@link SLOT_LATE_MS}; `changed`: a pause, a
+   * lower cap or requests sent without a cap showed up), requests sent without any cap, and
+   * acquires paced alone because Redis could not be used.
+   */
+  readonly fleetStats = { claims: 0, taken: 0, late: 0, changed: 0, free: 0, alone: 0 };
   /** Send time (local epoch ms) of the last {@link SEND_TIMES_KEPT} requests, by sequence number. */
   private readonly sendTimes = new Map<number, number>();
 
@@ -351,6 +358,7 @@ export class FleetRateLimiter extends RateLimiter {
       return await this.acquireShared(start, signal);
     } catch (err) {
       if (!(err instanceof FleetUnavailable)) throw err;
+      this.fleetStats.alone++;
       const waited = Math.max(0, this.clock.now() - start);
       return waited + (await super.acquire(signal));
     }
@@ -369,6 +377,7 @@ export class FleetRateLimiter extends RateLimiter {
         if (this.currentRps > 0) continue;
         const at = this.notBefore(now);
         if (at <= now) {
+          this.fleetStats.free++;
           this.noteFreeSend(now);
           return this.countSend(start, now);
         }
@@ -378,7 +387,10 @@ export class FleetRateLimiter extends RateLimiter {
       }
       const rps = this.currentRps;
       const slot = await this.claim(this.notBefore(now));
-      if (slot === undefined) continue;
+      if (slot === undefined) {
+        this.fleetStats.changed++;
+        continue;
+      }
       let t = Math.max(this.clock.now(), awake);
       if (slot > t) {
         await this.clock.sleep(slot - t, signal);
@@ -386,10 +398,16 @@ export class FleetRateLimiter extends RateLimiter {
         // What the fleet learned while this request waited: a pause, a lower cap.
         this.applyState(await this.readState());
         t = Math.max(this.clock.now(), awake);
-        if (this.pausedUntil > slot || this.currentRps < rps) continue;
+        if (this.pausedUntil > slot || this.currentRps < rps) {
+          this.fleetStats.changed++;
+          continue;
+        }
       }
       // Too late for its slot (a busy event loop): sending now could crowd the next slots' second.
-      if (t > slot + SLOT_LATE_MS) continue;
+      if (t > slot + SLOT_LATE_MS) {
+        this.fleetStats.late++;
+        continue;
+      }
       return this.countSend(start, t);
     }
   }
@@ -435,10 +453,14 @@ export class FleetRateLimiter extends RateLimiter {
       const slotAt = (index * intervalUs) / 1000;
       // The slot's key outlives the slot (never expiring before it: it would be won twice).
       const ttlS = Math.max(0, Math.ceil((slotAt - this.link.toFleet(this.clock.now())) / 1000)) + SLOT_TTL_EXTRA_S;
+      this.fleetStats.claims++;
       const [state, won] = await Promise.all([this.readState(), this.takeSlot(`${intervalUs}:${index}`, ttlS)]);
       this.grid = { intervalUs, last: index };
       this.applyState(state);
-      if (!won) continue;
+      if (!won) {
+        this.fleetStats.taken++;
+        continue;
+      }
       const slot = this.link.toLocal(slotAt);
       // What was read with the slot rules it out: a pause past it, another cap, requests sent without a cap it must leave room for.
       if (this.pausedUntil > slot || this.currentRps !== rps || slotAt < this.freeNotBefore(intervalUs / 1000)) return undefined;
