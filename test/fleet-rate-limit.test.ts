@@ -251,9 +251,15 @@ describe('FleetRateLimiter without Redis, and its keys', () => {
     const fake = await fleetFake({ rateLimit: { rps: 20 } });
     const prefix = prefixes.next();
     const daemons = await fleet(fake.url, prefix, 0);
-    // A pause and a learned cap too: every kind of key.
-    fake.injectFault({ kind: 'status', status: 429, retryAfter: '1', match: { accountId: 'acct-b' } });
-    await hammer(daemons, 30);
+    // A pause and a learned cap too (a 429 once the fleet has a rate): every kind of key.
+    let armed = false;
+    fake.beforeServe(() => {
+      if (!armed && counted(fake).length >= 15) {
+        armed = true;
+        fake.injectFault({ kind: 'status', status: 429, retryAfter: '1', match: { accountId: 'acct-b' } });
+      }
+    });
+    await hammer(daemons, 40);
     await Promise.all(daemons.map((d) => d.limiter.settled()));
     const keys = await daemons[0]!.redis.keys(`${prefix}:*`);
     const base = fleetKeyBase(prefix, fake.url, API_KEY);
@@ -264,7 +270,7 @@ describe('FleetRateLimiter without Redis, and its keys', () => {
       expect(k).not.toContain(API_KEY);
     }
     const kinds = new Set(keys.map((k) => k.slice(base.length + 1).split(':')[0]));
-    expect([...kinds].sort()).toEqual(expect.arrayContaining(['header-cap', 'ok', 'slot']));
+    expect([...kinds].sort()).toEqual(expect.arrayContaining(['header-cap', 'learned', 'ok', 'slot']));
     // Another key, another base.
     expect(fleetKeyBase(prefix, fake.url, `${API_KEY}x`)).not.toBe(base);
   });
