@@ -16,6 +16,9 @@ import { systemClock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions, type RequestRecord } from '../src/fake-api/index.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
 import { frozenClock, testClock, type TestClock } from './clock.js';
+import { enqueueWorkspace } from '../jobs/queue.js';
+import { daemonFixtures, waitForJob } from './daemon-fixtures.js';
+import { ACCOUNT_ID, API_KEY as HELPER_API_KEY } from './helpers.js';
 
 const API_KEY = 'fleet-rate-test-key-6b1f0e';
 const ACCOUNTS = ['acct-a', 'acct-b', 'acct-c'] as const;
@@ -273,6 +276,34 @@ describe('FleetRateLimiter without Redis, and its keys', () => {
     expect([...kinds].sort()).toEqual(expect.arrayContaining(['header-cap', 'learned', 'ok', 'slot']));
     // Another key, another base.
     expect(fleetKeyBase(prefix, fake.url, `${API_KEY}x`)).not.toBe(base);
+  });
+});
+
+describe('the BullMQ daemon shares its limits through Redis', () => {
+  const fx = daemonFixtures('fleet-daemon');
+  afterEach(fx.afterEachTest);
+  afterAll(fx.afterAllTests);
+
+  it('holds its requests while the fleet is paused for the key (a pause another daemon was told), and claims its slots in Redis', async () => {
+    const fake = await fx.fakeApi(FakeWorkspace.fromCounts([2, 3]));
+    const prefix = fx.prefix();
+    const d = await fx.startDaemon(fx.daemonConfig(fake, prefix, { CONVO_MIRROR_MAX_RPS: '50' }));
+    const redis = await connect();
+    // Another daemon of the fleet got a 429 with Retry-After: 1.5 s from now (Redis' clock).
+    const [s, us] = await redis.time();
+    const pauseEnd = Number(s) * 1000 + Math.floor(Number(us) / 1000) + 1500;
+    const base = fleetKeyBase(prefix, fake.url, HELPER_API_KEY);
+    await redis.set(`${base}:pause`, String(pauseEnd), 'PX', 1500);
+    fake.requests.length = 0;
+    const queue = fx.queueFor(prefix);
+    const id = await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 1 } });
+    await waitForJob(queue, id, 'completed', 20_000);
+    const first = Math.min(...fake.requests.map((r) => r.at));
+    // Nothing reached the API before the pause's end (a few ms for the daemon's reading of Redis' clock).
+    expect(first).toBeGreaterThanOrEqual(pauseEnd - 25);
+    const keys = await redis.keys(`${base}:*`);
+    expect(keys.some((k) => k.startsWith(`${base}:slot:`))).toBe(true);
+    await d.stop();
   });
 });
 
