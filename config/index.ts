@@ -334,7 +334,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
       .refine((n) => n === 0 || n >= 0.1, 'must be 0 (no cap) or at least 0.1 requests per second')
       .refine((n) => n <= 10_000, 'must be at most 10000'),
     defaultValue: 10,
-    help: 'requests per second cap for the process, 0 = none',
+    help: 'requests per second cap per base URL and key (shared by the fleet with the BullMQ daemon), 0 = none',
     commands: API,
   },
   requestTimeoutMs: {

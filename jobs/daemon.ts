@@ -8,7 +8,7 @@
 import type { Logger } from 'pino';
 import { CONFIG_FIELDS, type Config } from '../config/index.js';
 import { apiClientFromConfig } from '../src/api/client.js';
-import { RateLimiterPool } from '../src/api/rate-limit.js';
+import type { LimiterPool } from '../src/api/rate-limit.js';
 import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
@@ -24,6 +24,7 @@ import { openMirrorForRuns } from '../src/run/index.js';
 import { assertRedisReachable } from './queue.js';
 import { bullmqEngine } from './bullmq-engine.js';
 import { localEngine } from './local-engine.js';
+import { daemonLimiters, type DaemonLimiters } from './fleet-limits.js';
 import { WorkspaceChecks } from './startup-check.js';
 import type { DaemonEngine, DaemonWorkspace, EngineContext } from './engine.js';
 
@@ -97,6 +98,8 @@ interface Resources {
   abort: AbortController;
   /** The daemon's Prometheus metrics (served by the HTTP server). */
   metrics: Metrics;
+  /** The clients' rate limiters (shared through Redis by the fleet with the BullMQ engine). */
+  limiters: DaemonLimiters;
   /** The HTTP server, once listening (undefined when off). */
   server?: RunningServer | undefined;
   /** `/readyz` answers 200 only in phase `ready`. */
@@ -207,8 +210,9 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     },
     queueJobCounts: () => (engine ? engine.jobCounts() : Promise.resolve({})),
   });
+  const limiters = daemonLimiters(config, logger);
   // A 429 makes every worker of the BullMQ queue back off (when all workspaces share one key).
-  const workspaces = workspaceClients(config, logger, metrics, abort.signal, (ms) => engine?.rateLimit?.(ms));
+  const workspaces = workspaceClients(config, logger, metrics, abort.signal, limiters.pool, (ms) => engine?.rateLimit?.(ms));
   const ctx: EngineContext = {
     config,
     logger,
@@ -225,6 +229,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     engine = config.scheduler === 'local' ? localEngine(ctx) : await bullmqEngine(ctx);
   } catch (err) {
     await Promise.allSettled(workspaces.map((w) => w.api.close()));
+    limiters.close();
     mirror.close();
     throw err;
   }
@@ -234,6 +239,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     engine,
     abort,
     metrics,
+    limiters,
     phase: 'starting: checking the workspaces',
     checks: new WorkspaceChecks(config, logger, (account) => metrics.attemptHook(account)),
   };
@@ -241,12 +247,12 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
 
 /**
  * One client per configured workspace. Workspaces of one base URL and key share a rate limiter
- * (learned rate included), so a 429 for one slows all of them, and only them. When every workspace
+ * (learned rate included), so a 429 for one slows all of them, and only them; with the BullMQ
+ * engine that limiter is shared through Redis by every daemon of the queue prefix. When every workspace
  * shares one, a 429 also pauses the whole BullMQ queue (every daemon of the mirror backs off); with
  * several keys that would slow workspaces the 429 does not concern, so each limiter keeps it to its own.
  */
-function workspaceClients(config: Config, logger: Logger, metrics: Metrics, signal: AbortSignal, onRateLimited: (ms: number) => void): DaemonWorkspace[] {
-  const limiters = new RateLimiterPool(config.maxRps, systemClock);
+function workspaceClients(config: Config, logger: Logger, metrics: Metrics, signal: AbortSignal, limiters: LimiterPool, onRateLimited: (ms: number) => void): DaemonWorkspace[] {
   const oneKey = new Set(config.workspaces.map((w) => `${w.baseUrl}\n${w.apiKey}`)).size === 1;
   return config.workspaces.map((workspace) => {
     const accountId = workspace.accountId ?? DEFAULT_ACCOUNT;
@@ -335,5 +341,6 @@ async function release(res: Resources, logger: Logger): Promise<void> {
   }
   await res.engine.close(CLOSE_WAIT_MS).catch(() => {});
   await Promise.allSettled(res.workspaces.map((w) => w.api.close()));
+  res.limiters.close();
   res.mirror.close();
 }

@@ -9,7 +9,8 @@
  *   full jitter; `Retry-After` (seconds or HTTP-date) is honoured, capped, and pauses every request of
  *   the process. 400, 401, 403, 404, 422 and other 4xx are never retried.
  * - A request-rate cap ({@link RateLimiter}), shared by the clients of one base URL and key when they
- *   get it from one {@link RateLimiterPool}: `maxRps` is an upper bound; below it the
+ *   get it from one {@link LimiterPool} (a `RateLimiterPool` in one process; a `FleetRateLimiterPool`
+ *   shares it with every daemon of a fleet through Redis): `maxRps` is an upper bound; below it the
  *   cap adapts to the server (slow start: one request in flight, widening, until the server shows a
  *   limit; lowered after a 429 to 90 % of the rate achieved in the last second, 97.5 % for slow
  *   start's first, never more than that many in any second of actual send times; paced by `RateLimit-Limit`/`-Remaining`/`-Reset` headers when served).
@@ -36,7 +37,7 @@ import {
   type HttpErrorDetails,
 } from '../errors.js';
 import { systemClock, type Clock } from '../clock.js';
-import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions, type RateLimiterPool } from './rate-limit.js';
+import { RateLimiter, parseRateLimitHeaders, type AdaptiveOptions, type LimiterPool, type RequestLimiter } from './rate-limit.js';
 import { parseRetryAfter, retryDelay, type BackoffOptions } from './backoff.js';
 import { firstContactError } from './first-contact.js';
 import {
@@ -83,11 +84,12 @@ export interface ApiClientOptions {
   /** How the cap adapts to the server (see {@link RateLimiter}). @defaultValue adaptive */
   rateLimit?: AdaptiveOptions;
   /**
-   * A limiter shared with other clients (e.g. {@link RateLimiterPool.limiterFor} this base URL and
-   * key); when given, `maxRps` and `rateLimit` are not used (the limiter has its own).
+   * A limiter shared with other clients (e.g. {@link LimiterPool.limiterFor} this base URL and
+   * key: a `RateLimiter`, or a `FleetRateLimiter` shared through Redis); when given, `maxRps` and
+   * `rateLimit` are not used (the limiter has its own).
    * @defaultValue a limiter of this client's own
    */
-  limiter?: RateLimiter | undefined;
+  limiter?: RequestLimiter | undefined;
   /** Keep-alive connections to the API. @defaultValue 8 */
   connections?: number;
   /**
@@ -272,7 +274,7 @@ export class ApiClient {
   /** `&`-prefixed, encoded {@link ApiClientOptions.listParams} ('' when none). */
   private readonly listQuery: string;
   private readonly headers: Record<string, string>;
-  private readonly limiter: RateLimiter;
+  private readonly limiter: RequestLimiter;
   private readonly clock: Clock;
   private readonly timeoutMs: number;
   private readonly maxRetries: number;
@@ -924,13 +926,14 @@ export interface ApiConfig {
  * to build that workspace's client.
  *
  * @param extra - `limiters`: the pool the client takes its limiter from (one per base URL and key,
- *   so clients of workspaces sharing both share their pacing); without it the client has its own
+ *   so clients of workspaces sharing both share their pacing; with a `FleetRateLimiterPool`, so do
+ *   the daemons of a fleet); without it the client has its own
  * @throws Error when `baseUrl` or `apiKey` is missing (config/ requires them for API commands)
  */
 export function apiClientFromConfig(
   config: ApiConfig,
   extra: Pick<ApiClientOptions, 'logger' | 'signal' | 'onRateLimited' | 'onAttempt' | 'clock' | 'failFast' | 'baseUrlSetting' | 'maxRetries'> & {
-    limiters?: RateLimiterPool | undefined;
+    limiters?: LimiterPool | undefined;
   } = {},
 ): ApiClient {
   if (!config.baseUrl || !config.apiKey) throw new Error('apiClientFromConfig: baseUrl and apiKey are required');

@@ -64,6 +64,44 @@ export const GUARD_MAX_SENDS = 1024;
 export const SLOW_START_MAX_WINDOW = 64;
 
 /**
+ * What an {@link ApiClient} asks of its limiter, in this order for each attempt: {@link enter} (room
+ * in the slow-start window), {@link acquire} (the request's slot), then, once the status is known,
+ * {@link observe} (and {@link onRateLimited} for a 429) and {@link leave}. Two implementations:
+ * {@link RateLimiter} (one process) and `FleetRateLimiter` (src/api/fleet-rate-limit.ts: the
+ * daemons of a fleet share caps, pauses and what they learned through Redis).
+ */
+export interface RequestLimiter {
+  /** The cap in force, requests/s: the lowest of the configured and learned caps; 0 = none. */
+  readonly currentRps: number;
+  /** Requests let through by {@link acquire} so far; pass the value read right after acquiring to {@link observe} / {@link onRateLimited}. */
+  readonly sentCount: number;
+  /**
+   * Waits for room in the slow-start window. Call {@link leave} exactly once afterwards.
+   * @throws the signal's reason when `signal` aborts while waiting (nothing to leave then)
+   */
+  enter(signal?: AbortSignal): Promise<void>;
+  /** A request let in by {@link enter} is answered (or failed). */
+  leave(): void;
+  /**
+   * Waits until this request may be sent. Resolves with the ms waited.
+   * @throws the signal's reason when `signal` aborts while waiting
+   */
+  acquire(signal?: AbortSignal): Promise<number>;
+  /** Holds every request until `untilMs` (epoch ms of the limiter's clock), e.g. after a 429 with `Retry-After`. */
+  pauseUntil(untilMs: number): void;
+  /** A response answered 429 (see {@link RateLimiter.onRateLimited}). @param sentSeq - {@link sentCount} read right after the request was let through */
+  onRateLimited(sentSeq?: number): void;
+  /** Records a response's status and its `RateLimit-*` headers (see {@link RateLimiter.observe}). */
+  observe(status: number, info?: RateLimitInfo, sentSeq?: number): void;
+}
+
+/** Hands out one {@link RequestLimiter} per base URL and API key (see {@link limiterKey}). */
+export interface LimiterPool {
+  /** The limiter of `baseUrl` + `apiKey`, made on first use and kept for the pool's life. @throws TypeError when `baseUrl` is not an absolute URL */
+  limiterFor(baseUrl: string, apiKey: string): RequestLimiter;
+}
+
+/**
  * A request-rate limiter shared by every request of one {@link ApiClient}, or of every client that
  * talks to one base URL with one key (taken from a {@link RateLimiterPool}).
  *
@@ -88,13 +126,13 @@ export const SLOW_START_MAX_WINDOW = 64;
  *
  * Time comes from the injected {@link Clock} (design habit 8).
  */
-export class RateLimiter {
-  private nextSlot = 0;
-  private pausedUntil = 0;
-  private readonly configuredRps: number;
-  private readonly opts: Required<AdaptiveOptions>;
+export class RateLimiter implements RequestLimiter {
+  protected nextSlot = 0;
+  protected pausedUntil = 0;
+  protected readonly configuredRps: number;
+  protected readonly opts: Required<AdaptiveOptions>;
   /** Cap learned from 429s, requests/s; undefined until the first 429. */
-  private learned429?: number;
+  protected learned429?: number;
   /** When the 429-learned cap was last lowered or raised (epoch ms). */
   private learned429At = 0;
   /** The rate achieved when the last 429 came (requests in the second before it): what the server bore. */
@@ -102,18 +140,18 @@ export class RateLimiter {
   /** Requests sent before the last lowering are answered at the old rate: their 429s don't lower again. */
   private lowerSeq = -1;
   /** Cap learned from `RateLimit-Limit` and the window, requests/s. */
-  private learnedHeader?: number;
+  protected learnedHeader?: number;
   /** Largest `RateLimit-Reset` seen, ms: the window when no policy names it. */
   private maxResetMs = 0;
   /** Spacing from `Remaining` spread over `Reset`, and until when it applies. */
-  private headerIntervalMs = 0;
-  private headerIntervalUntil = 0;
+  protected headerIntervalMs = 0;
+  protected headerIntervalUntil = 0;
   /** Requests let through so far (sequence numbers for {@link sentSince}). */
-  private sent = 0;
+  protected sent = 0;
   /** Arrival times (epoch ms) of non-429 responses in about the last second. */
-  private readonly successes: number[] = [];
+  protected readonly successes: number[] = [];
   /** Send times (epoch ms) of the requests let through in the last 1000 + {@link WINDOW_MARGIN_MS} ms, oldest first. */
-  private readonly sends: number[] = [];
+  protected readonly sends: number[] = [];
   /** Slow start: true until the server shows a limit (a 429 with a rate, or rate-limit headers). */
   private slowStarting: boolean;
   /**
@@ -141,7 +179,7 @@ export class RateLimiter {
    */
   constructor(
     rps: number,
-    private readonly clock: Clock,
+    protected readonly clock: Clock,
     opts: AdaptiveOptions = {},
   ) {
     this.configuredRps = rps > 0 ? rps : 0;
@@ -250,14 +288,14 @@ export class RateLimiter {
   }
 
   /** A limit is shown: the gate opens for good. */
-  private endSlowStart(): void {
+  protected endSlowStart(): void {
     if (!this.slowStarting) return;
     this.slowStarting = false;
     this.wakeGate();
   }
 
   /** A 429 during slow start: the time-doubling starts over, from the end of any pause in force. */
-  private restartQuietTime(now: number): void {
+  protected restartQuietTime(now: number): void {
     if (this.inSlowStart) this.slowStartAt = Math.max(now, this.pausedUntil);
   }
 
@@ -316,7 +354,7 @@ export class RateLimiter {
   }
 
   /** Records a send; keeps the sends of the guard's window, at most {@link GUARD_MAX_SENDS} (a cap above that is not guarded). */
-  private recordSend(now: number): void {
+  protected recordSend(now: number): void {
     this.sends.push(now);
     while (this.sends.length > 0 && (this.sends[0]! <= now - 1000 - WINDOW_MARGIN_MS || this.sends.length > GUARD_MAX_SENDS)) this.sends.shift();
   }
@@ -393,7 +431,7 @@ export class RateLimiter {
     }
   }
 
-  private prune(now: number): void {
+  protected prune(now: number): void {
     while (this.successes.length > 0 && this.successes[0]! <= now - 1000) this.successes.shift();
   }
 
@@ -402,7 +440,7 @@ export class RateLimiter {
    * drew the 429; beyond that (probing whether the server's limit rose) only per quiet 6 ×
    * `recoverAfterMs`.
    */
-  private recover(): void {
+  protected recover(): void {
     if (this.learned429 === undefined) return;
     const now = this.clock.now();
     const quiet = now - this.learned429At;
@@ -432,7 +470,7 @@ export function limiterKey(baseUrl: string, apiKey: string): string {
  * workspace of that key, and only them. Limiters are made on first use with the pool's settings
  * and kept for the pool's life.
  */
-export class RateLimiterPool {
+export class RateLimiterPool implements LimiterPool {
   private readonly limiters = new Map<string, RateLimiter>();
 
   /**
