@@ -1,6 +1,6 @@
 /**
  * `convo-mirror backup FILE`: a consistent copy of the mirror (SQLite's online backup,
- * src/store/backup.ts), safe while a `sync` or the daemon writes it, read without the writer lock
+ * src/store/sqlite/backup.ts), safe while a `sync` or the daemon writes it, read without the writer lock
  * like `status` and `verify`. The new file is private (0600, or 0640 with
  * `CONVO_MIRROR_GROUP_READABLE`), never written over an existing file, and removed when the backup
  * fails or is interrupted. Progress: a line redrawn on a terminal, a `backup progress` log line

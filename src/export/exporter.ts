@@ -106,9 +106,11 @@ export interface ExportOptions {
   /**
    * Test hook (a failpoint): called at `point` with the absolute path of the file being published.
    * Whatever it throws propagates unchanged and nothing is cleaned up, so the files on disk stay as
-   * a crash at that point would leave them. Never set in production.
+   * a crash at that point would leave them. At `before-ledger` and `before-record` a promise it
+   * returns is awaited (the hook may use the mirror); at `before-rename` it must be synchronous.
+   * Never set in production.
    */
-  failpoint?: (point: ExportFailpoint, file: string) => void;
+  failpoint?: (point: ExportFailpoint, file: string) => void | Promise<void>;
 }
 
 /** What one {@link publishChanges} call published. */
@@ -232,11 +234,11 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions): Promise<Export
 
   // 2. The data files, 3. the batch record, 4. the witness line and the manifest, 5. the records in SQLite.
   const files = await writeBatchFiles(mirror, target, plan, opts.maxLinesPerFile ?? 100_000);
-  opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
+  await opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
   const entry = publishRecord(target, batchBody(mirrorId, plan, files, await mirror.ledgerHead()), opts.signingKey);
   const head = { batch_id: entry.batch_id, hash: entry.hash };
   publishHead(target, mirrorId, head, plan.last_seq, opts);
-  opts.failpoint?.('before-record', path.join(dir, MANIFEST));
+  await opts.failpoint?.('before-record', path.join(dir, MANIFEST));
   await mirror.recordPublication(plan, files, entry, isoNow(clock));
   const lines = files.reduce((n, f) => n + f.lines, 0);
   opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq, head: `${head.batch_id}:${head.hash}` }, 'exports published');

@@ -67,10 +67,10 @@ export interface VerifyOptions {
   /** The clock the head's age is measured with. @defaultValue the system clock */
   clock?: Clock | undefined;
   /**
-   * Test hook (a failpoint): called at `chain-read`, once the archive's chain is read and before
+   * Test hook (a failpoint): called (and awaited) at `chain-read`, once the archive's chain is read and before
    * the witness file is (a publication then lands between the two). Never set in production.
    */
-  failpoint?: ((point: 'chain-read') => void) | undefined;
+  failpoint?: ((point: 'chain-read') => void | Promise<void>) | undefined;
 }
 
 /** The newest signed head {@link verifyArchive} found: the one whose age it reports. */
@@ -195,7 +195,7 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   // the verification is no false alarm).
   const witnessSizes = o.witnessDir !== undefined ? sizesOfWitnessFiles(o.witnessDir) : undefined;
   const chain = readChain(root, await mirror?.mirrorId());
-  o.failpoint?.('chain-read');
+  await o.failpoint?.('chain-read');
   await checkLedger(report, chain, mirror);
   const listed = checkFiles(report, root, chain);
   const manifest = await checkManifest(report, root, chain, mirror);

@@ -203,7 +203,7 @@ export interface ExportChange {
   line: string | null;
 }
 
-/** Options of {@link Mirror.open}. */
+/** Options of `openMirror` (`lock`, `modes`, `onPlanCommit` and `onLockAttempt` concern the SQLite engine only). */
 export interface MirrorOptions {
   /** Time source for `*_at` columns. @defaultValue the system clock */
   clock?: Clock;

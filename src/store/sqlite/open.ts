@@ -41,7 +41,7 @@ export const WRITER_CACHE_KIB = 8192;
 const OPEN_ATTEMPTS = 3;
 
 /**
- * Opens the mirror at `file` (see {@link Mirror.open} for what a writer and a read-only open do,
+ * Opens the mirror at `file` (see `SqliteMirror.open` for what a writer and a read-only open do,
  * and what they throw) and returns `wrap`'s result for the connection.
  */
 export function openConnection<M>(file: string, opts: MirrorOptions, wrap: Wrap<M>): M {
