@@ -380,10 +380,14 @@ export interface Mirror {
 
   // ---------------------------------------------------------------- audit (verify --deep)
 
-  /** Every message or conversation row (tombstoned ones too), by key, with its record as served. */
+  /**
+   * Every message or conversation row (tombstoned ones too), by key, with its record as served.
+   * Streamed: make no other call on this mirror until the iteration ends (an engine may hold its
+   * connection for the stream); a reader that stops early releases it.
+   */
   auditRecords(table: 'messages' | 'conversations'): AsyncIterable<RecordRow>;
 
-  /** Every `message_history` row, by the seq of the update that replaced it. */
+  /** Every `message_history` row, by the seq of the update that replaced it; streamed as {@link auditRecords}. */
   auditHistory(): AsyncIterable<HistoryRow>;
 
   /**
