@@ -19,7 +19,7 @@ import { ApiClient } from '../src/api/client.js';
 import { systemClock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi } from '../src/fake-api/index.js';
 import { runSync } from '../src/run/index.js';
-import { Mirror } from '../src/store/mirror.js';
+import { openMirror } from '../src/store/open-mirror.js';
 
 const round = (x: number, d = 1): number => Math.round(x * 10 ** d) / 10 ** d;
 
@@ -79,7 +79,7 @@ export async function listingSection(results: Record<string, unknown>, rows: [st
   ws.reverse(); // fromCounts ticks forward: newest activity first
   const fake = await startFakeApi({ workspace: ws, apiKey: 'bench-listing-key' });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'convo-mirror-bench-listing-'));
-  const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+  const mirror = await openMirror(path.join(dir, 'mirror.sqlite'));
   const api = new ApiClient({ baseUrl: fake.url, apiKey: 'bench-listing-key', maxRps: 0, connections: 16, logger });
   const deps = { api, mirror, logger, clock: systemClock };
   const opts = { accountId: 'default', exportDir: path.join(dir, 'exports'), concurrency: 8 };
@@ -116,7 +116,7 @@ export async function listingSection(results: Record<string, unknown>, rows: [st
     ]);
   } finally {
     await api.close();
-    mirror.close();
+    await mirror.close();
     await fake.close();
     fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -12,7 +12,8 @@ import { PER_PAGE } from '../src/api/client.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { publishChanges } from '../src/export/exporter.js';
 import { verifyArchive } from '../src/export/verify.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror } from '../src/store/open-mirror.js';
 
 /** Published batches before each measured window. */
 const WINDOWS = [10, 1000] as const;
@@ -30,7 +31,7 @@ function page<T>(items: Record<string, unknown>[]): Page<T> {
 }
 
 /** One conversation page of 100 messages committed into `mirror` (conversation `c<k>`). */
-function commitBatch(mirror: Mirror, k: number): void {
+async function commitBatch(mirror: Mirror, k: number): Promise<void> {
   const id = `c${k}`;
   const messages = Array.from({ length: PER_PAGE }, (_, i) => ({
     id: `m${k}-${i}`,
@@ -39,9 +40,9 @@ function commitBatch(mirror: Mirror, k: number): void {
     sender: { id: `u${i % 7}`, name: `User ${i % 7}`, type: i % 2 ? 'Customer' : 'User' },
     created_at: new Date(Date.UTC(2026, 0, 1) + k * 60_000 + i * 1000).toISOString(),
   }));
-  mirror.upsertConversations('bench', page<Conversation>([{ id, subject: `conversation ${k}` }]), null);
-  mirror.commitMessagesPage('bench', id, page<Message>(messages), null);
-  mirror.completeCrawl('bench', id, null);
+  await mirror.upsertConversations('bench', page<Conversation>([{ id, subject: `conversation ${k}` }]), null);
+  await mirror.commitMessagesPage('bench', id, page<Message>(messages), null);
+  await mirror.completeCrawl('bench', id, null);
 }
 
 /** An archive being built: a mirror, its export directory, and the batches published so far. */
@@ -51,15 +52,15 @@ interface Archive {
   published: number;
 }
 
-function openArchive(dir: string, name: string): Archive {
-  return { mirror: Mirror.open(path.join(dir, `${name}.sqlite`)), exportDir: path.join(dir, name), published: 0 };
+async function openArchive(dir: string, name: string): Promise<Archive> {
+  return { mirror: await openMirror(path.join(dir, `${name}.sqlite`)), exportDir: path.join(dir, name), published: 0 };
 }
 
 /** Commits and publishes one batch; returns the publication's time (ms). */
-function publishOne(a: Archive): number {
-  commitBatch(a.mirror, a.published++);
+async function publishOne(a: Archive): Promise<number> {
+  await commitBatch(a.mirror, a.published++);
   const t0 = performance.now();
-  publishChanges(a.mirror, { exportDir: a.exportDir });
+  await publishChanges(a.mirror, { exportDir: a.exportDir });
   return performance.now() - t0;
 }
 
@@ -68,19 +69,20 @@ function publishOne(a: Archive): number {
  * 1,000, measured alternately (one batch to each in turn, {@link MEASURED} each) so that the disk's
  * moods weigh on both alike; and `verify` of the larger archive.
  */
-export function publicationSection(results: Record<string, unknown>, rows: [string, string, string][], log: (msg: string) => void): void {
+export async function publicationSection(results: Record<string, unknown>, rows: [string, string, string][], log: (msg: string) => void): Promise<void> {
   log(`publication: archives of ${WINDOWS.join(' and ')} batches, then ${MEASURED} more into each, alternately…`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'convo-mirror-bench-pub-'));
-  const archives = WINDOWS.map((w) => openArchive(dir, `after-${w}`));
+  const archives: Archive[] = [];
   const times = WINDOWS.map((): number[] => []);
   try {
-    archives.forEach((a, i) => {
-      while (a.published < WINDOWS[i]!) publishOne(a);
-    });
-    for (let k = 0; k < MEASURED; k++) archives.forEach((a, i) => times[i]!.push(publishOne(a)));
+    for (const w of WINDOWS) archives.push(await openArchive(dir, `after-${w}`));
+    for (const [i, a] of archives.entries()) {
+      while (a.published < WINDOWS[i]!) await publishOne(a);
+    }
+    for (let k = 0; k < MEASURED; k++) for (const [i, a] of archives.entries()) times[i]!.push(await publishOne(a));
     const big = archives.at(-1)!;
     const v0 = performance.now();
-    const report = verifyArchive({ exportDir: big.exportDir, mirror: big.mirror });
+    const report = await verifyArchive({ exportDir: big.exportDir, mirror: big.mirror });
     const verifyMs = performance.now() - v0;
     const [small, large] = times.map((t) => round(median(t), 2));
     const ratio = round(large! / small!, 2);
@@ -99,7 +101,7 @@ export function publicationSection(results: Record<string, unknown>, rows: [stri
     rows.push(['publication, one batch after 1,000 batches', `${large} ms`, `${ratio}× the above, measured alternately (${ratio <= 1.5 ? 'target flat (≤ 1.5×) met' : 'target flat (≤ 1.5×) MISSED'})`]);
     rows.push(['verify of that archive', `${round(verifyMs / 1000, 2)} s`, `${report.records} records, ${report.files} files, ${report.problems.length} problems`]);
   } finally {
-    for (const a of archives) a.mirror.close();
+    for (const a of archives) await a.mirror.close();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

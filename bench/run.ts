@@ -40,7 +40,7 @@ import { ApiClient, PER_PAGE, pageBound } from '../src/api/client.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { systemClock } from '../src/clock.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
+import { openMirror } from '../src/store/open-mirror.js';
 import { runSync, type RunSummary } from '../src/run/index.js';
 import { publicationSection } from './publication.js';
 import { listingSection, storageFootprint, type StorageFootprint } from './footprint.js';
@@ -202,7 +202,7 @@ interface SyncFigures {
 
 /** One recorded `runSync` against `url`, into the mirror at `dbPath`. */
 async function timedSync(url: string, dbPath: string, exportDir: string, full: boolean): Promise<SyncFigures> {
-  const mirror = Mirror.open(dbPath);
+  const mirror = await openMirror(dbPath);
   const api = newClient(url);
   const rss = new RssSampler();
   rss.start();
@@ -215,7 +215,7 @@ async function timedSync(url: string, dbPath: string, exportDir: string, full: b
     summary = await runSync({ api, mirror, logger, clock: systemClock }, { accountId: ACCOUNT, exportDir, concurrency, ...(full ? { full: true } : {}) });
   } finally {
     await api.close();
-    mirror.close();
+    await mirror.close();
   }
   const wallMs = performance.now() - t0;
   const busy = performance.eventLoopUtilization(elu0).utilization;
@@ -269,13 +269,13 @@ async function httpCeiling(url: string): Promise<{ wallMs: number; messages: num
  * The storage ceiling: the same workspace generated in-process and written straight into a fresh
  * mirror, list pages then each conversation's pages of 100 and its crawl completion, no HTTP.
  */
-function storageCeiling(n: number): { wallMs: number; messages: number; pages: number; messagesPerSec: number; generateMs: number } {
+async function storageCeiling(n: number): Promise<{ wallMs: number; messages: number; pages: number; messagesPerSec: number; generateMs: number }> {
   const g0 = performance.now();
   const ws = FakeWorkspace.generate({ seed, conversations: n });
   const list = ws.list();
   const generateMs = performance.now() - g0;
   const dir = tempDir();
-  const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+  const mirror = await openMirror(path.join(dir, 'mirror.sqlite'));
   const mkPage = <T>(items: Record<string, unknown>[], page: number, total: number): Page<T> => ({
     page,
     data: items as unknown as T[],
@@ -288,21 +288,21 @@ function storageCeiling(n: number): { wallMs: number; messages: number; pages: n
   try {
     const convs = list.map((c) => c.data);
     for (let p = 1; (p - 1) * PER_PAGE < convs.length; p++) {
-      mirror.upsertConversations(ACCOUNT, mkPage<Conversation>(convs.slice((p - 1) * PER_PAGE, p * PER_PAGE), p, convs.length), null);
+      await mirror.upsertConversations(ACCOUNT, mkPage<Conversation>(convs.slice((p - 1) * PER_PAGE, p * PER_PAGE), p, convs.length), null);
       pages++;
     }
     for (const c of list) {
       const msgs = c.messages as unknown as Record<string, unknown>[];
       const total = msgs.length;
       for (let p = 1; p === 1 || (p - 1) * PER_PAGE < total; p++) {
-        mirror.commitMessagesPage(ACCOUNT, c.id, mkPage<Message>(msgs.slice((p - 1) * PER_PAGE, p * PER_PAGE), p, total), null);
+        await mirror.commitMessagesPage(ACCOUNT, c.id, mkPage<Message>(msgs.slice((p - 1) * PER_PAGE, p * PER_PAGE), p, total), null);
         pages++;
       }
-      mirror.completeCrawl(ACCOUNT, c.id, null);
+      await mirror.completeCrawl(ACCOUNT, c.id, null);
       messages += total;
     }
   } finally {
-    mirror.close();
+    await mirror.close();
     fs.rmSync(dir, { recursive: true, force: true });
   }
   const wallMs = performance.now() - t0;
@@ -710,12 +710,12 @@ async function syncSections(dir: string, results: Record<string, unknown>, rows:
 
     // 4. Incremental, 1 % of conversations with 3 new messages.
     const changed = Math.max(1, Math.round(conversations / 100));
-    const ids = (() => {
-      const m = Mirror.open(dbPath, { lock: false });
+    const ids = await (async () => {
+      const m = await openMirror(dbPath, { lock: false });
       try {
-        return m.liveConversationIds(ACCOUNT);
+        return await m.liveConversationIds(ACCOUNT);
       } finally {
-        m.close();
+        await m.close();
       }
     })();
     const step = Math.max(1, Math.floor(ids.length / changed));
@@ -794,10 +794,10 @@ const HTTP_RATIO_TARGET = 0.25;
 const STORAGE_RATIO_TARGET = 0.85;
 
 /** Section 7: the storage ceiling (last: it holds the generated workspace in this process). @returns the full sync's figures */
-function storageSection(results: Record<string, unknown>, rows: [string, string, string][]): SyncFigures {
+async function storageSection(results: Record<string, unknown>, rows: [string, string, string][]): Promise<SyncFigures> {
   // 7. Storage ceiling (last: it holds the generated workspace in this process).
   log('storage ceiling…');
-  const store = storageCeiling(conversations);
+  const store = await storageCeiling(conversations);
   const full = results.fullSync as SyncFigures;
   const storeRatio = round(full.messagesPerSec / store.messagesPerSec, 2);
   results.storageCeiling = { ...store, syncRatio: storeRatio };
@@ -815,7 +815,7 @@ async function oneSection(machine: Machine): Promise<void> {
   else if (listingOnly) await listingSection(results, rows, log, logger);
   else if (limitedOnly) await rateLimitedSection(results, rows);
   else if (memoryOnly) await memorySection(results, rows);
-  else publicationSection(results, rows, log);
+  else await publicationSection(results, rows, log);
   const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
   const name = hostileOnly ? 'hostile API' : listingOnly ? 'listing' : limitedOnly ? 'rate-limited' : memoryOnly ? 'memory' : 'publication';
   writeReport(report, rows, `convo-mirror benchmark — ${name} only`, machine);
@@ -851,8 +851,8 @@ async function main(): Promise<void> {
   if (!skipLimited) await rateLimitedSection(results, rows);
   // 6. A hostile API, against the real CLI in child processes.
   if (!skipHostile) results.hostile = await hostileSection(rows);
-  publicationSection(results, rows, log);
-  const full = storageSection(results, rows);
+  await publicationSection(results, rows, log);
+  const full = await storageSection(results, rows);
 
   fs.rmSync(dir, { recursive: true, force: true });
 

@@ -55,7 +55,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
   const jobs = new RunningJobs();
   let worker: BullWorker | undefined;
   try {
-    await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, ctx.mirror.mirrorId());
+    await claimQueuePrefix({ redisUrl: config.redisUrl, prefix: config.queuePrefix }, await ctx.mirror.mirrorId());
   } catch (err) {
     await closeConnections(undefined, queue, link, { waitMs: 1000, stopReconnecting: () => (closing = true) }, logger);
     throw err;
@@ -119,7 +119,9 @@ function workspaceDeps(ctx: EngineContext, queue: Queue): Map<string, JobDeps> {
       accountId: w.accountId,
       target: ctx.target,
       // Long runs reach the exports progressively: what conversation jobs commit is published every publishIntervalMs.
-      afterCommit: () => void publisher.maybePublish(),
+      afterCommit: async () => {
+        await publisher.maybePublish();
+      },
       policy: jobPolicyOf(ctx.config),
       signal: ctx.signal,
       locks,

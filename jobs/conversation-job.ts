@@ -33,8 +33,8 @@ import type { ConversationJobData, ConversationJobResult } from './queue.js';
 export async function processConversationJob(d: JobDeps, job: Job<ConversationJobData>, token?: string): Promise<ConversationJobResult | NotFoundJobResult> {
   const { conversationId, runId } = job.data;
   const deps = { ...d, logger: d.logger.child({ job: job.id, conversation_id: conversationId }) };
-  return d.locks.run(`${d.accountId}/${conversationId}`, () =>
-    runId !== undefined && runIsOpen(d.mirror, runId) ? crawlAsChild(deps, job, runId, token) : runOnDemand(deps, job, token),
+  return d.locks.run(`${d.accountId}/${conversationId}`, async () =>
+    runId !== undefined && (await runIsOpen(d.mirror, runId)) ? crawlAsChild(deps, job, runId, token) : runOnDemand(deps, job, token),
   );
 }
 
@@ -60,7 +60,7 @@ async function runOnDemand(d: JobDeps, job: Job<ConversationJobData>, token: str
   if (ahead?.outcome === 'not-found') return notFound(d, conversationId, ahead);
   try {
     // An attempt after a crash reopens the interrupted run; one after a failed attempt continues it.
-    const run: RunHandle = (earlier !== undefined ? resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? startRun(d, spec);
+    const run: RunHandle = (earlier !== undefined ? await resumeRun(d, spec, { runId: earlier }, { evenIfEnded: true }) : undefined) ?? (await startRun(d, spec));
     if (run.runId !== earlier) {
       // A run of its own from here on: what the job did for another run (as a child of a run that
       // has ended, re-queued by retry-failed) is not this run's.
@@ -90,7 +90,7 @@ export interface NotFoundJobResult {
  * @throws the {@link AuthError} of a refused key (the job fails as a crawl's would)
  */
 export async function firstContact(d: RunJobDeps, conversationId: string): Promise<Prefetch | undefined> {
-  return d.mirror.hasConversation(d.accountId, conversationId) ? undefined : d.api.prefetch(conversationId);
+  return (await d.mirror.hasConversation(d.accountId, conversationId)) ? undefined : d.api.prefetch(conversationId);
 }
 
 /**
@@ -133,12 +133,12 @@ export async function crawlOnDemand(
   const unused = o.prefetched && !o.prefetched.release() ? o.prefetched.tally : newTally();
   crawl.tally = addTally(crawl.tally, unused);
   if (crawl.kind === 'stopped') {
-    interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
+    await interruptRun(d, run, 'daemon shutting down; the job resumes from its checkpoint');
     return { crawl, summary: undefined };
   }
   const fatal = crawl.kind === 'failed' && crawl.fatal ? crawl.failure.error : undefined;
   const tally = addTally(o.spent ?? newTally(), crawl.tally);
-  const summary = completeJobRun(d, {
+  const summary = await completeJobRun(d, {
     run,
     target: runTarget(d),
     // A fatal error fails the run itself (no failure row): nothing more could be attempted.

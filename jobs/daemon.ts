@@ -9,7 +9,8 @@ import type { Logger } from 'pino';
 import { CONFIG_FIELDS, type Config } from '../config/index.js';
 import { apiClientFromConfig } from '../src/api/client.js';
 import type { LimiterPool } from '../src/api/rate-limit.js';
-import { Mirror, DEFAULT_ACCOUNT } from '../src/store/mirror.js';
+import { DEFAULT_ACCOUNT, type Mirror } from '../src/store/mirror.js';
+import { mirrorFileOf } from '../src/store/open-mirror.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import { ConfigError, MirrorUnusableError, describeError } from '../src/errors.js';
 import type { ReadinessCheck, RunningServer, WebhookOptions } from '../src/server/index.js';
@@ -192,20 +193,21 @@ async function startUp(config: Config, logger: Logger, res: Resources, o: Daemon
  * per workspace (sharing a rate limiter per base URL and key), the metrics and the engine.
  */
 async function openResources(config: Config, logger: Logger, onFatal: (err: Error) => void, clock: Clock): Promise<Resources> {
-  assertSafeExportDir(config.exportDir, config.db);
-  assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
+  const dbFile = mirrorFileOf(config.db);
+  assertSafeExportDir(config.exportDir, dbFile);
+  if (dbFile !== undefined) assertWritable(CONFIG_FIELDS.db.env, dbFile, 'file');
   assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
   if (config.witnessDir !== undefined) assertWitnessDirSetting(config.witnessDir, config.exportDir);
   const target = publishSettingsFromConfig(config, logger);
   if (config.scheduler === 'bullmq') await assertRedisReachable(config.redisUrl);
-  const mirror = openMirrorForRuns(config.db, fileModes(config.groupReadable), logger, clock);
+  const mirror = await openMirrorForRuns(config.db, fileModes(config.groupReadable), logger, clock);
   const abort = new AbortController();
   let engine: DaemonEngine | undefined;
   const metrics = new Metrics({
     logger,
     // What waits above the watermark (cheap while the exports keep up): changes, and held run lines.
-    exportLag: () => {
-      const waiting = mirror.pendingExport();
+    exportLag: async () => {
+      const waiting = await mirror.pendingExport();
       return { changes: waiting.data, runLines: waiting.runLines };
     },
     queueJobCounts: () => (engine ? engine.jobCounts() : Promise.resolve({})),
@@ -230,7 +232,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
   } catch (err) {
     await Promise.allSettled(workspaces.map((w) => w.api.close()));
     limiters.close();
-    mirror.close();
+    await mirror.close();
     throw err;
   }
   return {
@@ -286,7 +288,7 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
   const port = override?.port ?? config.httpPort;
   const checks: ReadinessCheck[] = [
     ...res.engine.checks,
-    { name: 'mirror', check: () => void res.mirror.mirrorId() },
+    { name: 'mirror', check: () => res.mirror.mirrorId() },
     { name: 'api', check: () => res.checks.assertReady() },
     {
       name: 'daemon',
@@ -342,5 +344,5 @@ async function release(res: Resources, logger: Logger): Promise<void> {
   await res.engine.close(CLOSE_WAIT_MS).catch(() => {});
   await Promise.allSettled(res.workspaces.map((w) => w.api.close()));
   res.limiters.close();
-  res.mirror.close();
+  await res.mirror.close();
 }

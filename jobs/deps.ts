@@ -51,10 +51,10 @@ export type RunJobDeps = Omit<JobDeps, 'queue' | 'policy' | 'locks'>;
  * @returns the run's summary
  * @throws what `completeRun` throws (a {@link RunError} carrying the summary), after reporting it
  */
-export function completeJobRun(d: RunJobDeps, o: RunOutcome): RunSummary {
+export async function completeJobRun(d: RunJobDeps, o: RunOutcome): Promise<RunSummary> {
   let summary: RunSummary;
   try {
-    summary = completeRun(d, o);
+    summary = await completeRun(d, o);
   } catch (err) {
     if (err instanceof RunError) reportRun(d, err.summary as RunSummary);
     throw err;

@@ -144,7 +144,7 @@ async function conversationRun(d: RunJobDeps, data: ConversationJobData): Promis
   if (ahead?.outcome === 'not-found') return notFound(d, data.conversationId, ahead);
   let outcome: Awaited<ReturnType<typeof crawlOnDemand>>;
   try {
-    const run = startRun(d, onDemandSpec(d.accountId, data));
+    const run = await startRun(d, onDemandSpec(d.accountId, data));
     outcome = await crawlOnDemand(d, run, data.conversationId, { full: data.full, prefetched: ahead });
   } finally {
     ahead?.release(); // whatever failed before the crawl took it: never served to a later request

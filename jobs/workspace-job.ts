@@ -68,7 +68,7 @@ function earlierRun(job: Job<WorkspaceJobData>): EarlierRun | undefined {
  */
 async function listStep(d: JobDeps, job: Job<WorkspaceJobData>, token: string | undefined): Promise<void> {
   // A list step cut short by a crash lists again within the same run (reopened).
-  const run = openRun(d, workspaceSpec(d, job), earlierRun(job));
+  const run = await openRun(d, workspaceSpec(d, job), earlierRun(job));
   if (job.data.runId !== run.runId) await job.updateData({ ...job.data, runId: run.runId, startedMs: run.startedMs, step: 'list' });
   let listing: ListingResult;
   const tally = newTally();
@@ -82,7 +82,7 @@ async function listStep(d: JobDeps, job: Job<WorkspaceJobData>, token: string | 
     // Auth, config or an unusable mirror: record the run as failed, with the requests the listing
     // made (completeRun throws a RunError carrying it); the error decides that it is never retried.
     const asked = { passes: 0, confirmed: false, listed: 0, inserted: 0, updated: 0, tally };
-    completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(asked, []), fatal: err });
+    await completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(asked, []), fatal: err });
     throw err;
   }
   if (d.signal?.aborted) return requeueAfterShutdown(job, token); // list again after the restart, same run
@@ -90,7 +90,7 @@ async function listStep(d: JobDeps, job: Job<WorkspaceJobData>, token: string | 
     const f = listing.failure as Error & { retryable?: boolean };
     const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
     if (f.retryable === true && !lastAttempt) throw f;
-    completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(listingFigures(listing), []), fatal: f }); // throws the RunError
+    await completeJobRun(d, { run, target: runTarget(d), work: workOfCrawls(listingFigures(listing), []), fatal: f }); // throws the RunError
   }
   const children = await addChildren(d, job, run.runId, listing);
   await job.updateData({ ...job.data, step: 'crawl', listing: listingFigures(listing) });
@@ -147,7 +147,7 @@ async function finishStep(d: JobDeps, job: Job<WorkspaceJobData>): Promise<RunSu
   const data = job.data;
   // Finishing a run a crash left interrupted reopens it; a finish step retried after recording
   // the run records it again.
-  const run = resumeRun(d, workspaceSpec(d, job), earlierRun(job)!, { evenIfEnded: true })!;
+  const run = (await resumeRun(d, workspaceSpec(d, job), earlierRun(job)!, { evenIfEnded: true }))!;
   const crawls = [...(await succeededChildren(job)), ...(await failedChildren(d, job))];
   const l = data.listing;
   const listing: ListingFigures | undefined = l && {

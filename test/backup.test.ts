@@ -10,9 +10,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { BackupInterrupted, backupMirror } from '../src/store/backup.js';
-import { Mirror } from '../src/store/mirror.js';
-import { Database } from '../src/store/sqlite.js';
+import { BackupInterrupted, backupMirror } from '../src/store/sqlite/backup.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
+import { Database } from '../src/store/sqlite/sqlite.js';
 import { assertBuilt, killLeftovers, run, runCommand, start, waitFor, CLI } from './children.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, tempDir } from './helpers.js';
 import { sqlValue } from './sql.js';
@@ -59,16 +60,16 @@ async function smallMirror(d: string): Promise<string> {
 }
 
 /** Live messages in the mirror `file` as status reads them; 0 while there is no mirror yet. */
-function messagesIn(file: string): number {
+async function messagesIn(file: string): Promise<number> {
   if (!fs.existsSync(file)) return 0;
   try {
-    return Mirror.readConsistent(file, (m) => m.counts()['messages'] ?? 0);
+    return await readConsistent(file, async (m) => (await m.counts())['messages'] ?? 0);
   } catch {
     return 0; // created but not yet migrated by the starting sync
   }
 }
 
-const runsIn = (file: string): number => Mirror.readConsistent(file, (m) => sqlValue(m, 'SELECT count(*) FROM runs'));
+const runsIn = (file: string): Promise<number> => readConsistent(file, (m) => sqlValue(m, 'SELECT count(*) FROM runs'));
 
 describe('backup while a real sync writes the mirror', () => {
   it('copies through the writer\'s WAL: exit 0, a 0600 file that passes integrity_check and that status reads, while the sync goes on', async () => {
@@ -79,7 +80,7 @@ describe('backup while a real sync writes the mirror', () => {
     const db = path.join(d, 'mirror.sqlite');
     const sync = start(['sync'], env, 120_000);
     // Wait until the sync holds the writer lock and has committed messages (read as status reads).
-    await waitFor(() => messagesIn(db) > 0, 60_000, 'the sync to commit messages', 100);
+    await waitFor(async () => (await messagesIn(db)) > 0, 60_000, 'the sync to commit messages', 100);
     const backup = path.join(d, 'backups', 'mirror-copy.sqlite');
     fs.mkdirSync(path.dirname(backup));
     const b = await runCommand(['sh', '-c', 'umask 000; exec "$@"', 'sh', process.execPath, CLI, 'backup', backup], env, 30_000);
@@ -90,7 +91,7 @@ describe('backup while a real sync writes the mirror', () => {
     expect(fs.statSync(backup).mode & 0o777).toBe(0o600);
     expect(fs.readdirSync(path.dirname(backup))).toEqual(['mirror-copy.sqlite']); // no -journal left
     expect(integrity(backup)).toBe('ok');
-    const atBackup = messagesIn(backup);
+    const atBackup = await messagesIn(backup);
     expect(atBackup).toBeGreaterThan(0);
     const status = await run(['status'], { ...env, CONVO_MIRROR_DB: backup }, 20_000);
     expect(status.code, status.stderr).toBe(0);
@@ -99,7 +100,7 @@ describe('backup while a real sync writes the mirror', () => {
     // status of the backup created nothing beside it
     expect(fs.readdirSync(path.dirname(backup))).toEqual(['mirror-copy.sqlite']);
     // The sync went on writing after the backup, and ends as interrupted when asked to.
-    await waitFor(() => messagesIn(db) > atBackup, 60_000, 'the sync to commit more', 100);
+    await waitFor(async () => (await messagesIn(db)) > atBackup, 60_000, 'the sync to commit more', 100);
     sync.child.kill('SIGTERM');
     const ended = await sync.done;
     expect(ended.code, ended.stderr).toBe(130);
@@ -110,51 +111,51 @@ describe('backupMirror (in-process)', () => {
   it('copies the snapshot of the moment it opened the source: commits a live writer makes between steps are not in it', async () => {
     const d = dir();
     const file = await smallMirror(d);
-    const writer = Mirror.open(file); // a live writer: the backup reads through its WAL
+    const writer = await openMirror(file); // a live writer: the backup reads through its WAL
     try {
-      const before = runsIn(file);
+      const before = await runsIn(file);
       let steps = 0;
       const out = path.join(d, 'copy.sqlite');
       const r = await backupMirror(file, out, {
         pagesPerStep: 1,
-        onProgress: () => {
+        onProgress: async () => {
           // Every step, the writer commits: without a pinned snapshot SQLite would restart the copy.
-          if (steps++ < 50) writer.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+          if (steps++ < 50) await writer.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
         },
       });
       expect(r.access).toBe('shared');
       expect(steps).toBeGreaterThan(50);
       expect(r.pages).toBeGreaterThan(50);
-      expect(runsIn(file)).toBe(before + 50);
-      expect(runsIn(out)).toBe(before);
+      expect(await runsIn(file)).toBe(before + 50);
+      expect(await runsIn(out)).toBe(before);
       expect(integrity(out)).toBe('ok');
     } finally {
-      writer.close();
+      await writer.close();
     }
   });
 
   it('a writer that starts under an immutable read makes it copy again, through the writer', async () => {
     const d = dir();
     const file = await smallMirror(d);
-    const before = runsIn(file);
+    const before = await runsIn(file);
     let writer: Mirror | undefined;
     const seen: string[] = [];
     try {
       const r = await backupMirror(file, path.join(d, 'copy.sqlite'), {
-        onSourceOpen: (attempt, access) => {
+        onSourceOpen: async (attempt, access) => {
           seen.push(`${attempt}:${access}`);
           if (attempt === 1) {
-            writer = Mirror.open(file);
-            writer.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+            writer = await openMirror(file);
+            await writer.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
           }
         },
       });
       expect(seen).toEqual(['1:immutable', '2:shared']);
       expect(r.attempts).toBe(2);
-      expect(runsIn(r.file)).toBe(before + 1);
+      expect(await runsIn(r.file)).toBe(before + 1);
       expect(integrity(r.file)).toBe('ok');
     } finally {
-      writer?.close();
+      await writer?.close();
     }
   });
 

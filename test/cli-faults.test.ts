@@ -79,7 +79,7 @@ describe('one writer per mirror file', () => {
       expect(third.code, third.stderr).toBe(0);
       expect(third.stderr).not.toContain('in use by process');
       expect(fs.existsSync(`${lockFile}.json`)).toBe(false);
-      withMirror(db, (m) => {
+      await withMirror(db, (m) => {
         const eq = mirrorEqualsFake(m, ws);
         expect(eq.ok, eq.detail).toBe(true);
         const runs = sqlAll<{ status: string }>(m, `SELECT status FROM runs ORDER BY id`);
@@ -112,7 +112,7 @@ describe('SIGKILL during export publication, then re-run', () => {
       expect(first.code, first.stderr).toBe(1);
       expect(first.stderr).toMatch(/manifest\.json is not a convo-mirror manifest/);
       fs.rmSync(path.join(exportDir, 'manifest.json'));
-      withMirror(db, (m) => {
+      await withMirror(db, (m) => {
         expect(sqlValue(m, `SELECT count(*) FROM export_batches`)).toBe(0);
         expect(sqlValue(m, `SELECT count(*) FROM change_payloads`)).toBe(sqlValue(m, `SELECT count(*) FROM change_log`));
       });
@@ -122,7 +122,7 @@ describe('SIGKILL during export publication, then re-run', () => {
       const r = await killer.done;
       expect(r.signal, `the publication was not killed at its failpoint: exit ${r.code}; stderr: ${r.stderr.slice(-500)}`).toBe('SIGKILL');
       expect(fs.readdirSync(path.join(exportDir, '.convo-mirror-tmp')).filter((n) => n.startsWith('messages-') && n.endsWith('.tmp'))).toHaveLength(1);
-      withMirror(db, (m) => {
+      await withMirror(db, (m) => {
         expect(sqlValue(m, `SELECT count(*) FROM export_batches WHERE published_at IS NULL`)).toBe(1);
         expect(sqlValue(m, `SELECT watermark FROM export_state WHERE id = 1`)).toBe(0);
       });
@@ -172,10 +172,10 @@ describe('SIGKILL during export publication, then re-run', () => {
 function publishUntilKilled(db: string, exportDir: string): string {
   const dist = (rel: string) => JSON.stringify(pathToFileURL(path.join(path.dirname(CLI_JS), '..', rel)).href);
   return `
-    import { Mirror } from ${dist('store/mirror.js')};
+    import { openMirror } from ${dist('store/open-mirror.js')};
     import { publishChanges } from ${dist('export/exporter.js')};
-    const mirror = Mirror.open(${JSON.stringify(db)});
-    publishChanges(mirror, {
+    const mirror = await openMirror(${JSON.stringify(db)});
+    await publishChanges(mirror, {
       exportDir: ${JSON.stringify(exportDir)},
       failpoint: (point, file) => {
         if (point === 'before-rename' && file.includes('/messages/')) process.kill(process.pid, 'SIGKILL');
@@ -209,7 +209,7 @@ describe('SIGINT during a long Retry-After', () => {
       expect(messagePaths.length).toBeGreaterThan(0);
       expect(new Set(messagePaths).size).toBe(messagePaths.length);
       expect(fake.requests.filter((q) => /\/messages$/.test(q.path)).every((q) => q.status === 429)).toBe(true);
-      withMirror(db, (m) => {
+      await withMirror(db, (m) => {
         expect(sqlValue<string>(m, `SELECT status FROM runs ORDER BY id DESC LIMIT 1`)).toBe('interrupted');
       });
       expect(fs.existsSync(`${db}.lock.json`)).toBe(false);

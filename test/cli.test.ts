@@ -8,7 +8,8 @@ import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
 import { verifyExports } from '../src/export/exporter.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, mirrorEqualsFake, readExportLines, replay, tempDir, liveMessages } from './helpers.js';
 import { assertBuilt, killLeftovers, run, start } from './children.js';
@@ -35,12 +36,12 @@ describe('convo-mirror sync (CLI)', () => {
     const logLines = r.stderr.trim().split('\n').map((l) => JSON.parse(l) as { msg: string });
     expect(logLines.map((l) => l.msg)).toContain('run finished');
     expect(r.stdout).toMatch(/run 1 \(workspace, incremental\) succeeded/);
-    const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+    const mirror = await openMirror(path.join(dir, 'mirror.sqlite'));
     try {
       const eq = mirrorEqualsFake(mirror, ws);
       expect(eq.ok, eq.detail).toBe(true);
     } finally {
-      mirror.close();
+      await mirror.close();
     }
     // status and verify read the same files.
     const st = await run(['status', '--json'], cliEnv(fake, dir));
@@ -94,13 +95,13 @@ describe('convo-mirror sync (CLI)', () => {
       const r = await run(['sync'], cliEnv(fake, dir, { CONVO_MIRROR_MAX_RETRIES: '1' }));
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(`failed: conversation ${victim}`);
-      const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+      const mirror = await openMirror(path.join(dir, 'mirror.sqlite'));
       try {
         const live = liveMessages(mirror);
         const others = ws.list().filter((c) => c.id !== victim);
         expect(live.size).toBe(others.reduce((n, c) => n + c.messages.length, 0));
       } finally {
-        mirror.close();
+        await mirror.close();
       }
     } finally {
       fake.clearFaults();
@@ -136,23 +137,23 @@ describe('crash safety: SIGKILL mid-run, then re-run', () => {
       }
       expect(killed).toBe(killPoints.length);
       // Between the kills some pages were committed: checkpoints or rows exist.
-      const mid = Mirror.open(path.join(dir, 'mirror.sqlite'));
+      const mid = await openMirror(path.join(dir, 'mirror.sqlite'));
       const midMessages = liveMessages(mid).size;
-      mid.close();
+      await mid.close();
       expect(midMessages).toBeGreaterThan(0);
       expect(midMessages).toBeLessThan(ws.totals().messages);
 
       const final = await run(['sync'], env);
       expect(final.code, final.stderr).toBe(0);
-      const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'));
+      const mirror = await openMirror(path.join(dir, 'mirror.sqlite'));
       try {
         const eq = mirrorEqualsFake(mirror, ws);
         expect(eq.ok, eq.detail).toBe(true);
-        expect(verifyExports(mirror, path.join(dir, 'exports'))).toEqual([]);
+        expect(await verifyExports(mirror, path.join(dir, 'exports'))).toEqual([]);
         const runs = sqlAll<{ status: string }>(mirror, `SELECT status FROM runs ORDER BY id`);
         expect(runs.map((r) => r.status)).toEqual(['interrupted', 'interrupted', 'interrupted', 'succeeded']);
       } finally {
-        mirror.close();
+        await mirror.close();
       }
       const lines = readExportLines(path.join(dir, 'exports'), 'messages');
       const seqs = lines.map((l) => l.seq);

@@ -13,7 +13,8 @@ import { loadConfig } from '../config/index.js';
 import { redisShown, redisTarget } from '../config/redis-url.js';
 import { openQueue, redisConnection } from '../jobs/queue.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, tempDir as makeTempDir } from './helpers.js';
 import { assertBuilt, killLeftovers, run, startDaemon, within } from './children.js';
 import { NEVER } from './daemon-fixtures.js';
@@ -89,7 +90,7 @@ describe('every command shows the database number', () => {
   it('status (text and JSON) shows /5 for REDIS_URL .../5', async () => {
     const dir = tempDir();
     const db = path.join(dir, 'mirror.sqlite');
-    Mirror.open(db).close();
+    await (await openMirror(db)).close();
     const env = { PATH: process.env.PATH, REDIS_URL: onDb(5), CONVO_MIRROR_QUEUE_PREFIX: prefixes.next(), CONVO_MIRROR_DB: db };
     const text = await run(['status'], env);
     expect(text.code, text.stderr).toBe(0);

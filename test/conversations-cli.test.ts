@@ -8,8 +8,9 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
-import { LIST_CONVERSATIONS_SQL } from '../src/store/conversations.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
+import { LIST_CONVERSATIONS_SQL } from '../src/store/sqlite/conversations.js';
 import type { Message, Page } from '../src/api/schemas.js';
 import { API_KEY, cliEnv, snapshotEntries, tempDir as newTempDir } from './helpers.js';
 import { assertBuilt, killLeftovers, run, type Ran } from './children.js';
@@ -264,11 +265,11 @@ describe('convo-mirror conversations', () => {
     const copy = tempDir();
     fs.cpSync(dir, copy, { recursive: true });
     const db = path.join(copy, 'mirror.sqlite');
-    const writer = Mirror.open(db);
+    const writer = await openMirror(db);
     try {
       sqlRun(writer, 'PRAGMA wal_autocheckpoint = 0');
       const target = expected()[0]!;
-      writer.commitMessagesPage(target.account_id, target.id, extraPage(target.id, 3), null);
+      await writer.commitMessagesPage(target.account_id, target.id, extraPage(target.id, 3), null);
       const walBefore = fs.readFileSync(`${db}-wal`);
       const fileBefore = fs.readFileSync(db);
       expect(walBefore.length).toBeGreaterThan(0);
@@ -278,12 +279,12 @@ describe('convo-mirror conversations', () => {
       expect(fs.readFileSync(`${db}-wal`).equals(walBefore)).toBe(true);
       expect(fs.readFileSync(db).equals(fileBefore)).toBe(true);
     } finally {
-      writer.close();
+      await writer.close();
     }
   });
 
-  it('counts messages with one statement that searches the messages primary key index (EXPLAIN QUERY PLAN)', () => {
-    const m = Mirror.open(env.CONVO_MIRROR_DB!, { readonly: true });
+  it('counts messages with one statement that searches the messages primary key index (EXPLAIN QUERY PLAN)', async () => {
+    const m = await openMirror(env.CONVO_MIRROR_DB!, { readonly: true });
     try {
       const params = { accounts: null, statuses: null, since: null, deleted: 0, limit: 50 };
       const plan = connectionOf(m)
@@ -294,7 +295,7 @@ describe('convo-mirror conversations', () => {
       expect(plan.filter((d) => /\b(SCAN|SEARCH) (m|messages)\b/.test(d))).toHaveLength(1);
       expect(plan.filter((d) => /SCAN (m|messages)\b/.test(d))).toEqual([]);
     } finally {
-      m.close();
+      await m.close();
     }
   });
 });

@@ -85,12 +85,12 @@ interface RunRow {
   ended_at: string | null;
 }
 
-function runsOf(db: string): RunRow[] {
+async function runsOf(db: string): Promise<RunRow[]> {
   return withMirror(db, (m) => sqlAll<RunRow>(m, `SELECT id, scope AS mode, trigger, status, started_at, ended_at FROM runs ORDER BY id`));
 }
 
 /** The conversation's checkpoint (`next_page`), if a crawl left one. */
-function checkpointOf(db: string, id: string): { next_page: number } | undefined {
+async function checkpointOf(db: string, id: string): Promise<{ next_page: number } | undefined> {
   return withMirror(db, (m) => sqlGet<{ next_page: number }>(m, `SELECT next_page FROM checkpoints WHERE account_id = ? AND conversation_id = ?`, ACCOUNT_ID, id));
 }
 
@@ -134,10 +134,10 @@ describe('on-demand sync of one conversation', () => {
     const jobId = first.stdout.trim();
     expect(jobId).toMatch(/^\S+$/);
     expect(first.stderr).toContain(`job ${jobId}: completed`);
-    expectConversationMirrored(db, ws, x);
+    await expectConversationMirrored(db, ws, x);
     // Only that conversation was asked for at the fake.
     expect(fake.requests.every((r) => r.path === messagesPath(x))).toBe(true);
-    const runs = runsOf(db);
+    const runs = await runsOf(db);
     expect(runs).toHaveLength(1);
     expect(runs[0]).toMatchObject({ mode: 'conversations', status: 'succeeded' });
     expect(runs[0]!.ended_at).not.toBeNull();
@@ -149,10 +149,10 @@ describe('on-demand sync of one conversation', () => {
     const second = await run(['enqueue', '--conversation', x, '--wait', '--timeout', '15000'], e);
     expect(second.code, second.stderr).toBe(0);
     expect(second.stdout.trim()).not.toBe(jobId);
-    expectConversationMirrored(db, ws, x);
+    await expectConversationMirrored(db, ws, x);
     expect(ws.get(x)!.messages).toHaveLength(127);
     expectExportedOnce(exportDir, ws, x);
-    expect(runsOf(db).map((r) => `${r.mode} ${r.status}`)).toEqual(['conversations succeeded', 'conversations succeeded']);
+    expect((await runsOf(db)).map((r) => `${r.mode} ${r.status}`)).toEqual(['conversations succeeded', 'conversations succeeded']);
 
     const stopped = await stopDaemon(daemon);
     expect(stopped.code, stopped.stderr.slice(-1500)).toBe(0);
@@ -186,7 +186,7 @@ describe('on-demand sync of one conversation', () => {
     expect(asked.stdout.trim(), 'the job id the ask was answered with').toBe(firstId);
     // When enqueue --wait returned, the run it asked for (the follow-up, which can only start after
     // the ask) had ended, and succeeded, as had the first.
-    const runsAtReturn = runsOf(db);
+    const runsAtReturn = await runsOf(db);
     expect(runsAtReturn.map((r) => r.status), 'runs when enqueue --wait returned').toEqual(['succeeded', 'succeeded']);
     expect(asked.stderr.match(/: completed/g), 'outcomes told: the first run and the follow-up').toHaveLength(2);
 
@@ -252,7 +252,7 @@ describe('failures', () => {
 
     const right = await startDaemon(good);
     await waitFor(async () => (await jobState(queue, jobId)) === 'completed', 10_000, 'the re-queued job to complete');
-    expectConversationMirrored(good.CONVO_MIRROR_DB!, ws, x);
+    await expectConversationMirrored(good.CONVO_MIRROR_DB!, ws, x);
     expect((await queue.getJobCounts('failed')).failed).toBe(0);
     expect((await stopDaemon(right)).code).toBe(0);
   });
@@ -287,7 +287,7 @@ describe('interruptions', () => {
     expect(stoppedLine, 'the daemon stopped log line').toMatchObject({ forced: true });
     expect(logLines(ended.stderr, 'jobs still running after the abort: closing without them; they are picked up again from their checkpoints once their lock expires')).toHaveLength(0);
     process.stderr.write(`daemon-cli: shutdown after SIGTERM during a crawl: ${String(stoppedLine!['shutdown_ms'])} ms (grace ${graceMs} ms)\n`);
-    const checkpoint = checkpointOf(db, x);
+    const checkpoint = await checkpointOf(db, x);
     expect(checkpoint, 'a checkpoint after the interrupted crawl').toBeDefined();
     expect(checkpoint!.next_page).toBeGreaterThan(1);
     expect(['delayed', 'waiting']).toContain(await jobState(queue, jobId));
@@ -299,7 +299,7 @@ describe('interruptions', () => {
     const secondLife = fake.requests.slice(mark).filter((r) => r.path === messagesPath(x));
     expect(secondLife.length).toBeGreaterThan(0);
     expect(Math.min(...secondLife.map(pageOf)), 'first page requested after the restart').toBe(checkpoint!.next_page - 1);
-    expectConversationMirrored(db, ws, x);
+    await expectConversationMirrored(db, ws, x);
     expectExportedOnce(e.CONVO_MIRROR_EXPORT_DIR!, ws, x);
     const job = (await Job.fromId(queue, jobId))!;
     expect(job.returnvalue).toMatchObject({ result: { id: x, status: 'synced', messageCount: 1200, resumed: true } });
@@ -326,7 +326,7 @@ describe('interruptions', () => {
     const killed = await within(a.done, 5_000, 'daemon A to die');
     expect(killed.signal).toBe('SIGKILL');
     expect(await jobState(queue, jobId)).toBe('active'); // still locked by the dead worker
-    const checkpoint = checkpointOf(db, x);
+    const checkpoint = await checkpointOf(db, x);
     expect(checkpoint?.next_page).toBeGreaterThan(1);
 
     fake.clearFaults();
@@ -340,7 +340,7 @@ describe('interruptions', () => {
     const job = (await Job.fromId(queue, jobId))!;
     expect(job.stalledCounter).toBeGreaterThanOrEqual(1);
     expect(job.returnvalue).toMatchObject({ result: { id: x, messageCount: 1200, resumed: true } });
-    expectConversationMirrored(db, ws, x);
+    await expectConversationMirrored(db, ws, x);
     expectExportedOnce(e.CONVO_MIRROR_EXPORT_DIR!, ws, x);
     expect(b.stderr).toContain('"msg":"job started"');
     expect((await stopDaemon(b)).code).toBe(0);
@@ -364,7 +364,7 @@ describe('a daemon configured by a one-entry workspaces file', () => {
     expect((await stopDaemon(daemon)).code).toBe(0);
     const schedulers = await queueFor(prefix).getJobSchedulers(0, -1, true);
     expect(Object.fromEntries(schedulers.map((j) => [j.key, j.pattern]))).toEqual({ [REGULAR]: '15 3 1 1 *', [FULL]: '45 4 2 1 *' });
-    expectConversationMirrored(e.CONVO_MIRROR_DB!, ws, x);
+    await expectConversationMirrored(e.CONVO_MIRROR_DB!, ws, x);
   });
 });
 

@@ -77,7 +77,7 @@ describe('a daemon killed in the middle of a workspace run', () => {
     b.child.kill('SIGTERM');
     expect((await within(b.done, 10_000, 'daemon B to stop')).code).toBe(0);
 
-    const runs = withMirror(db, (m) =>
+    const runs = await withMirror(db, (m) =>
       sqlAll<{ id: number; scope: string; refresh: string; trigger: string; status: string; resumes: number; conversations_synced: number }>(
         m,
         `SELECT id, scope, refresh, trigger, status, resumes, conversations_synced FROM runs ORDER BY id`,
@@ -85,9 +85,9 @@ describe('a daemon killed in the middle of a workspace run', () => {
     );
     expect(runs.length, JSON.stringify(runs)).toBeLessThanOrEqual(3);
     expect(runs).toEqual([{ id: 1, scope: 'workspace', refresh: 'incremental', trigger: 'on-demand', status: 'succeeded', resumes: 1, conversations_synced: 2000 }]);
-    const files = withMirror(db, (m) => sqlValue(m, `SELECT count(*) FROM export_files`));
+    const files = await withMirror(db, (m) => sqlValue(m, `SELECT count(*) FROM export_files`));
     expect(files).toBeLessThanOrEqual(12);
-    withMirror(db, (m) => {
+    await withMirror(db, (m) => {
       const eq = mirrorEqualsFake(m, ws);
       expect(eq.ok, eq.detail).toBe(true);
     });

@@ -143,8 +143,8 @@ export async function waitForJob(queue: Queue, id: string, state: string, timeou
  * The mirror holds exactly the fake's live messages of `id` (same ids, same served JSON) and no
  * message of any other conversation.
  */
-export function expectConversationMirrored(db: string, ws: FakeWorkspace, id: string): void {
-  const rows = withMirror(db, (m) =>
+export async function expectConversationMirrored(db: string, ws: FakeWorkspace, id: string): Promise<void> {
+  const rows = await withMirror(db, (m) =>
     sqlAll<{ conversation_id: string; id: string; raw: string }>(m, `SELECT conversation_id, id, raw FROM messages WHERE account_id = ? AND deleted_at IS NULL`, ACCOUNT_ID),
   );
   expect(rows.filter((r) => r.conversation_id !== id).length, 'messages of other conversations in the mirror').toBe(0);

@@ -45,7 +45,7 @@ describe('the daemon lists an ordered list as sync does', () => {
     expect(seen.filter((r) => r.path === '/v1/conversations')).toHaveLength(3);
     expect(seen.filter((r) => r.path.endsWith('/messages')).map((r) => r.path).sort()).toEqual([messagesPath(bumped.id), messagesPath(failing.id)].sort());
     await d.stop();
-    withMirror(d.config.db, (m) => {
+    await withMirror(d.config.db, (m) => {
       const eq = mirrorEqualsFake(m, ws);
       expect(eq.ok, eq.detail).toBe(true);
     });

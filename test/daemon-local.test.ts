@@ -97,22 +97,22 @@ describe('the local scheduler', () => {
   it('mirrors every workspace on a tick, without Redis, and stops cleanly', async () => {
     const d = await startLocal({ CONVO_MIRROR_SCHEDULE: '* * * * * *' });
     await waitFor(
-      () => {
-        const ok = runsOf(d.config.db).filter((r) => r.status === 'succeeded');
+      async () => {
+        const ok = (await runsOf(d.config.db)).filter((r) => r.status === 'succeeded');
         return ok.some((r) => r.account_id === A) && ok.some((r) => r.account_id === B);
       },
       10_000,
       'a succeeded scheduled run of each workspace',
     );
-    const runs = runsOf(d.config.db);
+    const runs = await runsOf(d.config.db);
     expect(runs.every((r) => r.trigger === 'schedule' && r.scope === 'workspace')).toBe(true);
     const ready = await fetch(`${d.url}/readyz`);
     expect(ready.status).toBe(200);
     expect(await ready.json()).toMatchObject({ status: 'ready', checks: { mirror: 'ok', daemon: 'ok' } });
     const exit = await d.stop();
     expect(exit.forced).toBe(false);
-    const a = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsA, A));
-    const b = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsB, B));
+    const a = await withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsA, A));
+    const b = await withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsB, B));
     expect(a.ok, a.detail).toBe(true);
     expect(b.ok, b.detail).toBe(true);
   });
@@ -125,20 +125,20 @@ describe('a workspace whose key is refused, in the local scheduler', () => {
     fs.writeFileSync(file, JSON.stringify([{ account_id: A, api_key_env: 'KEY_A' }, { account_id: B, api_key_env: 'KEY_B' }]));
     const d = await startLocal({ CONVO_MIRROR_ACCOUNT_ID: '', CONVO_MIRROR_API_KEY: '', CONVO_MIRROR_WORKSPACES: file, KEY_A: API_KEY, KEY_B: 'sk-refused-key-for-B', CONVO_MIRROR_SCHEDULE: '* * * * * *' });
     await waitFor(
-      () => {
-        const runs = runsOf(d.config.db);
+      async () => {
+        const runs = await runsOf(d.config.db);
         return runs.some((r) => r.account_id === A && r.status === 'succeeded') && runs.some((r) => r.account_id === B && r.status === 'failed');
       },
       10_000,
       "A's run to succeed and B's to fail",
     );
     await d.stop();
-    const a = withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsA, A));
+    const a = await withMirror(d.config.db, (m) => mirrorEqualsFake(m, wsA, A));
     expect(a.ok, a.detail).toBe(true);
-    const bRows = withMirror(d.config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ?', B))[0]!.n;
+    const bRows = (await withMirror(d.config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ?', B)))[0]!.n;
     expect(bRows).toBe(0);
     // Every run of B failed, each after one request (a refused key is not retried by the client).
-    const bRuns = withMirror(d.config.db, (m) => sqlAll<{ status: string; requests: number }>(m, 'SELECT status, requests FROM runs WHERE account_id = ?', B));
+    const bRuns = await withMirror(d.config.db, (m) => sqlAll<{ status: string; requests: number }>(m, 'SELECT status, requests FROM runs WHERE account_id = ?', B));
     expect(bRuns.length).toBeGreaterThan(0);
     expect(bRuns.every((r) => r.status === 'failed' && r.requests === 1), JSON.stringify(bRuns)).toBe(true);
   });
@@ -155,9 +155,9 @@ describe('webhooks into the local queue', () => {
     expect(r.body).toMatchObject({ conversation_id: x, account_id: B });
     const mirrored = () =>
       withMirror(d.config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ? AND conversation_id = ? AND deleted_at IS NULL', B, x)[0]!.n);
-    await waitFor(() => mirrored() === wsB.get(x)!.messages.length, 5_000, 'the conversation mirrored within 5 s');
+    await waitFor(async () => (await mirrored()) === wsB.get(x)!.messages.length, 5_000, 'the conversation mirrored within 5 s');
     process.stderr.write(`daemon-local: webhook to mirrored in ${Date.now() - t0} ms\n`);
-    expect(runsOf(d.config.db)).toEqual([{ account_id: B, trigger: 'webhook', scope: 'conversations', status: 'succeeded' }]);
+    expect(await runsOf(d.config.db)).toEqual([{ account_id: B, trigger: 'webhook', scope: 'conversations', status: 'succeeded' }]);
   });
 
   it('deduplicates per conversation: while its job runs, more webhooks make exactly one follow-up run', async () => {
@@ -173,8 +173,8 @@ describe('webhooks into the local queue', () => {
     const third = await webhook(d.url, A, x);
     expect(second.body.job_id).not.toBe(first.body.job_id);
     expect(third.body.job_id).toBe(second.body.job_id);
-    await waitFor(() => runsOf(d.config.db).filter((r) => r.status === 'succeeded').length === 2, 10_000, 'two webhook runs');
-    const runs = runsOf(d.config.db);
+    await waitFor(async () => (await runsOf(d.config.db)).filter((r) => r.status === 'succeeded').length === 2, 10_000, 'two webhook runs');
+    const runs = await runsOf(d.config.db);
     expect(runs).toEqual([
       { account_id: A, trigger: 'webhook', scope: 'conversations', status: 'succeeded' },
       { account_id: A, trigger: 'webhook', scope: 'conversations', status: 'succeeded' },
@@ -184,7 +184,7 @@ describe('webhooks into the local queue', () => {
     const refused = await webhook(d.url, 'c2e4a6b8-0d1f-4a3c-9e5b-7d9f1b3d5f7a', x);
     expect(refused.status).toBe(422);
     expect(fake.requests.length).toBe(before);
-    expect(runsOf(d.config.db)).toHaveLength(2);
+    expect(await runsOf(d.config.db)).toHaveLength(2);
   });
 });
 
@@ -201,7 +201,7 @@ describe('overlapping runs in the local queue', () => {
     const held = toX()[0]!;
     const hook = await webhook(d.url, A, x);
     expect(hook.status).toBe(202);
-    await waitFor(() => runsOf(d.config.db).some((r) => r.trigger === 'webhook' && r.status === 'succeeded'), 15_000, 'the webhook run');
+    await waitFor(async () => (await runsOf(d.config.db)).some((r) => r.trigger === 'webhook' && r.status === 'succeeded'), 15_000, 'the webhook run');
     // Every later request for x arrived after the held one was answered (the fake held it HOLD_MS).
     const later = toX().slice(1);
     expect(later.length).toBeGreaterThan(0);
@@ -243,13 +243,13 @@ describe('convo-mirror daemon --scheduler local (the CLI)', () => {
     };
     const d = await startDaemon(env, ['--scheduler', 'local', '--schedule', '* * * * * *', '--full-schedule', '0 0 1 1 *']);
     expect(d.stderr).toContain('"scheduler":"local"');
-    await waitFor(() => (d.stderr.match(/"msg":"run finished"/g) ?? []).length >= 2 && runsOf(path.join(dir, 'mirror.sqlite')).filter((r) => r.status === 'succeeded').length >= 2, 15_000, 'a run of each workspace');
+    await waitFor(async () => (d.stderr.match(/"msg":"run finished"/g) ?? []).length >= 2 && (await runsOf(path.join(dir, 'mirror.sqlite'))).filter((r) => r.status === 'succeeded').length >= 2, 15_000, 'a run of each workspace');
     d.child.kill('SIGTERM');
     const stopped = await within(d.done, 15_000, 'daemon shutdown');
     expect(stopped.code, stopped.stderr.slice(-1500)).toBe(0);
     const db = path.join(dir, 'mirror.sqlite');
-    const a = withMirror(db, (m) => mirrorEqualsFake(m, wsA, A));
-    const b = withMirror(db, (m) => mirrorEqualsFake(m, wsB, B));
+    const a = await withMirror(db, (m) => mirrorEqualsFake(m, wsA, A));
+    const b = await withMirror(db, (m) => mirrorEqualsFake(m, wsB, B));
     expect(a.ok, a.detail).toBe(true);
     expect(b.ok, b.detail).toBe(true);
     expect(stopped.stderr).not.toContain(API_KEY);

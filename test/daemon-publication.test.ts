@@ -39,7 +39,7 @@ describe('the daemon publishes progressively and signs', () => {
     await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 30_000, 'the workspace job to complete');
     const summary = (await Job.fromId(queue, id))!.returnvalue as RunSummary;
     expect(summary.status).toBe('succeeded');
-    const batches = withMirror(d.config.db, (m) => sqlAll<{ id: number; run_id: number | null }>(m, `SELECT id, run_id FROM export_batches ORDER BY id`));
+    const batches = await withMirror(d.config.db, (m) => sqlAll<{ id: number; run_id: number | null }>(m, `SELECT id, run_id FROM export_batches ORDER BY id`));
     // progressive batches (planned by the daemon's publisher, of no run) came before the run's own
     // (its remaining changes, if any were left, and its runs line)
     const progressive = batches.filter((b) => b.run_id === null);
@@ -48,7 +48,7 @@ describe('the daemon publishes progressively and signs', () => {
     expect(batches.filter((b) => b.run_id !== null && b.run_id !== summary.runId)).toEqual([]);
     expect(Math.max(...progressive.map((b) => b.id))).toBeLessThan(batches.at(-1)!.id);
     await d.stop();
-    const report = withMirror(d.config.db, (m) => verifyArchive({ exportDir: d.config.exportDir, mirror: m, deep: true, publicKey: loadPublicKey(path.join(keys, 'k.pub')) }));
+    const report = await withMirror(d.config.db, (m) => verifyArchive({ exportDir: d.config.exportDir, mirror: m, deep: true, publicKey: loadPublicKey(path.join(keys, 'k.pub')) }));
     expect(report.problems).toEqual([]);
     expect(report.signed).toBe(batches.length);
   });

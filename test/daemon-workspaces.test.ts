@@ -117,10 +117,10 @@ describe('one daemon, several workspaces', () => {
     expect((done.returnvalue as { status: string }).status).toBe('succeeded');
 
     const db = config.db;
-    const check = withMirror(db, (m) => mirrorEqualsFake(m, wsA, A));
+    const check = await withMirror(db, (m) => mirrorEqualsFake(m, wsA, A));
     expect(check.ok, check.detail).toBe(true);
-    expect(accountsIn(db)).toEqual([A]);
-    const runs = runsOf(db);
+    expect(await accountsIn(db)).toEqual([A]);
+    const runs = await runsOf(db);
     expect(runs.filter((r) => r.account_id === B).map((r) => r.status)).toEqual(['failed']);
     expect(runs.filter((r) => r.account_id === A).map((r) => r.status)).toEqual(['succeeded']);
   });
@@ -158,14 +158,14 @@ describe('two daemons on one Redis, each owning some workspaces', () => {
     const j2 = await enqueueWorkspace(q2, { accountId: B, policy: { attempts: 2 } });
     await Promise.all([waitForJob(q1, j1, 'completed', 30_000), waitForJob(q2, j2, 'completed', 30_000)]);
 
-    expect(accountsIn(c1.db)).toEqual([A]);
-    expect(accountsIn(c2.db)).toEqual([B]);
-    const a = withMirror(c1.db, (m) => mirrorEqualsFake(m, wsA, A));
-    const b = withMirror(c2.db, (m) => mirrorEqualsFake(m, wsB, B));
+    expect(await accountsIn(c1.db)).toEqual([A]);
+    expect(await accountsIn(c2.db)).toEqual([B]);
+    const a = await withMirror(c1.db, (m) => mirrorEqualsFake(m, wsA, A));
+    const b = await withMirror(c2.db, (m) => mirrorEqualsFake(m, wsB, B));
     expect(a.ok, a.detail).toBe(true);
     expect(b.ok, b.detail).toBe(true);
-    expect(runsOf(c1.db)).toEqual([{ account_id: A, trigger: 'on-demand', status: 'succeeded' }]);
-    expect(runsOf(c2.db)).toEqual([{ account_id: B, trigger: 'on-demand', status: 'succeeded' }]);
+    expect(await runsOf(c1.db)).toEqual([{ account_id: A, trigger: 'on-demand', status: 'succeeded' }]);
+    expect(await runsOf(c2.db)).toEqual([{ account_id: B, trigger: 'on-demand', status: 'succeeded' }]);
     // Each queue saw only its own jobs.
     expect((await q1.getJobs(['completed'])).every((j) => j.data.accountId === A)).toBe(true);
     expect((await q2.getJobs(['completed'])).every((j) => j.data.accountId === B)).toBe(true);
@@ -196,8 +196,8 @@ describe('webhooks into the BullMQ queue', () => {
     const job = await waitForJob(queue, accepted.job_id, 'completed', 15_000);
     process.stderr.write(`daemon-workspaces: webhook to mirrored (BullMQ) in ${Date.now() - t0} ms\n`);
     expect(job.data).toEqual({ accountId: A, conversationId: x, trigger: 'webhook', ownRunId: 1 });
-    expect(runsOf(config.db)).toEqual([{ account_id: A, trigger: 'webhook', status: 'succeeded' }]);
-    const rows = withMirror(config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ? AND conversation_id = ?', A, x))[0]!.n;
+    expect(await runsOf(config.db)).toEqual([{ account_id: A, trigger: 'webhook', status: 'succeeded' }]);
+    const rows = (await withMirror(config.db, (m) => sqlAll<{ n: number }>(m, 'SELECT count(*) AS n FROM messages WHERE account_id = ? AND conversation_id = ?', A, x)))[0]!.n;
     expect(rows).toBe(wsA.get(x)!.messages.length);
 
     const metrics = await (await fetch(`${d.url}/metrics`)).text();

@@ -36,7 +36,7 @@ const daemonConfig = fx.daemonConfig;
 const startDaemon = fx.startDaemon;
 const queueFor = fx.queueFor;
 
-function conversationRuns(db: string): { id: number; status: string }[] {
+async function conversationRuns(db: string): Promise<{ id: number; status: string }[]> {
   return withMirror(db, (m) => sqlAll<{ id: number; status: string }>(m, `SELECT id, status FROM runs WHERE scope = 'conversations' ORDER BY id`));
 }
 
@@ -175,12 +175,12 @@ describe('deduplication of on-demand conversation jobs', () => {
     expect(counts).toEqual({ completed: 2, waiting: 0, active: 0, delayed: 2, failed: 0 });
     const completed = await queue.getCompleted(0, -1);
     expect(completed.map((j) => j.data.conversationId)).toEqual([x, x]);
-    const runs = conversationRuns(d.config.db);
+    const runs = await conversationRuns(d.config.db);
     expect(runs.map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
     // The first run crawled pages 1-2; the one more run is incremental: only page 2, which holds the
     // last known message (boundary check passed, nothing new).
     expect(fake.requests.filter((r) => r.path === messagesPath(x!)).map((r) => r.query['page'])).toEqual(['1', '2', '2']);
-    expectConversationMirrored(d.config.db, ws, x!);
+    await expectConversationMirrored(d.config.db, ws, x!);
   });
 });
 
@@ -201,9 +201,9 @@ describe('retries', () => {
     const value = job.returnvalue as ConversationJobResult;
     expect(value.result).toMatchObject({ id: x, status: 'synced', messageCount: 130 });
     expect(fake.requests.filter((r) => r.path === messagesPath(x!) && r.status === 503)).toHaveLength(3);
-    expectConversationMirrored(d.config.db, ws, x!);
+    await expectConversationMirrored(d.config.db, ws, x!);
     // One recorded run for the job, kept across its attempts, ending succeeded.
-    const runs = conversationRuns(d.config.db);
+    const runs = await conversationRuns(d.config.db);
     expect(runs).toHaveLength(1);
     expect(runs[0]!.status).toBe('succeeded');
     const lines = readExportLines(d.config.exportDir, 'messages').filter((l) => l.conversation_id === x);
@@ -231,7 +231,7 @@ describe('429: the whole queue backs off', () => {
     expect(ttl).toBeGreaterThan(2_000);
     expect(ttl).toBeLessThanOrEqual(5_000);
     await waitFor(async () => (await (await Job.fromId(queue, id))?.getState()) === 'completed', 15_000, 'the job to complete');
-    expectConversationMirrored(d.config.db, ws, x!);
+    await expectConversationMirrored(d.config.db, ws, x!);
   });
 
   it('while the rate limit is in force, no other worker starts a job', async () => {
@@ -279,15 +279,15 @@ describe('workspace jobs', () => {
     expect(summary.failures.map((f) => f.id)).toEqual([bad]);
     expect(summary.messages.served).toBe(0 + 1 + 101 + 250 + 40);
     // Every conversation but the failing one is mirrored exactly; the run and its failure are recorded.
-    withMirror(d.config.db, (m) => {
+    await withMirror(d.config.db, (m) => {
       for (const c of ws.list()) {
         const ids = sqlAll<{ id: string }>(m, `SELECT id FROM messages WHERE conversation_id = ? AND deleted_at IS NULL ORDER BY position`, c.id).map((r) => r.id);
         expect(ids, c.id).toEqual(c.id === bad ? [] : c.messages.map((x) => x.id));
       }
     });
-    const run = withMirror(d.config.db, (m) => sqlGet(m, `SELECT scope, refresh, status, conversations_synced FROM runs WHERE id = ?`, summary.runId));
+    const run = await withMirror(d.config.db, (m) => sqlGet(m, `SELECT scope, refresh, status, conversations_synced FROM runs WHERE id = ?`, summary.runId));
     expect(run).toEqual({ scope: 'workspace', refresh: 'incremental', status: 'partial', conversations_synced: 5 });
-    const failures = withMirror(d.config.db, (m) => sqlAll(m, `SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ?`, summary.runId));
+    const failures = await withMirror(d.config.db, (m) => sqlAll(m, `SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ?`, summary.runId));
     expect(failures).toEqual([{ conversation_id: bad, code: 'HTTP_ERROR', status: 400, attempts: 1 }]);
     const badJob = (await Job.fromId(queue, childJobId(summary.runId, bad)))!;
     expect(await badJob.getState()).toBe('failed');
@@ -318,7 +318,7 @@ describe('workspace jobs', () => {
     expect(summary).toMatchObject({ scope: 'workspace', refresh: 'full', status: 'partial' });
     expect(summary.conversations.deleted).toBe(1);
     expect(summary.failures.map((f) => [f.id, f.code])).toEqual([[listed404.id, 'LISTED_BUT_NOT_FOUND']]);
-    withMirror(d.config.db, (m) => {
+    await withMirror(d.config.db, (m) => {
       const state = (id: string) =>
         sqlGet(m, `SELECT (SELECT deleted_at IS NOT NULL FROM conversations WHERE id = ?) AS gone, sum(deleted_at IS NULL) AS live FROM messages WHERE conversation_id = ?`, id, id);
       expect(state(listed404.id)).toEqual({ gone: 0, live: 6 });
@@ -345,7 +345,7 @@ describe('workspace jobs', () => {
       const job = (await Job.fromId(queue, id))!;
       expect(job.attemptsMade).toBe(status === 400 ? 1 : 2); // a 400 is not retried; a 503 is, once
       const runId = (job.data as { runId: number }).runId;
-      withMirror(d.config.db, (m) => {
+      await withMirror(d.config.db, (m) => {
         expect(sqlGet(m, `SELECT status, error LIKE ? AS named FROM runs WHERE id = ?`, `%${status}%`, runId)).toEqual({ status: 'failed', named: 1 });
         expect(sqlAll(m, `SELECT conversation_id FROM run_failures WHERE run_id = ?`, runId)).toEqual([{ conversation_id: '(conversation list)' }]);
         expect(sqlValue(m, `SELECT count(*) FROM runs WHERE status = 'running'`)).toBe(0);
@@ -373,7 +373,7 @@ describe('workspace jobs', () => {
     expect(summary.conversations.deleted).toBe(1);
     // Every page of the remaining conversation was read again: 2 pages of 119 messages.
     expect(fake.requests.slice(before).filter((r) => r.path === messagesPath(big!.id)).map((r) => r.query['page'])).toEqual(['1', '2']);
-    withMirror(d.config.db, (m) => {
+    await withMirror(d.config.db, (m) => {
       expect(sqlValue<string | null>(m, `SELECT deleted_at FROM messages WHERE id = ?`, gone)).not.toBeNull();
       expect(sqlValue<string | null>(m, `SELECT deleted_at FROM conversations WHERE id = ?`, small!.id)).not.toBeNull();
     });

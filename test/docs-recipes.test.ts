@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Database } from '../src/store/sqlite.js';
+import { Database } from '../src/store/sqlite/sqlite.js';
 import { assertBuilt, killLeftovers, run } from './children.js';
 import { tempDir } from './helpers.js';
 import { docBlocks, docFiles, type DocBlock } from './doc-blocks.js';

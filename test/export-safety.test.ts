@@ -52,6 +52,21 @@ function configError(f: () => void): ConfigError {
   throw new Error('expected a ConfigError, nothing was thrown');
 }
 
+/** {@link configError} of an async `f`: the ConfigError it rejects with. */
+async function rejectsWithConfigError(f: () => Promise<unknown>): Promise<ConfigError> {
+  try {
+    await f();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    const e = err as ConfigError;
+    expect(e.variable).toBe('CONVO_MIRROR_EXPORT_DIR');
+    expect(e.message).toMatch(/^CONVO_MIRROR_EXPORT_DIR: /);
+    expect(e.message).not.toContain('\n');
+    return e;
+  }
+  throw new Error('expected a ConfigError, nothing was thrown');
+}
+
 /** `<d>/data/mirror.sqlite` (an empty file is enough: the check never opens it). */
 function dbIn(d: string): string {
   fs.mkdirSync(path.join(d, 'data'));
@@ -171,8 +186,8 @@ describe('assertSafeExportDir', () => {
   it('is checked first by publishChanges, which then writes nothing', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([3]) });
     const before = fs.readdirSync(h.dir).sort();
-    configError(() => publishChanges(h.mirror, { exportDir: h.dir }));
-    configError(() => publishChanges(h.mirror, { exportDir: path.join(h.dir, '.') }));
+    await rejectsWithConfigError(() => publishChanges(h.mirror, { exportDir: h.dir }));
+    await rejectsWithConfigError(() => publishChanges(h.mirror, { exportDir: path.join(h.dir, '.') }));
     expect(fs.readdirSync(h.dir).sort()).toEqual(before);
     expect(fs.existsSync(path.join(h.dir, MANIFEST))).toBe(false);
   });
@@ -200,7 +215,7 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
     const h = await start({ workspace: ws });
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
     const seen: { file: string; temps: string[] }[] = [];
-    publishChanges(h.mirror, {
+    await publishChanges(h.mirror, {
       exportDir: h.exportDir,
       maxLinesPerFile: 10,
       failpoint: (point, file) => {
@@ -208,7 +223,7 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
       },
     });
     const published = [...jsonl(h.exportDir).keys()];
-    const record = `_ledger/${String(h.mirror.ledgerHead()!.batch_id).padStart(12, '0')}.json`;
+    const record = `_ledger/${String((await h.mirror.ledgerHead())!.batch_id).padStart(12, '0')}.json`;
     expect(seen.map((s) => s.file)).toEqual([...published.filter((p) => p.startsWith('conversations/')), ...published.filter((p) => p.startsWith('messages/')), record, MANIFEST]);
     for (const s of seen) {
       expect(s.temps.length, s.file).toBe(1);
@@ -216,7 +231,7 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
       expect(path.basename(s.temps[0]!)).toMatch(/^(?:(?:messages|conversations)-\d+-\d+|ledger-\d+|manifest\.json)\.\d+\.tmp$/);
     }
     expect(entries(path.join(h.exportDir, TEMP_DIR))).toEqual([]);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
   it('a crash before a rename leaves the temp file in .convo-mirror-tmp/ only; verify reports it; the next publication removes it and publishes the same bytes', async () => {
@@ -225,24 +240,22 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
     class Crash extends Error {}
     let renamed = 0;
-    expect(() =>
-      publishChanges(h.mirror, {
+    await expect(publishChanges(h.mirror, {
         exportDir: h.exportDir,
         failpoint: (point) => {
           if (point === 'before-rename' && ++renamed === 2) throw new Crash('killed');
         },
-      }),
-    ).toThrow(Crash);
+      })).rejects.toThrow(Crash);
     const left = entries(path.join(h.exportDir, TEMP_DIR));
     expect(left).toHaveLength(1);
     expect(left[0]).toMatch(/^messages-1-\d+\.\d+\.tmp$/);
     expect(entries(h.exportDir).filter((p) => p.endsWith('.tmp'))).toEqual([`${TEMP_DIR}/${left[0]}`]);
-    expect(verifyExports(h.mirror, h.exportDir)).toContainEqual(expect.objectContaining({ path: `${TEMP_DIR}/${left[0]}`, problem: 'temp' }));
+    expect(await verifyExports(h.mirror, h.exportDir)).toContainEqual(expect.objectContaining({ path: `${TEMP_DIR}/${left[0]}`, problem: 'temp' }));
 
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.resumed).toBe(true);
     expect(entries(path.join(h.exportDir, TEMP_DIR))).toEqual([]);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
   it('a foreign file in .convo-mirror-tmp/ is not removed (verify reports it), and a .convo-mirror-tmp that is not a directory is refused', async () => {
@@ -252,10 +265,10 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
     const foreign = path.join(h.exportDir, TEMP_DIR, 'notes.txt');
     fs.writeFileSync(foreign, 'mine');
     fs.mkdirSync(path.join(h.exportDir, TEMP_DIR, 'messages-1-1.42.tmp')); // our name, but a directory
-    publishChanges(h.mirror, { exportDir: h.exportDir });
+    await publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(fs.readFileSync(foreign, 'utf8')).toBe('mine');
     expect(fs.statSync(path.join(h.exportDir, TEMP_DIR, 'messages-1-1.42.tmp')).isDirectory()).toBe(true);
-    expect(verifyExports(h.mirror, h.exportDir).map((p) => [p.path, p.problem])).toEqual([
+    expect((await verifyExports(h.mirror, h.exportDir)).map((p) => [p.path, p.problem])).toEqual([
       [`${TEMP_DIR}/messages-1-1.42.tmp`, 'temp'],
       [`${TEMP_DIR}/notes.txt`, 'temp'],
     ]);
@@ -264,7 +277,7 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
     fs.rmSync(path.join(h.exportDir, TEMP_DIR), { recursive: true });
     const elsewhere = scratch();
     fs.symlinkSync(elsewhere, path.join(h.exportDir, TEMP_DIR));
-    expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(
+    await expect(publishChanges(h.mirror, { exportDir: h.exportDir })).rejects.toThrowError(
       new RegExp(`${path.join(h.exportDir, TEMP_DIR)} is not a directory \\(symbolic link\\).*reserved for convo-mirror's temp files`),
     );
     expect(fs.readdirSync(elsewhere)).toEqual([]);
@@ -276,10 +289,10 @@ describe('temp files live only in .convo-mirror-tmp/', () => {
  * forked child processes (the default pool, `forks`), where process.umask(mask) is allowed; worker
  * threads would throw ERR_WORKER_UNSUPPORTED_OPERATION here.
  */
-function withUmask<T>(mask: number, f: () => T): T {
+async function withUmask<T>(mask: number, f: () => T | Promise<T>): Promise<T> {
   const before = process.umask(mask);
   try {
-    return f();
+    return await f();
   } finally {
     process.umask(before);
   }
@@ -312,7 +325,7 @@ describe('modes of what publication creates, whatever the umask', () => {
         const h = await start({ workspace: ws });
         await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
         const root = path.join(h.dir, 'new-parent', 'exports');
-        const res = withUmask(mask, () => publishChanges(h.mirror, { exportDir: root, ...(modes ? { modes } : {}) }));
+        const res = await withUmask(mask, () => publishChanges(h.mirror, { exportDir: root, ...(modes ? { modes } : {}) }));
         expect(res.files.length).toBeGreaterThan(1);
         expect(modeOf(path.join(h.dir, 'new-parent'))).toBe(expected.dir);
         expect(modeOf(root)).toBe(expected.dir);
@@ -336,7 +349,7 @@ describe('modes of what publication creates, whatever the umask', () => {
     fs.mkdirSync(path.join(h.exportDir, 'messages'), { recursive: true });
     fs.chmodSync(h.exportDir, 0o755);
     fs.chmodSync(path.join(h.exportDir, 'messages'), 0o711);
-    withUmask(0, () => publishChanges(h.mirror, { exportDir: h.exportDir }));
+    await withUmask(0, () => publishChanges(h.mirror, { exportDir: h.exportDir }));
     expect(modeOf(h.exportDir)).toBe(0o755);
     expect(modeOf(path.join(h.exportDir, 'messages'))).toBe(0o711);
     expect(modeOf(path.join(h.exportDir, 'conversations'))).toBe(0o700);
@@ -366,7 +379,7 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
       const before = fs.lstatSync(file).isFile() ? fs.readFileSync(file) : undefined;
       let err: unknown;
       try {
-        publishChanges(h.mirror, { exportDir: h.exportDir });
+        await publishChanges(h.mirror, { exportDir: h.exportDir });
       } catch (e) {
         err = e;
       }
@@ -376,7 +389,7 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
       expect((err as Error).message).toMatch(/move it away, or choose another CONVO_MIRROR_EXPORT_DIR$/);
       if (before) expect(fs.readFileSync(file).equals(before)).toBe(true);
       expect(fs.readdirSync(h.exportDir).sort()).toEqual(['README', MANIFEST]);
-      expect(h.mirror.counts().export_watermark).toBe(0);
+      expect((await h.mirror.counts()).export_watermark).toBe(0);
     });
   }
 
@@ -387,7 +400,7 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
     fs.writeFileSync(file, '{ truncated');
     await expect(h.sync()).rejects.toThrowError(new RegExp(`${file} is not a convo-mirror manifest \\(not JSON\\)`));
     expect(fs.readFileSync(file, 'utf8')).toBe('{ truncated');
-    const runs = h.mirror.lastRuns(10) as { status: string }[];
+    const runs = (await h.mirror.lastRuns(10)) as { status: string }[];
     expect(runs.map((r) => r.status).reverse()).toEqual(['succeeded', 'failed']);
   });
 
@@ -400,11 +413,11 @@ describe('a manifest.json convo-mirror did not write is never overwritten', () =
     const file = path.join(h.exportDir, MANIFEST);
     const bytes = fs.readFileSync(file);
     fs.rmSync(file);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir, clock });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, clock });
     expect(res.files).toEqual([]);
     expect(fs.readFileSync(file).equals(bytes)).toBe(true);
     expect(fs.readFileSync(path.join(h.exportDir, 'README'), 'utf8')).toBe('exports of the BI team\n');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 });
 
@@ -418,8 +431,8 @@ describe('verifyExports trusts nothing on disk', () => {
     ws.appendMessages(c.id, 3);
     ws.editMessage(c.id, c.messages[110]!.id, 'edited');
     await h.sync();
-    expect(h.mirror.publishedFiles().filter((f) => f.stream !== 'runs')).toHaveLength(4);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect((await h.mirror.publishedFiles()).filter((f) => f.stream !== 'runs')).toHaveLength(4);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
     return h;
   }
   const manifestFile = (h: Harness) => path.join(h.exportDir, MANIFEST);
@@ -429,34 +442,34 @@ describe('verifyExports trusts nothing on disk', () => {
 
   it('nothing published and no export directory, or an empty one: no problem', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([3]) });
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
     fs.mkdirSync(h.exportDir);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
   it('published, then the whole export directory gone: one problem saying so', async () => {
     const h = await published();
     fs.rmSync(h.exportDir, { recursive: true });
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing', detail: `${h.exportDir} does not exist` }]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing', detail: `${h.exportDir} does not exist` }]);
   });
 
   it('a deleted manifest', async () => {
     const h = await published();
     fs.rmSync(manifestFile(h));
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing' }]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'missing' }]);
   });
 
   it('a garbage manifest', async () => {
     const h = await published();
     fs.writeFileSync(manifestFile(h), 'my shopping list\n');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'not JSON' }]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'not JSON' }]);
   });
 
   it('a manifest pointing at an older head, another watermark, an old version, a malformed time, or only reformatted', async () => {
     const h = await published();
     const good = readManifest(h);
     const head = `${good.head!.batch_id}:${good.head!.hash}`;
-    const older = h.mirror.ledgerEntries()[0]!;
+    const older = (await h.mirror.ledgerEntries())[0]!;
     const expected = `head ${head} with watermark ${good.watermark}, as the mirror records`;
     const cases: [unknown, Record<string, unknown>][] = [
       [{ ...good, head: { batch_id: older.batch_id, hash: older.hash, record: older.path } }, { found: `head ${older.batch_id}:${older.hash} with watermark ${good.watermark}`, expected }],
@@ -468,17 +481,17 @@ describe('verifyExports trusts nothing on disk', () => {
     ];
     for (const [m, said] of cases) {
       writeManifest(h, m);
-      expect(verifyExports(h.mirror, h.exportDir), JSON.stringify(said)).toEqual([{ path: MANIFEST, problem: 'manifest', ...said }]);
+      expect(await verifyExports(h.mirror, h.exportDir), JSON.stringify(said)).toEqual([{ path: MANIFEST, problem: 'manifest', ...said }]);
     }
     // A version 2 manifest (before heads were signed) pointing at the head is read, and accepted.
     const { signed_at: _t, ...v2 } = { ...good, version: 2 };
     writeManifest(h, v2);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
     fs.writeFileSync(manifestFile(h), JSON.stringify(good) + '\n');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'its content is well formed but its bytes are not the canonical rendering (edited by hand?)' }]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([{ path: MANIFEST, problem: 'manifest', detail: 'its content is well formed but its bytes are not the canonical rendering (edited by hand?)' }]);
     // and the exact bytes again: intact
-    fs.writeFileSync(manifestFile(h), renderManifest(manifestOf(h.mirror.mirrorId(), h.mirror.ledgerHead(), h.mirror.exportWatermark(), good.signed_at)));
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    fs.writeFileSync(manifestFile(h), renderManifest(manifestOf(await h.mirror.mirrorId(), await h.mirror.ledgerHead(), await h.mirror.exportWatermark(), good.signed_at)));
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
   it('a removed data file, and a byte appended to another', async () => {
@@ -486,13 +499,13 @@ describe('verifyExports trusts nothing on disk', () => {
     const [a, b] = ledgerFiles(h.exportDir);
     fs.rmSync(path.join(h.exportDir, a!.path));
     fs.appendFileSync(path.join(h.exportDir, b!.path), 'x');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: a!.path, problem: 'missing' },
       { path: b!.path, problem: 'size', found: b!.bytes + 1, expected: b!.bytes },
       { path: b!.path, problem: 'sha256', found: expect.stringMatching(/^[0-9a-f]{64}$/), expected: b!.sha256 },
     ]);
     fs.appendFileSync(path.join(h.exportDir, b!.path), '\n');
-    expect(verifyExports(h.mirror, h.exportDir).map((p) => p.problem)).toEqual(['missing', 'size', 'sha256', 'lines']);
+    expect((await verifyExports(h.mirror, h.exportDir)).map((p) => p.problem)).toEqual(['missing', 'size', 'sha256', 'lines']);
   });
 
   it('an unlisted notes.txt, dotfile and .tmp file in messages/…, but not a README or .tmp file at the root', async () => {
@@ -503,13 +516,13 @@ describe('verifyExports trusts nothing on disk', () => {
     fs.writeFileSync(path.join(h.exportDir, 'messages', '.x.jsonl.123.tmp'), '');
     fs.writeFileSync(path.join(h.exportDir, 'README'), 'exports of the BI team\n');
     fs.writeFileSync(path.join(h.exportDir, '.x.jsonl.123.tmp'), '');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: 'messages/.x.jsonl.123.tmp', problem: 'unlisted' },
       { path: `${dir}/.hidden`, problem: 'unlisted' },
       { path: `${dir}/notes.txt`, problem: 'unlisted' },
     ]);
     // publication leaves all of them alone
-    publishChanges(h.mirror, { exportDir: h.exportDir });
+    await publishChanges(h.mirror, { exportDir: h.exportDir });
     for (const p of [`${dir}/notes.txt`, `${dir}/.hidden`, 'messages/.x.jsonl.123.tmp', 'README', '.x.jsonl.123.tmp']) {
       expect(fs.existsSync(path.join(h.exportDir, p)), p).toBe(true);
     }
@@ -527,7 +540,7 @@ describe('verifyExports trusts nothing on disk', () => {
     // the recorded file moved out and symlinked back: same bytes, not a regular file
     fs.renameSync(path.join(h.exportDir, rel), path.join(outside, 'copy.jsonl'));
     fs.symlinkSync(path.join(outside, 'copy.jsonl'), path.join(h.exportDir, rel));
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: rel, problem: 'not-regular', detail: 'symbolic link, expected a regular file' },
       { path: `${dir}/link.jsonl`, problem: 'unlisted', detail: 'symbolic link, not followed' },
       { path: 'conversations/elsewhere', problem: 'unlisted', detail: 'symbolic link, not followed' },
@@ -542,7 +555,7 @@ describe('verifyExports trusts nothing on disk', () => {
     fs.cpSync(path.join(h.exportDir, account), path.join(outside, 'copy'), { recursive: true });
     fs.rmSync(path.join(h.exportDir, account), { recursive: true });
     fs.symlinkSync(path.join(outside, 'copy'), path.join(h.exportDir, account));
-    const found = verifyExports(h.mirror, h.exportDir);
+    const found = await verifyExports(h.mirror, h.exportDir);
     const messages = ledgerFiles(h.exportDir).filter((f) => f.stream === 'messages');
     expect(found).toEqual([
       ...messages.map((f) => ({ path: f.path, problem: 'not-regular', detail: `reached through the symbolic link ${account}, not followed` })),
@@ -556,11 +569,11 @@ describe('verifyExports trusts nothing on disk', () => {
     await h.sync();
     ws.appendMessages(ws.list()[0]!.id, 2);
     const pending = (await syncThenCrashPublication(h)).id;
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: MANIFEST, problem: 'manifest', found: expect.stringMatching(new RegExp(`^head ${pending}:[0-9a-f]{64} with watermark \\d+$`)), expected: expect.stringMatching(new RegExp(`^head ${pending - 1}:[0-9a-f]{64} with watermark \\d+, as the mirror records$`)) },
       { path: `_ledger/${String(pending).padStart(12, '0')}.json`, problem: 'mirror', detail: 'left by an interrupted publication; the next sync records it' },
     ]);
     await h.sync();
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 });

@@ -146,8 +146,8 @@ describe('exports after a history of changes', () => {
       const l = bySeq.get(r.seq)!;
       expect([l.op, l.id, 'conversation_id' in l ? 'messages' : 'scope' in l ? 'runs' : 'conversations']).toEqual([r.op, r.record_id, r.stream]);
     }
-    expect(h.mirror.counts().export_watermark).toBe(max);
-    expect(h.mirror.counts().unexported_changes).toBe(0);
+    expect((await h.mirror.counts()).export_watermark).toBe(max);
+    expect((await h.mirror.counts()).unexported_changes).toBe(0);
   });
 
   it('files follow <stream>/account=<id>/date=YYYY-MM-DD/<first>-<last>.jsonl and lines have exactly the documented keys', async () => {
@@ -155,7 +155,7 @@ describe('exports after a history of changes', () => {
     const all = snapshotFiles(h.exportDir);
     const others = [...all.keys()].filter((p) => !p.endsWith('.jsonl'));
     expect(others.filter((p) => !/^_ledger\/\d{12}\.json$/.test(p))).toEqual([MANIFEST]);
-    expect(others.length).toBe(1 + h.mirror.ledgerEntries().length);
+    expect(others.length).toBe(1 + (await h.mirror.ledgerEntries()).length);
     let withAttachments = 0;
     let withoutAttachments = 0;
     const served = new Map<string, Record<string, unknown>>();
@@ -210,7 +210,7 @@ describe('exports after a history of changes', () => {
     expect(manifest.watermark).toBe(maxSeq(h));
     expect(manifest.signed_at).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
     expect(manifest.signature).toBeUndefined(); // no signing key
-    expect(manifest.head).toEqual({ ...h.mirror.ledgerHead(), record: `_ledger/${String(h.mirror.ledgerHead()!.batch_id).padStart(12, '0')}.json` });
+    expect(manifest.head).toEqual({ ...(await h.mirror.ledgerHead()), record: `_ledger/${String((await h.mirror.ledgerHead())!.batch_id).padStart(12, '0')}.json` });
     const files = jsonlFiles(h.exportDir);
     const listed = ledgerFiles(h.exportDir);
     expect(new Set(listed.map((f) => f.path))).toEqual(new Set(files.keys()));
@@ -237,7 +237,7 @@ describe('verifyExports', () => {
     const ws = FakeWorkspace.fromCounts([30, 120]);
     const h = await start({ workspace: ws });
     await h.sync();
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
     const [msgFile, convFile] = [...jsonlFiles(h.exportDir).keys()].sort((a, b) => (a.startsWith('messages') ? -1 : b.startsWith('messages') ? 1 : 0));
     expect(msgFile!.startsWith('messages/')).toBe(true);
     expect(convFile!.startsWith('conversations/')).toBe(true);
@@ -249,21 +249,21 @@ describe('verifyExports', () => {
     buf[i] = buf[i] === 0x58 ? 0x59 : 0x58;
     fs.writeFileSync(abs, buf);
     const recorded = ledgerFiles(h.exportDir).find((f) => f.path === msgFile)!;
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
       { path: msgFile, problem: 'sha256', found: crypto.createHash('sha256').update(buf).digest('hex'), expected: recorded.sha256 },
     ]);
 
     // a line dropped: size, sha256 and lines all differ
     const text = fs.readFileSync(abs, 'utf8').split('\n');
     fs.writeFileSync(abs, text.slice(1).join('\n'));
-    const problems = verifyExports(h.mirror, h.exportDir).map((p) => p.problem).sort();
+    const problems = (await verifyExports(h.mirror, h.exportDir)).map((p) => p.problem).sort();
     expect(problems).toEqual(['lines', 'sha256', 'size']);
 
     fs.rmSync(path.join(h.exportDir, convFile!));
     fs.writeFileSync(path.join(h.exportDir, path.dirname(convFile!), '000000000999-000000000999.jsonl'), '{}\n');
     fs.writeFileSync(path.join(h.exportDir, TEMP_DIR, 'messages-9-1.123.tmp'), 'partial');
     fs.writeFileSync(path.join(h.exportDir, '.x.jsonl.123.tmp'), 'not ours');
-    const found = verifyExports(h.mirror, h.exportDir);
+    const found = await verifyExports(h.mirror, h.exportDir);
     expect(found).toContainEqual({ path: convFile, problem: 'missing' });
     expect(found).toContainEqual({ path: `${path.dirname(convFile!)}/000000000999-000000000999.jsonl`, problem: 'unlisted' });
     expect(found).toContainEqual(expect.objectContaining({ path: `${TEMP_DIR}/messages-9-1.123.tmp`, problem: 'temp' }));
@@ -304,7 +304,7 @@ describe('publishChanges', () => {
     const firstBatchFiles = jsonlFiles(h.exportDir);
     const { batch, files, record } = await interruptPublication(h);
 
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.resumed).toBe(true);
     expect(res.watermark).toBe(maxSeq(h));
     const again1 = res.files.filter((f) => f.batch_id === batch.id);
@@ -319,14 +319,14 @@ describe('publishChanges', () => {
     const seqs = [...readExportLines(h.exportDir, 'messages'), ...readExportLines(h.exportDir, 'conversations'), ...readExportLines(h.exportDir, 'runs')].map((l) => l.seq);
     expect(new Set(seqs).size).toBe(seqs.length);
     expect(seqs.length).toBe(maxSeq(h));
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
     expect(sqlValue(h.mirror, `SELECT count(*) FROM export_batches WHERE published_at IS NULL`)).toBe(0);
     // recorded: the payloads are pruned, the change-log rows stay
     expect(sqlValue(h.mirror, `SELECT count(*) FROM change_payloads`)).toBe(0);
     expect(sqlValue(h.mirror, `SELECT count(*) FROM change_log`)).toBe(maxSeq(h));
 
     // and a further call has nothing to do
-    const again = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const again = await publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(again).toMatchObject({ files: [], lines: 0, watermark: maxSeq(h), resumed: false });
   });
 
@@ -343,10 +343,10 @@ describe('publishChanges', () => {
     for (const [p, bytes] of files) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
     // nothing the run committed is left unexported (its own line came after its changes)
     expect(s.export.watermark).toBe(maxSeq(h) - 1);
-    expect(h.mirror.counts().unexported_changes).toBe(0);
+    expect((await h.mirror.counts()).unexported_changes).toBe(0);
     const live = replay(readExportLines(h.exportDir, 'messages'), 'messages');
     expect(live.get(`${ACCOUNT_ID}/${c.id}/${c.messages[1]!.id}`)!['content']).toBe('changed after the crash');
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 
   it('the next publish removes its own leftover temp files, and only those', async () => {
@@ -363,19 +363,19 @@ describe('publishChanges', () => {
     fs.writeFileSync(tmpInPartition, '{"seq":1,"op":"ins');
     fs.writeFileSync(tmpAtRoot, '{');
     const inPartition = { path: `${path.dirname(dataFile)}/.x.jsonl.123.tmp`, problem: 'unlisted' };
-    expect(verifyExports(h.mirror, h.exportDir).map((p) => ({ path: p.path, problem: p.problem }))).toEqual([
+    expect((await verifyExports(h.mirror, h.exportDir)).map((p) => ({ path: p.path, problem: p.problem }))).toEqual([
       inPartition,
       { path: `${TEMP_DIR}/${MANIFEST}.999.tmp`, problem: 'temp' },
       { path: `${TEMP_DIR}/messages-1-1.999.tmp`, problem: 'temp' },
     ]);
     const before = jsonlFiles(h.exportDir);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.files).toEqual([]);
     for (const f of ours) expect(fs.existsSync(f), f).toBe(false);
     expect(fs.readFileSync(tmpInPartition, 'utf8')).toBe('{"seq":1,"op":"ins');
     expect(fs.readFileSync(tmpAtRoot, 'utf8')).toBe('{');
     expect(jsonlFiles(h.exportDir)).toEqual(before);
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([inPartition]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([inPartition]);
   });
 
   it('with nothing pending publishes zero files and changes nothing but the time of the signed head', async () => {
@@ -386,7 +386,7 @@ describe('publishChanges', () => {
     const snapshot = snapshotFiles(h.exportDir);
     const batches = sqlAll(h.mirror, `SELECT * FROM export_batches`);
     clock.advance(3_600_000);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir, clock });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, clock });
     expect(res).toEqual({ files: [], lines: 0, watermark: maxSeq(h), resumed: false, head: s.export.head, held: 0 });
     expect(s.export.watermark).toBe(maxSeq(h) - 1); // the run's own line was published after its changes
     const after = snapshotFiles(h.exportDir);
@@ -402,19 +402,19 @@ describe('publishChanges', () => {
   it('with nothing ever synced publishes zero files', async () => {
     const h = await start({ workspace: FakeWorkspace.fromCounts([]) });
     const clock = noonClock();
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir, clock });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, clock });
     expect(res).toEqual({ files: [], lines: 0, watermark: 0, resumed: false, head: undefined, held: 0 });
     expect(jsonlFiles(h.exportDir).size).toBe(0);
     const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
-    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 3, mirror_id: h.mirror.mirrorId(), watermark: 0, ledger: '_ledger', head: null, signed_at: '2026-01-15T12:00:00.000Z' });
-    expect(h.mirror.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
+    expect(manifest).toEqual({ format: 'convo-mirror-exports', version: 3, mirror_id: await h.mirror.mirrorId(), watermark: 0, ledger: '_ledger', head: null, signed_at: '2026-01-15T12:00:00.000Z' });
+    expect(await h.mirror.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
   });
 
   it('splits a partition into files of at most maxLinesPerFile lines, named by their seq range', async () => {
     const ws = FakeWorkspace.fromCounts([120, 45]);
     const h = await start({ workspace: ws, clock: noonClock() });
     await syncWorkspace({ ...h.deps }, { accountId: ACCOUNT_ID, runId: null, concurrency: 4 });
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir, maxLinesPerFile: 50 });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, maxLinesPerFile: 50 });
     expect(res.files.every((f) => f.date === '2026-01-15')).toBe(true);
     expect(res.lines).toBe(2 + 165);
     const files = jsonlFiles(h.exportDir);
@@ -430,7 +430,7 @@ describe('publishChanges', () => {
     }
     const seqs = [...readExportLines(h.exportDir, 'messages'), ...readExportLines(h.exportDir, 'conversations')].map((l) => l.seq).sort((a, b) => a - b);
     expect(seqs).toEqual([...Array(167).keys()].map((i) => i + 1));
-    expect(verifyExports(h.mirror, h.exportDir)).toEqual([]);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
   });
 });
 
@@ -442,13 +442,13 @@ describe('one export directory per mirror', () => {
     const before = jsonlFiles(h.exportDir);
     expect(before.size).toBeGreaterThan(0);
     // A fresh mirror (its seq restarts at 1) pointed at the same export directory.
-    const { Mirror } = await import('../src/store/mirror.js');
-    const other = Mirror.open(path.join(h.dir, 'other.sqlite'));
+    const { openMirror } = await import('../src/store/open-mirror.js');
+    const other = await openMirror(path.join(h.dir, 'other.sqlite'));
     try {
       await syncWorkspace({ ...h.deps, mirror: other }, { accountId: ACCOUNT_ID, runId: null });
-      expect(() => publishChanges(other, { exportDir: h.exportDir })).toThrowError(/holds the exports of another mirror/);
+      await expect(publishChanges(other, { exportDir: h.exportDir })).rejects.toThrowError(/holds the exports of another mirror/);
     } finally {
-      other.close();
+      await other.close();
     }
     const after = jsonlFiles(h.exportDir);
     expect([...after.keys()]).toEqual([...before.keys()]);
@@ -469,11 +469,11 @@ describe('one export directory per mirror', () => {
     fs.rmSync(path.join(h.exportDir, MANIFEST));
     fs.rmSync(path.join(h.exportDir, rel));
     fs.writeFileSync(path.join(h.exportDir, rel), 'not what the mirror would write\n');
-    expect(() => publishChanges(h.mirror, { exportDir: h.exportDir })).toThrowError(/refusing to replace the published export file/);
+    await expect(publishChanges(h.mirror, { exportDir: h.exportDir })).rejects.toThrowError(/refusing to replace the published export file/);
     expect(fs.readFileSync(path.join(h.exportDir, rel), 'utf8')).toBe('not what the mirror would write\n');
     expect(bytes.length).toBeGreaterThan(0);
     // The watermark did not move.
-    expect(h.mirror.counts().export_watermark).toBe(batch.first_seq - 1);
+    expect((await h.mirror.counts()).export_watermark).toBe(batch.first_seq - 1);
   });
 });
 
@@ -485,7 +485,7 @@ describe('replay after a sync of named conversations', () => {
     await h.sync({ conversationIds: [target.id] });
     const convLines = readExportLines(h.exportDir, 'conversations');
     expect(convLines.map((l) => [l.op, l.id, l['data']])).toEqual([['insert', target.id, { id: target.id }]]);
-    const live = h.mirror.liveConversationIds(ACCOUNT_ID);
+    const live = await h.mirror.liveConversationIds(ACCOUNT_ID);
     expect([...replay(convLines, 'conversations').keys()]).toEqual(live.map((id) => `${ACCOUNT_ID}/${id}`));
     // A later full sync replaces the placeholder with the object as served: an update line.
     await h.sync();

@@ -69,7 +69,7 @@ describe('sync: first contact before anything is touched', () => {
     const first = await run(['sync'], cliEnv(fake, dir));
     expect(first.code, first.stderr).toBe(0);
     const before = filesOf(dir);
-    const head = withMirror(path.join(dir, 'mirror.sqlite'), (mirror) => mirror.ledgerHead());
+    const head = await withMirror(path.join(dir, 'mirror.sqlite'), (mirror) => mirror.ledgerHead());
     for (const m of await mistakes()) {
       const r = await run(['sync'], cliEnv(fake, dir, m.env));
       expect(r.code, `${m.what}: ${r.stderr}`).toBe(2);
@@ -79,9 +79,9 @@ describe('sync: first contact before anything is touched', () => {
     const named = await run(['sync', '--conversation', ws.list()[0]!.id], cliEnv(fake, dir, { CONVO_MIRROR_API_KEY: 'typo-in-the-key' }));
     expect(named.code, named.stderr).toBe(2);
     expect(filesOf(dir)).toEqual(before);
-    withMirror(path.join(dir, 'mirror.sqlite'), (mirror) => {
-      expect(mirror.lastRuns(10).map((r) => r['status'])).toEqual(['succeeded']);
-      expect(mirror.ledgerHead()).toEqual(head);
+    await withMirror(path.join(dir, 'mirror.sqlite'), async (mirror) => {
+      expect((await mirror.lastRuns(10)).map((r) => r['status'])).toEqual(['succeeded']);
+      expect(await mirror.ledgerHead()).toEqual(head);
     });
   });
 

@@ -106,7 +106,7 @@ describe('gzipped exports', () => {
       expect(seqs.at(-1)).toBe(f.last_seq);
       expect(seqs.every((q, i) => i === 0 || q > seqs[i - 1]!)).toBe(true);
     }
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 
   it('DuckDB reads them with read_json: every message line, and the replay gives the live messages', async () => {
@@ -184,24 +184,22 @@ describe('gzipped exports', () => {
     const h = await start({ workspace: ws });
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
     class Crash extends Error {}
-    expect(() =>
-      publishChanges(h.mirror, {
+    await expect(publishChanges(h.mirror, {
         exportDir: h.exportDir,
         gzip: true,
         failpoint: (p) => {
           if (p === 'before-ledger') throw new Crash();
         },
-      }),
-    ).toThrow(Crash);
+      })).rejects.toThrow(Crash);
     const before = new Map([...snapshotFiles(h.exportDir)].filter(([p]) => p.endsWith('.jsonl.gz')));
     expect(before.size).toBe(2);
     expect(fs.existsSync(path.join(h.exportDir, '_ledger'))).toBe(false);
     // A retry without gzip keeps the batch's planned form: the same names, the same bytes.
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir });
     expect(res.resumed).toBe(true);
     for (const [p, bytes] of before) expect(fs.readFileSync(path.join(h.exportDir, p)).equals(bytes), p).toBe(true);
     expect(fs.readdirSync(path.join(h.exportDir, '_ledger'))).toEqual(['000000000001.json']);
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 
   it('a .gz left by another zlib build (other bytes, the same lines) is kept on re-publication and recorded as it is', async () => {
@@ -209,18 +207,16 @@ describe('gzipped exports', () => {
     const h = await start({ workspace: ws });
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
     class Crash extends Error {}
-    expect(() =>
-      publishChanges(h.mirror, { exportDir: h.exportDir, gzip: true, failpoint: (p) => { if (p === 'before-ledger') throw new Crash(); } }),
-    ).toThrow(Crash);
+    await expect(publishChanges(h.mirror, { exportDir: h.exportDir, gzip: true, failpoint: (p) => { if (p === 'before-ledger') throw new Crash(); } })).rejects.toThrow(Crash);
     const rel = [...snapshotFiles(h.exportDir).keys()].find((p) => p.startsWith('messages/'))!;
     const abs = path.join(h.exportDir, rel);
     const other = zlib.gzipSync(zlib.gunzipSync(fs.readFileSync(abs)), { level: 9 });
     fs.chmodSync(abs, 0o600);
     fs.writeFileSync(abs, other);
-    publishChanges(h.mirror, { exportDir: h.exportDir, gzip: true });
+    await publishChanges(h.mirror, { exportDir: h.exportDir, gzip: true });
     expect(fs.readFileSync(abs).equals(other)).toBe(true);
     const recorded = ledgerFiles(h.exportDir).find((f) => f.path === rel)!;
     expect(recorded.sha256).toBe(crypto.createHash('sha256').update(other).digest('hex'));
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 });

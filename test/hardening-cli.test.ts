@@ -41,8 +41,8 @@ afterAll(() => {
 
 const msgPath = (id: string): string => `/v1/conversations/${id}/messages`;
 
-function expectExact(db: string, ws: FakeWorkspace): void {
-  withMirror(db, (m) => {
+async function expectExact(db: string, ws: FakeWorkspace): Promise<void> {
+  await withMirror(db, (m) => {
     const eq = mirrorEqualsFake(m, ws);
     expect(eq.ok, eq.detail).toBe(true);
   });
@@ -61,7 +61,7 @@ describe('a 404 the listing contradicts is a failure, not a deletion', () => {
     const db = path.join(dir, 'mirror.sqlite');
     const first = await run(['sync'], env);
     expect(first.code, first.stderr).toBe(0);
-    const before = withMirror(db, (m) => m.liveCounts(ACCOUNT_ID));
+    const before = await withMirror(db, (m) => m.liveCounts(ACCOUNT_ID));
 
     const flaky = [ws.list()[3]!, ws.list()[11]!, ws.list()[27]!].map((c) => c.id);
     for (const id of flaky) fake.injectFault({ kind: 'status', status: 404, match: { path: msgPath(id) }, times: Infinity });
@@ -69,13 +69,13 @@ describe('a 404 the listing contradicts is a failure, not a deletion', () => {
     expect(full.code, full.stderr).toBe(1);
     for (const id of flaky) expect(full.stderr).toMatch(new RegExp(`failed: conversation ${id}: \\[LISTED_BUT_NOT_FOUND\\] .*404`));
     expect(full.stdout).toMatch(/0 tombstoned/);
-    expect(withMirror(db, (m) => m.liveCounts(ACCOUNT_ID))).toEqual(before);
+    expect(await withMirror(db, (m) => m.liveCounts(ACCOUNT_ID))).toEqual(before);
     expect(readExportLines(path.join(dir, 'exports'), 'messages').filter((l) => l.op === 'delete')).toEqual([]);
 
     fake.clearFaults();
     const again = await run(['sync'], env);
     expect(again.code, again.stderr).toBe(0);
-    expectExact(db, ws);
+    await expectExact(db, ws);
   });
 });
 
@@ -173,7 +173,7 @@ describe('a misbehaving server cannot make a run endless or unbounded', () => {
     const list = fake.requests.filter((q) => q.path === '/v1/conversations').length;
     expect(list).toBe(13); // its first page says 2 pages: ceil(2 * 1.1) + 10 pages, then it stops
     expect(fake.requests.length).toBeLessThan(300);
-    const tombstoned = withMirror(path.join(dir, 'mirror.sqlite'), (m) => sqlValue(m, `SELECT count(*) FROM messages WHERE deleted_at IS NOT NULL`));
+    const tombstoned = await withMirror(path.join(dir, 'mirror.sqlite'), (m) => sqlValue(m, `SELECT count(*) FROM messages WHERE deleted_at IS NOT NULL`));
     expect(tombstoned).toBe(0);
   });
 
@@ -195,7 +195,7 @@ describe('a misbehaving server cannot make a run endless or unbounded', () => {
       expect(reqs.length).toBe(1);
       expect(reqs[0]!.bytesSent).toBeLessThan(4 * 1024 * 1024 + 32 * 1024 * 1024);
     }
-    withMirror(path.join(dir, 'mirror.sqlite'), (m) => {
+    await withMirror(path.join(dir, 'mirror.sqlite'), (m) => {
       expect(sqlValue(m, `SELECT count(*) FROM messages WHERE deleted_at IS NULL`)).toBe(9);
     });
   });
@@ -293,7 +293,7 @@ describe('a full disk', () => {
       execFileSync('mount', ['-o', 'remount,size=256m', mnt]);
       const next = await run(['sync'], env);
       expect(next.code, next.stderr).toBe(0);
-      expectExact(path.join(mnt, 'mirror.sqlite'), ws);
+      await expectExact(path.join(mnt, 'mirror.sqlite'), ws);
       const lines = readExportLines(path.join(mnt, 'exports'), 'messages');
       expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
       expect(replay(lines, 'messages').size).toBe(ws.totals().messages);
@@ -314,7 +314,7 @@ describe('a damaged mirror stops the run', () => {
     const db = path.join(dir, 'mirror.sqlite');
     expect((await run(['sync'], env)).code).toBe(0);
     // Overwrite the root page of the messages table (and of its index) with garbage.
-    const pages = withMirror(db, (m) => {
+    const pages = await withMirror(db, (m) => {
       const size = sqlValue(m, `PRAGMA page_size`);
       const roots = sqlAll<{ rootpage: number }>(m, `SELECT rootpage FROM sqlite_master WHERE tbl_name = 'messages' AND rootpage > 0`);
       return { size, roots: roots.map((r) => r.rootpage) };

@@ -35,11 +35,11 @@ function rowsOf(h: Harness, id: string): { liveMessages: number; deadMessages: n
 }
 
 /** The exports replayed equal the mirror's live messages (no line lost, none duplicated). */
-function expectExportsReplayToMirror(h: Harness): void {
+async function expectExportsReplayToMirror(h: Harness): Promise<void> {
   const lines = readExportLines(h.exportDir, 'messages');
   expect(new Set(lines.map((l) => l.seq)).size).toBe(lines.length);
   const live = replay(lines, 'messages');
-  expect(live.size).toBe(h.mirror.counts().messages);
+  expect(live.size).toBe((await h.mirror.counts()).messages);
 }
 
 async function rejected(p: Promise<RunSummary>): Promise<RunError<RunSummary>> {
@@ -82,7 +82,7 @@ describe('a 404 is not proof of a deletion', () => {
     expect(s3.status).toBe('succeeded');
     for (const id of flaky) expect(h.fake.requests.slice(before).some((r) => r.path === msgPath(id) && r.status === 200)).toBe(true);
     expectExact(h);
-    expectExportsReplayToMirror(h);
+    await expectExportsReplayToMirror(h);
   });
 
   it('a conversation gone from the complete listing and answering 404 is tombstoned', async () => {
@@ -146,7 +146,7 @@ describe('a conversation that comes back after a tombstone', () => {
     expect(h.fake.requests.slice(before).filter((r) => r.path === msgPath(back.id)).map((r) => Number(r.query['page']))).toEqual([1, 2]);
     expect(rowsOf(h, back.id)).toEqual({ liveMessages: 150, deadMessages: 0, conversationDeleted: false });
     expectExact(h);
-    expectExportsReplayToMirror(h);
+    await expectExportsReplayToMirror(h);
   });
 
   it('named by id, it is revived with its messages', async () => {
@@ -220,7 +220,7 @@ describe('a server that never stops serving pages', () => {
     }
     // Its first page says 2 pages: ceil(2 * 1.1) + 10 = 13 pages, run after run.
     expect(perRun).toEqual([13, 13, 13]);
-    expect(h.mirror.loadCheckpoint(ACCOUNT_ID, endless)).toBeUndefined();
+    expect(await h.mirror.loadCheckpoint(ACCOUNT_ID, endless)).toBeUndefined();
   });
 
   it('a list that never ends stores and crawls nothing beyond the pages its first page declared', async () => {
@@ -234,7 +234,7 @@ describe('a server that never stops serving pages', () => {
     expect(err.summary.failures.filter((f) => f.code === 'PAGE_RUNAWAY').map((f) => f.id)).toEqual(['(conversation list)']);
     expect(new Set(err.summary.failures.filter((f) => f.code !== 'PAGE_RUNAWAY').map((f) => f.code))).toEqual(new Set(['LISTED_BUT_NOT_FOUND']));
     // The runaway list's first page declared 2 pages (200 conversations): nothing past them is kept.
-    const { conversations, conversations_tombstoned } = h.mirror.counts();
+    const { conversations, conversations_tombstoned } = await h.mirror.counts();
     expect(conversations! + conversations_tombstoned!).toBeLessThanOrEqual(2 + 200);
     expect(conversations_tombstoned).toBe(0);
   });

@@ -31,8 +31,8 @@ describe('run lines of runs that changed nothing', () => {
     const { ws, h, sync } = await quietWorkspace(clock);
     const first = await sync();
     expect(first.export.held).toBeUndefined();
-    const records = h.mirror.ledgerEntries().length;
-    const head = h.mirror.ledgerHead();
+    const records = (await h.mirror.ledgerEntries()).length;
+    const head = await h.mirror.ledgerHead();
     const files = fs.readdirSync(`${h.exportDir}/_ledger`);
     for (let i = 1; i <= 20; i++) {
       clock.advance(TICK);
@@ -42,11 +42,11 @@ describe('run lines of runs that changed nothing', () => {
       expect(s.export.held).toEqual({ lines: i, until: '2026-11-26T00:00:00.000Z' });
       expect(s.export.head).toEqual(head);
     }
-    expect(h.mirror.ledgerEntries()).toHaveLength(records);
+    expect(await h.mirror.ledgerEntries()).toHaveLength(records);
     expect(fs.readdirSync(`${h.exportDir}/_ledger`)).toEqual(files);
-    expect(h.mirror.pendingExport()).toEqual({ data: 0, runLines: 20, oldestRunLineAt: expect.stringMatching(/^2026-11-25T00:20:/) });
+    expect(await h.mirror.pendingExport()).toEqual({ data: 0, runLines: 20, oldestRunLineAt: expect.stringMatching(/^2026-11-25T00:20:/) });
     // The held lines are in the mirror: verify (and --deep, which replays what waits) is clean.
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
 
     // A run that changes something publishes them, then its own line.
     ws.appendMessages(ws.list()[0]!.id, 3);
@@ -54,27 +54,27 @@ describe('run lines of runs that changed nothing', () => {
     const busy = await sync();
     expect(busy.messages.inserted).toBe(3);
     expect(busy.export.held).toBeUndefined();
-    expect(h.mirror.ledgerEntries()).toHaveLength(records + 2);
-    expect(h.mirror.pendingExport()).toEqual({ data: 0, runLines: 0, oldestRunLineAt: undefined });
+    expect(await h.mirror.ledgerEntries()).toHaveLength(records + 2);
+    expect(await h.mirror.pendingExport()).toEqual({ data: 0, runLines: 0, oldestRunLineAt: undefined });
     expect(readExportLines(h.exportDir, 'runs').map((l) => Number(l.id))).toEqual(Array.from({ length: 22 }, (_, i) => i + 1));
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 
   it('a quiet daemon at the default schedule adds one record and one file a day: the first publication after midnight UTC', async () => {
     const clock = testClock({ start: MIDNIGHT });
     const { h, sync } = await quietWorkspace(clock);
     await sync(); // day 1, 00:00: the first sync mirrors everything (its changes and its line: 2 records)
-    const afterFirst = h.mirror.ledgerEntries().length;
+    const afterFirst = (await h.mirror.ledgerEntries()).length;
     const perDay: { records: number; files: string[] }[] = [];
     for (let day = 0; day < 2; day++) {
-      const before = h.mirror.ledgerEntries().length;
-      const beforeFiles = new Set(h.mirror.publishedFiles().map((f) => f.path));
+      const before = (await h.mirror.ledgerEntries()).length;
+      const beforeFiles = new Set((await h.mirror.publishedFiles()).map((f) => f.path));
       // The other 95 ticks of the day, then the next day's 00:00 tick.
       for (let t = 0; t < 96; t++) {
         clock.advance(TICK);
         await sync();
       }
-      perDay.push({ records: h.mirror.ledgerEntries().length - before, files: h.mirror.publishedFiles().map((f) => f.path).filter((p) => !beforeFiles.has(p)) });
+      perDay.push({ records: (await h.mirror.ledgerEntries()).length - before, files: (await h.mirror.publishedFiles()).map((f) => f.path).filter((p) => !beforeFiles.has(p)) });
     }
     expect(afterFirst).toBe(2);
     // Day 1's 95 quiet lines go out at day 2's 00:00 tick (the 00:00 line of day 1 went out with
@@ -87,8 +87,8 @@ describe('run lines of runs that changed nothing', () => {
     const lines = readExportLines(h.exportDir, 'runs');
     expect(lines.filter((l) => String(l.synced_at).startsWith('2026-11-25'))).toHaveLength(96);
     expect(lines.filter((l) => String(l.synced_at).startsWith('2026-11-26'))).toHaveLength(96);
-    expect(h.mirror.pendingExport().runLines).toBe(1);
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await h.mirror.pendingExport()).runLines).toBe(1);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 
   it('with the heartbeat 0, every run publishes its own line as before', async () => {
@@ -99,8 +99,8 @@ describe('run lines of runs that changed nothing', () => {
       clock.advance(TICK);
       const s = await h.sync({ runsHeartbeatMs: 0 });
       expect(s.export.held).toBeUndefined();
-      expect(h.mirror.pendingExport().runLines).toBe(0);
+      expect((await h.mirror.pendingExport()).runLines).toBe(0);
     }
-    expect(h.mirror.ledgerEntries()).toHaveLength(5);
+    expect(await h.mirror.ledgerEntries()).toHaveLength(5);
   });
 });

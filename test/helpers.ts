@@ -9,7 +9,8 @@ import path from 'node:path';
 import type { ServerResponse } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { ApiClient, type ApiClientOptions } from '../src/api/client.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
 import { systemClock, type Clock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 import { runSync, type RunOptions, type RunSummary } from '../src/run/index.js';
@@ -74,7 +75,7 @@ export async function harness(opts: HarnessOptions): Promise<Harness> {
     logger,
     ...opts.client,
   });
-  const mirror = Mirror.open(dbPath, { clock });
+  const mirror = await openMirror(dbPath, { clock });
   const deps: SyncDeps = { api, mirror, logger, clock };
   return {
     fake,
@@ -87,7 +88,7 @@ export async function harness(opts: HarnessOptions): Promise<Harness> {
     sync: (o = {}) => runSync(deps, { accountId: withAccount ? ACCOUNT_ID : 'default', exportDir, concurrency: 4, ...o }),
     close: async () => {
       await api.close();
-      mirror.close();
+      await mirror.close();
       await fake.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
@@ -229,12 +230,12 @@ export function cliEnv(fake: FakeApi, dir: string, extra: Record<string, string 
 }
 
 /** Runs `f` on the mirror at `dbPath` opened without the writer lock (a writer may hold it). */
-export function withMirror<T>(dbPath: string, f: (m: Mirror) => T): T {
-  const m = Mirror.open(dbPath, { lock: false });
+export async function withMirror<T>(dbPath: string, f: (m: Mirror) => T | Promise<T>): Promise<T> {
+  const m = await openMirror(dbPath, { lock: false });
   try {
-    return f(m);
+    return await f(m);
   } finally {
-    m.close();
+    await m.close();
   }
 }
 
@@ -321,7 +322,7 @@ export async function syncThenCrashPublication(h: Harness, point: ExportFailpoin
   };
   let thrown: unknown;
   try {
-    publishChanges(h.mirror, { exportDir: h.exportDir, failpoint: crash });
+    await publishChanges(h.mirror, { exportDir: h.exportDir, failpoint: crash });
   } catch (err) {
     thrown = err;
   }

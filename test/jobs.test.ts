@@ -34,11 +34,11 @@ interface RunRow {
   requests: number;
 }
 
-function runRow(db: string, runId: number): RunRow {
+async function runRow(db: string, runId: number): Promise<RunRow> {
   return withMirror(db, (m) => sqlGet<RunRow>(m, `SELECT scope, refresh, trigger, status, messages_served, messages_inserted, requests FROM runs WHERE id = ?`, runId)!);
 }
 
-function runFailures(db: string, runId: number): unknown[] {
+async function runFailures(db: string, runId: number): Promise<unknown[]> {
   return withMirror(db, (m) => sqlAll(m, `SELECT conversation_id, code, status, attempts FROM run_failures WHERE run_id = ?`, runId));
 }
 
@@ -72,7 +72,7 @@ describe('figures of the daemon runs', () => {
 
     const full = (await waitForJob(queue, await scheduledTick(queue, 'full'), 'completed', 20_000)).returnvalue as RunSummary;
     expect(full.messages.served).toBe(total);
-    expect(runRow(d.config.db, full.runId)).toEqual({
+    expect(await runRow(d.config.db, full.runId)).toEqual({
       scope: 'workspace',
       refresh: 'full',
       trigger: 'schedule',
@@ -89,7 +89,7 @@ describe('figures of the daemon runs', () => {
     expect(asked.filter((r) => r.path !== '/v1/conversations'), 'message requests of the quiet run').toEqual([]);
     expect(quiet).toMatchObject({ status: 'succeeded', messages: { served: 0, inserted: 0 }, requests: asked.length });
     expect(quiet.conversations).toMatchObject({ listed: counts.length, synced: counts.length });
-    expect(runRow(d.config.db, quiet.runId)).toEqual({
+    expect(await runRow(d.config.db, quiet.runId)).toEqual({
       scope: 'workspace',
       refresh: 'incremental',
       trigger: 'schedule',
@@ -121,8 +121,8 @@ describe('the error decides retry', () => {
     expect(job.data.failure).toMatchObject({ id: bad, code: 'SCHEMA_ERROR', status: null, attempts: null });
     expect(job.data.tally).toEqual({ requests: 1, retries: 0, rateLimited: 0, served: 0 });
     const runId = job.data.ownRunId!;
-    expect(runRow(d.config.db, runId)).toMatchObject({ scope: 'conversations', trigger: 'on-demand', status: 'partial', messages_served: 0, requests: 1 });
-    expect(runFailures(d.config.db, runId)).toEqual([{ conversation_id: bad, code: 'SCHEMA_ERROR', status: null, attempts: null }]);
+    expect(await runRow(d.config.db, runId)).toMatchObject({ scope: 'conversations', trigger: 'on-demand', status: 'partial', messages_served: 0, requests: 1 });
+    expect(await runFailures(d.config.db, runId)).toEqual([{ conversation_id: bad, code: 'SCHEMA_ERROR', status: null, attempts: null }]);
   });
 
   it('a child job failing with a SchemaError is attempted once; the workspace run records its code, and counts its request', async () => {
@@ -152,7 +152,7 @@ describe('the error decides retry', () => {
       [bad, 'SCHEMA_ERROR'],
       [http400, 'HTTP_ERROR'],
     ].sort());
-    const failures = runFailures(d.config.db, summary.runId);
+    const failures = await runFailures(d.config.db, summary.runId);
     expect(failures).toHaveLength(2);
     expect(failures).toEqual(
       expect.arrayContaining([
@@ -161,7 +161,7 @@ describe('the error decides retry', () => {
       ]),
     );
     // Every request the run made is counted, the failed children's included.
-    expect(runRow(d.config.db, summary.runId)).toMatchObject({ status: 'partial', messages_served: 4, requests: fake.requests.length - atReady });
+    expect(await runRow(d.config.db, summary.runId)).toMatchObject({ status: 'partial', messages_served: 4, requests: fake.requests.length - atReady });
   });
 });
 
@@ -185,7 +185,7 @@ describe('the dead letter list is bounded', () => {
     expect(failed.map((j) => j.id).sort()).toEqual(jobs.slice(-3).sort());
     expect(failed[0]!.opts.removeOnFail).toEqual({ age: 2 * 86_400, count: 3 });
     // Redis forgets the oldest; the mirror does not: five runs, each with its failure.
-    expect(withMirror(d.config.db, (m) => sqlAll(m, `SELECT count(*) AS n FROM run_failures WHERE code = 'SCHEMA_ERROR'`))).toEqual([{ n: 5 }]);
+    expect(await withMirror(d.config.db, (m) => sqlAll(m, `SELECT count(*) AS n FROM run_failures WHERE code = 'SCHEMA_ERROR'`))).toEqual([{ n: 5 }]);
   });
 });
 
@@ -204,12 +204,12 @@ describe('a quiet daemon adds no record every tick', () => {
       return job.returnvalue as RunSummary;
     };
     await tick(); // mirrors the workspace: its changes and its own line (2 records)
-    const ledger = () => withMirror(d.config.db, (m) => ({ records: m.ledgerEntries().length, files: m.publishedFiles().length, held: m.pendingExport().runLines }));
-    expect(ledger()).toEqual({ records: 2, files: 3, held: 0 });
+    const ledger = () => withMirror(d.config.db, async (m) => ({ records: (await m.ledgerEntries()).length, files: (await m.publishedFiles()).length, held: (await m.pendingExport()).runLines }));
+    expect(await ledger()).toEqual({ records: 2, files: 3, held: 0 });
     for (let i = 1; i <= 20; i++) expect((await tick()).export.held?.lines).toBe(i);
-    expect(ledger()).toEqual({ records: 2, files: 3, held: 20 });
+    expect(await ledger()).toEqual({ records: 2, files: 3, held: 20 });
     clock.advance(24 * 3_600_000); // the next day
     await tick();
-    expect(ledger()).toEqual({ records: 3, files: 4, held: 1 });
+    expect(await ledger()).toEqual({ records: 3, files: 4, held: 1 });
   });
 });

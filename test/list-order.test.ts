@@ -66,7 +66,7 @@ describe('incremental listings of an ordered list stop early', () => {
     const ws = orderedWorkspace(1000);
     const h = await start({ workspace: ws });
     await h.sync();
-    const order = h.mirror.listOrder(ACCOUNT_ID)!;
+    const order = (await h.mirror.listOrder(ACCOUNT_ID))!;
     expect(order).toMatchObject({ field: 'last_activity_at', ordered: true, newest: ws.list()[0]!.data['last_activity_at'] });
     const list = ws.list();
     for (const i of [3, 400, 950]) {
@@ -79,7 +79,7 @@ describe('incremental listings of an ordered list stop early', () => {
     expect(listRequests(h, before)).toBe(3);
     expect(s.listConfirmed).toBe(true);
     expect(s.messages.inserted).toBe(2 * 3 + 3);
-    expect(h.mirror.hasConversation(ACCOUNT_ID, added.id)).toBe(true);
+    expect(await h.mirror.hasConversation(ACCOUNT_ID, added.id)).toBe(true);
     const eq = mirrorEqualsFake(h.mirror, ws);
     expect(eq.ok, eq.detail).toBe(true);
     // one list request per page read, and the crawls of the four that changed: nothing else
@@ -100,7 +100,7 @@ describe('incremental listings of an ordered list stop early', () => {
     expect(listRequests(h, before)).toBe(2 * 10); // two passes of every page
     expect(full.conversations.deleted).toBe(1);
     expect(sqlGet<{ deleted_at: string | null }>(h.mirror, `SELECT deleted_at FROM conversations WHERE id = ?`, deep.id)!.deleted_at).not.toBeNull();
-    expect(h.mirror.listOrder(ACCOUNT_ID)!.ordered).toBe(true);
+    expect((await h.mirror.listOrder(ACCOUNT_ID))!.ordered).toBe(true);
   });
 
   it('a conversation whose crawl failed, deep in the list, is asked about again by the next (stopped) listing', async () => {
@@ -110,7 +110,7 @@ describe('incremental listings of an ordered list stop early', () => {
     h.fake.injectFault({ kind: 'status', status: 503, match: { path: `/v1/conversations/${deep.id}/messages` }, times: Infinity });
     const first = await h.sync();
     expect(first.failures.map((f) => f.id)).toEqual([deep.id]);
-    expect(h.mirror.listOrder(ACCOUNT_ID)!.ordered).toBe(true);
+    expect((await h.mirror.listOrder(ACCOUNT_ID))!.ordered).toBe(true);
     h.fake.clearFaults();
     const before = h.fake.requests.length;
     const second = await h.sync();
@@ -131,14 +131,14 @@ describe('incremental listings of an ordered list stop early', () => {
     const before = h.fake.requests.length;
     await h.sync();
     expect(listRequests(h, before)).toBe(5);
-    const off = h.mirror.listOrder(ACCOUNT_ID)!;
+    const off = (await h.mirror.listOrder(ACCOUNT_ID))!;
     expect(off.ordered).toBe(false);
     expect(off.why).toMatch(/^conversation \S+ \(last_activity_at .*\) comes after \S+ \(.*\)$/);
     ws.reverse(); // newest first again
     const before2 = h.fake.requests.length;
     await h.sync();
     expect(listRequests(h, before2)).toBe(5); // off: every page, which finds the list sorted again
-    expect(h.mirror.listOrder(ACCOUNT_ID)!.ordered).toBe(true);
+    expect((await h.mirror.listOrder(ACCOUNT_ID))!.ordered).toBe(true);
     const before3 = h.fake.requests.length;
     ws.appendMessages(ws.list()[1]!.id, 1);
     ws.moveToFront(ws.list()[1]!.id);
@@ -153,7 +153,7 @@ describe('incremental listings of an ordered list stop early', () => {
     const ws = FakeWorkspace.fromCounts([...Array.from({ length: 100 }, () => 3), ...Array.from({ length: 500 }, () => 1)], 9);
     const h = await start({ workspace: ws });
     await h.sync({ changeFieldSetting: 'messages_count' });
-    expect(h.mirror.listOrder(ACCOUNT_ID)).toMatchObject({ field: 'messages_count', ordered: true, newest: 3 });
+    expect(await h.mirror.listOrder(ACCOUNT_ID)).toMatchObject({ field: 'messages_count', ordered: true, newest: 3 });
     // Deep in the list, a conversation grows from 1 to 2 messages: still below 3, and not moved.
     const deep = ws.list()[550]!;
     ws.appendMessages(deep.id, 1);
@@ -172,7 +172,7 @@ describe('incremental listings of an ordered list stop early', () => {
     const clock = testClock({ start: t0, sleep: 'advance' });
     const h = await start({ workspace: ws, clock });
     await h.sync();
-    const order = h.mirror.listOrder(ACCOUNT_ID)!;
+    const order = (await h.mirror.listOrder(ACCOUNT_ID))!;
     expect(order.ordered).toBe(true);
     expect(Date.parse(String(order.newest))).toBeGreaterThanOrEqual(t0);
     expect(Date.parse(String(order.newest))).toBeLessThanOrEqual(clock.now());
@@ -182,7 +182,7 @@ describe('incremental listings of an ordered list stop early', () => {
     const ws = orderedWorkspace(300);
     const h = await start({ workspace: ws });
     await h.sync({ changeFieldSetting: 'none' });
-    expect(h.mirror.listOrder(ACCOUNT_ID)).toBeUndefined();
+    expect(await h.mirror.listOrder(ACCOUNT_ID)).toBeUndefined();
     const before = h.fake.requests.length;
     await h.sync({ changeFieldSetting: 'none' });
     expect(listRequests(h, before)).toBe(3);

@@ -7,8 +7,9 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
-import { MIGRATIONS } from '../src/store/migrations.js';
+import type { ExportChange, HistoryRow, Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
+import { MIGRATIONS } from '../src/store/sqlite/migrations.js';
 import { StoreError } from '../src/errors.js';
 import type { Clock } from '../src/clock.js';
 import { exportLine } from '../src/export/lines.js';
@@ -18,12 +19,13 @@ import { ACCOUNT_ID, harness, quietLogger, mirrorEqualsFake, readExportLines, te
 import { sweepInterruptedRuns } from '../src/run/index.js';
 import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
 import { testClock } from './clock.js';
+import { engines } from './engines.js';
 
 const open: Harness[] = [];
 const dirs: string[] = [];
 const mirrors: Mirror[] = [];
 afterEach(async () => {
-  for (const m of mirrors.splice(0)) m.close();
+  for (const m of mirrors.splice(0)) await m.close();
   await Promise.all(open.splice(0).map((h) => h.close()));
   for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
 });
@@ -40,8 +42,8 @@ function dbFile(): string {
   return path.join(d, 'mirror.sqlite');
 }
 
-function openMirror(file: string, clock?: Clock): Mirror {
-  const m = Mirror.open(file, clock ? { clock } : {});
+async function openTracked(file: string, clock?: Clock): Promise<Mirror> {
+  const m = await openMirror(file, clock ? { clock } : {});
   mirrors.push(m);
   return m;
 }
@@ -54,12 +56,17 @@ const movingClock = () => testClock({ start: NOON, sleep: 'advance' });
 const HOUR = 3_600_000;
 
 /** Every change-log row, as the exporter reads them (in file order). */
-const allChanges = (m: Mirror) => [...m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })];
+const allChanges = async (m: Mirror) => {
+  const out: ExportChange[] = [];
+  for await (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) out.push(c);
+  return out;
+};
 
+// SQLite only: the file's schema and foreign or newer files (PRAGMA user_version, sqlite_master).
 describe('migrations', () => {
-  it('a new mirror gets every migration and user_version = number of migrations', () => {
+  it('a new mirror gets every migration and user_version = number of migrations', async () => {
     const file = dbFile();
-    const m = openMirror(file);
+    const m = await openTracked(file);
     expect(MIGRATIONS.length).toBeGreaterThan(0);
     expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
     const tables = sqlAll<{ name: string }>(m, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`).map((r) => r.name);
@@ -70,31 +77,31 @@ describe('migrations', () => {
     expect(sqlValue<string>(m, `PRAGMA journal_mode`).toLowerCase()).toBe('wal');
   });
 
-  it('reopening is idempotent and keeps the data', () => {
+  it('reopening is idempotent and keeps the data', async () => {
     const file = dbFile();
-    const m1 = Mirror.open(file);
-    const runId = m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    m1.finishRun(runId, { status: 'succeeded', requests: 7 });
+    const m1 = await openTracked(file);
+    const runId = await m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    await m1.finishRun(runId, { status: 'succeeded', requests: 7 });
     const schema1 = sqlAll(m1, `SELECT type, name, sql FROM sqlite_master ORDER BY name`);
-    m1.close();
+    await m1.close();
     for (let i = 0; i < 2; i++) {
-      const m = Mirror.open(file);
+      const m = await openTracked(file);
       expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
       expect(sqlAll(m, `SELECT type, name, sql FROM sqlite_master ORDER BY name`)).toEqual(schema1);
       expect(sqlAll(m, `SELECT id, status, requests FROM runs`)).toEqual([{ id: runId, status: 'succeeded', requests: 7 }]);
       expect(sqlGet(m, `SELECT count(*) AS n FROM export_state`)).toEqual({ n: 1 });
-      m.close();
+      await m.close();
     }
   });
 
-  it('opening a SQLite file that is not a convo-mirror mirror throws StoreError naming the file, and leaves it alone', () => {
+  it('opening a SQLite file that is not a convo-mirror mirror throws StoreError naming the file, and leaves it alone', async () => {
     const file = dbFile();
     const db = new Database(file);
     db.exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL); INSERT INTO invoices (total) VALUES (12.5);`);
     db.close();
     let err: unknown;
     try {
-      openMirror(file);
+      await openMirror(file);
     } catch (e) {
       err = e;
     }
@@ -111,25 +118,26 @@ describe('migrations', () => {
     }
   });
 
-  it('opening a mirror written by a newer version throws StoreError naming the file', () => {
+  it('opening a mirror written by a newer version throws StoreError naming the file', async () => {
     const file = dbFile();
-    Mirror.open(file).close();
+    await (await openMirror(file)).close();
     const db = new Database(file);
     db.pragma(`user_version = ${MIGRATIONS.length + 1}`);
     db.close();
-    expect(() => openMirror(file)).toThrow(StoreError);
-    expect(() => openMirror(file)).toThrow(file);
+    await expect(openMirror(file)).rejects.toThrow(StoreError);
+    await expect(openMirror(file)).rejects.toThrow(file);
   });
 
-  it('opening a file that is not SQLite at all throws MirrorUnusableError (a StoreError, MIRROR_CORRUPT) naming the file', () => {
+  it('opening a file that is not SQLite at all throws MirrorUnusableError (a StoreError, MIRROR_CORRUPT) naming the file', async () => {
     const file = dbFile();
     fs.writeFileSync(file, 'this is not a database, just text '.repeat(200));
-    expect(() => openMirror(file)).toThrow(StoreError);
-    expect(() => openMirror(file)).toThrow(file);
-    expect(() => openMirror(file)).toThrow(expect.objectContaining({ name: 'MirrorUnusableError', code: 'MIRROR_CORRUPT', sqliteCode: 'SQLITE_NOTADB' }));
+    await expect(openMirror(file)).rejects.toThrow(StoreError);
+    await expect(openMirror(file)).rejects.toThrow(file);
+    await expect(openMirror(file)).rejects.toThrow(expect.objectContaining({ name: 'MirrorUnusableError', code: 'MIRROR_CORRUPT', sqliteCode: 'SQLITE_NOTADB' }));
   });
 });
 
+// SQLite only: migrates files written by older versions.
 describe('migration 6: the change log keeps the record, the exporter makes the line', () => {
   /** Rows a version-5 mirror wrote: the finished export line without seq. */
   const LEGACY = [
@@ -178,9 +186,9 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
     return file;
   }
 
-  it('a v5 mirror migrates to 6 keeping every row and seq, never reuses a seq, and publishes its legacy lines byte for byte', () => {
+  it('a v5 mirror migrates to 6 keeping every row and seq, never reuses a seq, and publishes its legacy lines byte for byte', async () => {
     const file = v5Mirror(7);
-    const m = openMirror(file, movingClock());
+    const m = await openTracked(file, movingClock());
     expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
     expect(MIGRATIONS.length).toBeGreaterThanOrEqual(6);
     expect(sqlAll(m, `SELECT seq, stream, op, conversation_id, record_id, synced_at, line, record FROM change_log LEFT JOIN change_payloads USING (seq) ORDER BY seq`)).toEqual(
@@ -190,17 +198,17 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
     // New rows carry the record, no line, and seqs after the old counter.
     const conv = { id: 'c2', subject: 'new' };
     const listed: Page<Conversation> = { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
-    m.upsertConversations('acct', listed, null);
+    await m.upsertConversations('acct', listed, null);
     const msg = { id: 'm9', content: 'new', visibility: 'global', sender: { id: 'u1', name: 'Ann', type: 'Customer' }, created_at: '2026-01-15T11:00:00Z' };
     const served: Page<Message> = { page: 1, data: [msg], raw: [msg], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
-    m.commitMessagesPage('acct', 'c2', served, null);
+    await m.commitMessagesPage('acct', 'c2', served, null);
     expect(sqlAll(m, `SELECT seq, stream, line, record FROM change_log LEFT JOIN change_payloads USING (seq) WHERE seq > 3 ORDER BY seq`)).toEqual([
       { seq: 8, stream: 'conversations', line: null, record: JSON.stringify(conv) },
       { seq: 9, stream: 'messages', line: null, record: JSON.stringify(msg) },
     ]);
 
     const exportDir = path.join(path.dirname(file), 'exports');
-    const res = publishChanges(m, { exportDir });
+    const res = await publishChanges(m, { exportDir });
     expect(res.lines).toBe(5);
     const read = (rel: string) => fs.readFileSync(path.join(exportDir, rel), 'utf8');
     const legacyLine = (i: number) => `{"seq":${LEGACY[i]!.seq},${LEGACY[i]!.line.slice(1)}\n`;
@@ -213,42 +221,43 @@ describe('migration 6: the change log keeps the record, the exporter makes the l
       `{"seq":9,"op":"insert","synced_at":"2026-01-15T12:00:00.000Z","account_id":"acct","conversation_id":"c2","id":"m9","content":"new",` +
         `"visibility":"global","sender":{"id":"u1","name":"Ann","type":"Customer"},"created_at":"2026-01-15T11:00:00Z"}\n`,
     );
-    expect(verifyExports(m, exportDir)).toEqual([]);
-    expect(m.exportWatermark()).toBe(9);
+    expect(await verifyExports(m, exportDir)).toEqual([]);
+    expect(await m.exportWatermark()).toBe(9);
     // Schema 7's change log takes a run's line too, after the same counter.
-    const run = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' });
-    m.finishRun(run, { status: 'succeeded' });
+    const run = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' });
+    await m.finishRun(run, { status: 'succeeded' });
     expect(sqlAll(m, `SELECT seq, stream, op, record_id, conversation_id FROM change_log WHERE seq > 9`)).toEqual([
       { seq: 10, stream: 'runs', op: 'insert', record_id: String(run), conversation_id: '' },
     ]);
   });
 
-  it('a v5 mirror whose change log is empty starts its seqs at 1', () => {
+  it('a v5 mirror whose change log is empty starts its seqs at 1', async () => {
     const file = dbFile();
     const db = new Database(file);
     for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
     db.pragma('user_version = 5');
     db.close();
-    const m = openMirror(file);
+    const m = await openTracked(file);
     const conv = { id: 'c1' };
-    m.upsertConversations('acct', { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
+    await m.upsertConversations('acct', { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
     expect(sqlAll(m, `SELECT seq, line, record FROM change_log LEFT JOIN change_payloads USING (seq)`)).toEqual([{ seq: 1, line: null, record: '{"id":"c1"}' }]);
   });
 
-  it('a change payload needs a record or a line', () => {
-    const m = openMirror(dbFile());
+  it('a change payload needs a record or a line', async () => {
+    const m = await openTracked(dbFile());
     expect(() => sqlRun(m, `INSERT INTO change_payloads (seq) VALUES (1)`)).toThrow(/CHECK constraint failed/);
   });
 });
 
+// SQLite only: the file's layout (generated columns, auto-vacuum, free pages).
 describe('migration 8: a lean mirror', () => {
   const served = { id: 'm1', content: 'hi\nthere', visibility: 'global', sender: { id: 'u1', name: 'Ann', type: 'Customer' }, attachments: [{ url: 'x' }], created_at: '2025-06-01T09:00:00Z' };
 
-  it('a new mirror stores raw only (the derived columns are computed from it), has no position index, and incremental auto-vacuum', () => {
-    const m = openMirror(dbFile());
+  it('a new mirror stores raw only (the derived columns are computed from it), has no position index, and incremental auto-vacuum', async () => {
+    const m = await openTracked(dbFile());
     expect(sqlValue(m, `PRAGMA auto_vacuum`)).toBe(2);
     const page: Page<Message> = { page: 1, data: [served as Message], raw: [served], meta: { current_page: 1, total_pages: 1, total_count: 1 } };
-    m.commitMessagesPage('acct', 'c1', page, null);
+    await m.commitMessagesPage('acct', 'c1', page, null);
     expect(sqlGet(m, `SELECT content, visibility, sender_id, sender_name, sender_type, attachments, created_at FROM messages`)).toEqual({
       content: 'hi\nthere', visibility: 'global', sender_id: 'u1', sender_name: 'Ann', sender_type: 'Customer', attachments: '[{"url":"x"}]', created_at: '2025-06-01T09:00:00Z',
     });
@@ -257,10 +266,10 @@ describe('migration 8: a lean mirror', () => {
     expect(cols.filter((c) => c.hidden === 0).map((c) => c.name)).toEqual(['account_id', 'conversation_id', 'id', 'position', 'raw', 'first_seen_at', 'updated_at', 'deleted_at']);
     expect(cols.filter((c) => c.hidden === 2).map((c) => c.name)).toEqual(['content', 'visibility', 'sender_id', 'sender_name', 'sender_type', 'attachments', 'created_at']);
     expect(sqlValue(m, `SELECT count(*) FROM sqlite_master WHERE name = 'messages_by_position'`)).toBe(0);
-    expect(m.messageIdAt('acct', 'c1', 0)).toBe('m1');
+    expect(await m.messageIdAt('acct', 'c1', 0)).toBe('m1');
   });
 
-  it('a v7 mirror migrates to 8: published payloads dropped, unpublished ones kept byte for byte, every seq and the counter carried over, the file vacuumed once', () => {
+  it('a v7 mirror migrates to 8: published payloads dropped, unpublished ones kept byte for byte, every seq and the counter carried over, the file vacuumed once', async () => {
     const file = dbFile();
     const db = new Database(file);
     db.pragma('journal_mode = WAL');
@@ -276,7 +285,7 @@ describe('migration 8: a lean mirror', () => {
     expect(db.pragma('auto_vacuum', { simple: true })).toBe(0);
     db.close();
 
-    const m = openMirror(file);
+    const m = await openTracked(file);
     expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
     expect(sqlValue(m, `PRAGMA auto_vacuum`)).toBe(2);
     expect(sqlAll(m, `SELECT seq, record_id FROM change_log ORDER BY seq`)).toEqual([1, 2, 3, 4].map((seq) => ({ seq, record_id: `m${seq}` })));
@@ -286,7 +295,7 @@ describe('migration 8: a lean mirror', () => {
     ]);
     expect(sqlGet(m, `SELECT raw, content, sender_name FROM messages`)).toEqual({ raw: JSON.stringify(served), content: 'hi\nthere', sender_name: 'Ann' });
     // the next change gets a seq after the old counter
-    m.upsertConversations('acct', { page: 1, data: [{ id: 'c1' }], raw: [{ id: 'c1' }], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
+    await m.upsertConversations('acct', { page: 1, data: [{ id: 'c1' }], raw: [{ id: 'c1' }], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
     expect(sqlValue(m, `SELECT max(seq) FROM change_log`)).toBe(10);
   });
 
@@ -301,6 +310,7 @@ describe('migration 8: a lean mirror', () => {
   });
 });
 
+// SQLite only: compares the rows and history tables themselves (sql.ts).
 describe('edits and unchanged rows', () => {
   it('an edited message gives one update change-log row, its old version in message_history, and a new updated_at', async () => {
     const clock = movingClock();
@@ -333,7 +343,7 @@ describe('edits and unchanged rows', () => {
     expect(after.position).toBe(117);
     expect(after.deleted_at).toBeNull();
 
-    const updates = allChanges(h.mirror).filter((c) => c.stream === 'messages' && c.op === 'update');
+    const updates = (await allChanges(h.mirror)).filter((c) => c.stream === 'messages' && c.op === 'update');
     expect(updates.length).toBe(1);
     expect(updates[0]!.record_id).toBe(msg.id);
     expect(updates[0]!.conversation_id).toBe(conv.id);
@@ -366,21 +376,21 @@ describe('edits and unchanged rows', () => {
     const ws = FakeWorkspace.fromCounts([0, 5, 101, 230]);
     const h = await start({ workspace: ws, clock });
     await h.sync({ full: true });
-    const snap = () => ({
+    const snap = async () => ({
       messages: sqlAll(h.mirror, `SELECT conversation_id, id, updated_at, first_seen_at, raw, position FROM messages ORDER BY conversation_id, id`),
       conversations: sqlAll(h.mirror, `SELECT id, raw, updated_at, first_seen_at, message_count FROM conversations ORDER BY id`),
       changes: sqlAll(h.mirror, `SELECT count(*) AS n FROM change_log WHERE stream <> 'runs'`),
-      history: h.mirror.counts().message_history,
+      history: (await h.mirror.counts()).message_history,
     });
-    const s1 = snap();
+    const s1 = await snap();
     expect(s1.changes).toEqual([{ n: 4 + 336 }]);
-    expect(h.mirror.counts().change_log).toBe(4 + 336 + 1);
+    expect((await h.mirror.counts()).change_log).toBe(4 + 336 + 1);
     clock.advance(HOUR);
     const s = await h.sync({ full: true });
     expect(s.messages).toMatchObject({ inserted: 0, updated: 0, deleted: 0, served: 336 });
     expect(s.conversations).toMatchObject({ inserted: 0, updated: 0 });
-    expect(snap()).toEqual(s1);
-    expect(h.mirror.counts().change_log).toBe(4 + 336 + 2); // one line per run
+    expect(await snap()).toEqual(s1);
+    expect((await h.mirror.counts()).change_log).toBe(4 + 336 + 2); // one line per run
   });
   it('a message whose position shifted (an earlier one was deleted) keeps its updated_at and logs no change', async () => {
     const clock = movingClock();
@@ -415,6 +425,7 @@ describe('edits and unchanged rows', () => {
   });
 });
 
+// SQLite only: the rows, seq counter and multi-row statements of the file (sql.ts); the behaviour is in the conformance suite below.
 describe('set-wise page commits', () => {
   const msg = (conversationId: string, id: string, content: string) => ({
     id,
@@ -438,23 +449,23 @@ describe('set-wise page commits', () => {
       `SELECT l.seq, l.op, l.record_id, p.record FROM change_log l JOIN change_payloads p USING (seq) WHERE l.stream = 'messages' ORDER BY l.seq`,
     );
 
-  it('one page mixing new, unchanged, moved, edited and re-served tombstoned messages: the counts, rows, changes and history of one-by-one upserts', () => {
+  it('one page mixing new, unchanged, moved, edited and re-served tombstoned messages: the counts, rows, changes and history of one-by-one upserts', async () => {
     const clock = movingClock();
-    const m = openMirror(dbFile(), clock);
+    const m = await openTracked(dbFile(), clock);
     const C = 'c1';
     const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((id) => msg(C, id, `text of ${id}`)) as Record<string, unknown>[];
-    expect(m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!, d!]), null)).toEqual({ inserted: 4, updated: 0, unchanged: 0, deleted: 0 });
-    m.completeCrawl(ACCOUNT_ID, C, null);
+    expect(await m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!, d!]), null)).toEqual({ inserted: 4, updated: 0, unchanged: 0, deleted: 0 });
+    await m.completeCrawl(ACCOUNT_ID, C, null);
     const t1 = rows(m);
     clock.advance(HOUR);
     // d is no longer served: tombstoned by the complete crawl.
-    m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!]), null);
-    expect(m.completeCrawl(ACCOUNT_ID, C, null).deleted).toBe(1);
+    await m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!]), null);
+    expect((await m.completeCrawl(ACCOUNT_ID, C, null)).deleted).toBe(1);
     clock.advance(HOUR);
     const a2 = { ...a!, content: 'edited a' };
     const before = changeRows(m).at(-1)!.seq;
     // b moved to 0 (unchanged), a edited (position 1), c unchanged, d served again, e new.
-    expect(m.commitMessagesPage(ACCOUNT_ID, C, page([b!, a2, c!, d!, e!]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 2, deleted: 0 });
+    expect(await m.commitMessagesPage(ACCOUNT_ID, C, page([b!, a2, c!, d!, e!]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 2, deleted: 0 });
     const now = new Date(clock.now()).toISOString();
     const t3 = rows(m);
     expect(t3.get('b')).toEqual({ ...t1.get('b'), position: 0 });
@@ -474,14 +485,14 @@ describe('set-wise page commits', () => {
     ]);
   });
 
-  it('a page of more than 100 messages is written whole, and its seqs continue above every seq ever handed out', () => {
-    const m = openMirror(dbFile(), movingClock());
-    m.commitMessagesPage(ACCOUNT_ID, 'c1', page([msg('c1', 'first', 'x')]), null);
+  it('a page of more than 100 messages is written whole, and its seqs continue above every seq ever handed out', async () => {
+    const m = await openTracked(dbFile(), movingClock());
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([msg('c1', 'first', 'x')]), null);
     // A seq handed out before and no longer present (as after a rolled-back or pruned tail) is not reused.
     const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
     sqlRun(m, `UPDATE sqlite_sequence SET seq = ? WHERE name = 'change_log'`, top + 500);
     const objs = Array.from({ length: 250 }, (_, i) => msg('c2', `m${String(i).padStart(3, '0')}`, `body ${i} ✅ "quoted" \\ \u0000`));
-    expect(m.commitMessagesPage(ACCOUNT_ID, 'c2', page(objs, 1, 250), null)).toMatchObject({ inserted: 250 });
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c2', page(objs, 1, 250), null)).toMatchObject({ inserted: 250 });
     const changes = changeRows(m).filter((r) => r.record_id !== 'first');
     // top + 501 went to the new conversation's own change (the page made its row).
     expect(sqlValue(m, `SELECT seq FROM change_log WHERE stream = 'conversations' AND record_id = 'c2'`)).toBe(top + 501);
@@ -492,41 +503,41 @@ describe('set-wise page commits', () => {
     expect(sqlValue(m, `SELECT seq FROM sqlite_sequence WHERE name = 'change_log'`)).toBe(top + 751);
   });
 
-  it('pages of any size are written whole and in order, whatever pieces the multi-row statements take', () => {
-    const m = openMirror(dbFile(), movingClock());
+  it('pages of any size are written whole and in order, whatever pieces the multi-row statements take', async () => {
+    const m = await openTracked(dbFile(), movingClock());
     for (const n of [1, 2, 3, 7, 46, 63, 64, 65, 99, 100, 101, 163, 250]) {
       const conv = `n${n}`;
       const objs = Array.from({ length: n }, (_, i) => msg(conv, `${conv}-${i}`, `body ${i}`));
       const before = sqlValue(m, `SELECT coalesce(max(seq), 0) FROM change_log`);
-      expect(m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: n, updated: 0, unchanged: 0 });
+      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: n, updated: 0, unchanged: 0 });
       const changes = changeRows(m).filter((r) => r.seq > before);
       expect(changes.map((r) => r.record_id)).toEqual(objs.map((o) => o.id));
       expect(changes.map((r) => r.seq)).toEqual(objs.map((_, i) => before + 2 + i)); // before + 1: the conversation's own row
       const stored = sqlAll<{ id: string; position: number }>(m, `SELECT id, position FROM messages WHERE conversation_id = ? ORDER BY position`, conv);
       expect(stored).toEqual(objs.map((o, i) => ({ id: o.id, position: i })));
       // The same page again: every message found, nothing written.
-      expect(m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: 0, updated: 0, unchanged: n });
+      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: 0, updated: 0, unchanged: n });
     }
   });
 
-  it('an id holding a lone surrogate is found again on the next crawl: no false insert, no rewritten updated_at', () => {
+  it('an id holding a lone surrogate is found again on the next crawl: no false insert, no rewritten updated_at', async () => {
     const clock = movingClock();
-    const m = openMirror(dbFile(), clock);
+    const m = await openTracked(dbFile(), clock);
     // SQLite keeps such an id as bytes that read back as U+FFFD: looked up by the text read back, it would never match.
     const objs = [msg('c1', 'm\ud800', 'lone'), msg('c1', 'm\udc00x', 'lone too'), msg('c1', 'ok', 'fine')];
-    expect(m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toMatchObject({ inserted: 3 });
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toMatchObject({ inserted: 3 });
     const first = sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`);
     clock.advance(HOUR);
-    expect(m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toEqual({ inserted: 0, updated: 0, unchanged: 3, deleted: 0 });
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toEqual({ inserted: 0, updated: 0, unchanged: 3, deleted: 0 });
     expect(sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`)).toEqual(first);
     expect(changeRows(m)).toHaveLength(3);
   });
 
-  it('a page that repeats an id is written one message at a time: the second copy updates the first', () => {
-    const m = openMirror(dbFile(), movingClock());
+  it('a page that repeats an id is written one message at a time: the second copy updates the first', async () => {
+    const m = await openTracked(dbFile(), movingClock());
     const x1 = msg('c1', 'x', 'one');
     const x2 = msg('c1', 'x', 'two');
-    expect(m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('c1', 'y', 'y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('c1', 'y', 'y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
     expect(changeRows(m).map((r) => [r.op, r.record_id])).toEqual([
       ['insert', 'x'],
       ['insert', 'y'],
@@ -537,6 +548,7 @@ describe('set-wise page commits', () => {
   });
 });
 
+// SQLite only: checked against a reference query and the payload table (sql.ts).
 describe('reading a batch for export', () => {
   const msg = (id: string) => ({ id, content: `text of ${id}`, visibility: 'public', sender: { id: 'u1', name: 'Ana', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' });
   const page = (ids: string[], n = 1): Page<Message> => {
@@ -545,21 +557,24 @@ describe('reading a batch for export', () => {
   };
   const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(4, '0')}`);
 
-  it('gives every row of the batch once, in file order (stream, account, day, seq), across interleaved accounts, days, seq gaps and partitions longer than a read', () => {
+  it('gives every row of the batch once, in file order (stream, account, day, seq), across interleaved accounts, days, seq gaps and partitions longer than a read', async () => {
     const clock = movingClock();
-    const m = openMirror(dbFile(), clock);
+    const m = await openTracked(dbFile(), clock);
     // Day 1: accounts A and B interleaved page by page; a seq gap; a partition of 1,500 rows.
-    m.commitMessagesPage('A', 'a1', page(ids('x', 60)), null);
-    m.commitMessagesPage('B', 'b1', page(ids('y', 40)), null);
-    m.commitMessagesPage('A', 'a1', page(ids('z', 30), 2), null);
+    await m.commitMessagesPage('A', 'a1', page(ids('x', 60)), null);
+    await m.commitMessagesPage('B', 'b1', page(ids('y', 40)), null);
+    await m.commitMessagesPage('A', 'a1', page(ids('z', 30), 2), null);
     sqlRun(m, `UPDATE sqlite_sequence SET seq = seq + 100 WHERE name = 'change_log'`);
-    for (let p = 0; p < 15; p++) m.commitMessagesPage('A', `a${p + 2}`, page(ids(`p${p}-`, 100)), null);
+    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p + 2}`, page(ids(`p${p}-`, 100)), null);
     clock.advance(24 * HOUR);
     // Day 2: both accounts again.
-    m.commitMessagesPage('B', 'b1', page(ids('w', 20), 2), null);
-    m.commitMessagesPage('A', 'a1', page(ids('v', 10), 3), null);
-    const seqs = (first: number, last: number) =>
-      [...m.changesOf({ first_seq: first, last_seq: last })].map((c) => [c.stream, c.account_id, c.day, c.seq, c.record_id, c.op, c.record]);
+    await m.commitMessagesPage('B', 'b1', page(ids('w', 20), 2), null);
+    await m.commitMessagesPage('A', 'a1', page(ids('v', 10), 3), null);
+    const seqs = async (first: number, last: number) => {
+      const out: unknown[][] = [];
+      for await (const c of m.changesOf({ first_seq: first, last_seq: last })) out.push([c.stream, c.account_id, c.day, c.seq, c.record_id, c.op, c.record]);
+      return out;
+    };
     const reference = (first: number, last: number) =>
       sqlAll<Record<string, unknown>>(
         m,
@@ -570,39 +585,40 @@ describe('reading a batch for export', () => {
       ).map(Object.values);
     const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
     expect(sqlValue(m, `SELECT count(*) FROM change_log`)).toBe(60 + 40 + 30 + 1500 + 20 + 10 + 2 + 15);
-    expect(seqs(1, top)).toEqual(reference(1, top));
+    expect(await seqs(1, top)).toEqual(reference(1, top));
     // A batch that starts and ends inside runs of rows of one partition.
-    expect(seqs(75, top - 5)).toEqual(reference(75, top - 5));
-    expect(seqs(500, 700)).toEqual(reference(500, 700));
-    expect(seqs(top + 1, top + 10)).toEqual([]);
+    expect(await seqs(75, top - 5)).toEqual(reference(75, top - 5));
+    expect(await seqs(500, 700)).toEqual(reference(500, 700));
+    expect(await seqs(top + 1, top + 10)).toEqual([]);
   });
 
-  it('reads at most 8 MiB of payload at once (one larger record alone), whatever the records\' size', () => {
-    const m = openMirror(dbFile(), movingClock());
+  it('reads at most 8 MiB of payload at once (one larger record alone), whatever the records\' size', async () => {
+    const m = await openTracked(dbFile(), movingClock());
     const big = (id: string, mib: number) => ({ ...msg(id), content: 'x'.repeat(mib * 1024 * 1024) });
     const objs = [...Array.from({ length: 20 }, (_, i) => big(`b${String(i).padStart(2, '0')}`, 1)), big('huge', 9), msg('small')];
-    m.commitMessagesPage('A', 'a1', { page: 1, data: objs as unknown as Message[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: objs.length } }, null);
+    await m.commitMessagesPage('A', 'a1', { page: 1, data: objs as unknown as Message[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: objs.length } }, null);
     const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
-    const chunks = [...m.changeChunksOf({ first_seq: 1, last_seq: top })];
+    const chunks: ExportChange[][] = [];
+    for await (const c of m.changeChunksOf({ first_seq: 1, last_seq: top })) chunks.push(c);
     const bytes = (c: { record: string | null }[]) => c.reduce((n, r) => n + Buffer.byteLength(r.record ?? ''), 0);
     for (const c of chunks) expect(c.length === 1 || bytes(c) <= 8 * 1024 * 1024, `${c.length} rows, ${bytes(c)} bytes`).toBe(true);
     expect(chunks.flat().map((r) => r.record_id)).toEqual(['a1', ...objs.map((o) => o.id)]);
     expect(chunks.map((c) => c.length)).toContain(1); // the 9 MiB record
   });
 
-  it('an open-ended read gives the rows there were when it started, in every partition alike, whatever is committed while it runs', () => {
-    const m = openMirror(dbFile(), movingClock());
-    m.commitMessagesPage('B', 'b1', page(ids('y', 10)), null);
-    for (let p = 0; p < 15; p++) m.commitMessagesPage('A', `a${p}`, page(ids(`p${p}-`, 100)), null);
+  it('an open-ended read gives the rows there were when it started, in every partition alike, whatever is committed while it runs', async () => {
+    const m = await openTracked(dbFile(), movingClock());
+    await m.commitMessagesPage('B', 'b1', page(ids('y', 10)), null);
+    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p}`, page(ids(`p${p}-`, 100)), null);
     const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
     const seen: number[] = [];
     let committed = false;
-    for (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) {
+    for await (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) {
       seen.push(c.seq);
       if (!committed && seen.length === 1500) {
         // Mid-read: rows for both accounts, committed after the read began.
-        m.commitMessagesPage('A', 'a99', page(ids('late-a', 5)), null);
-        m.commitMessagesPage('B', 'b2', page(ids('late-b', 5)), null);
+        await m.commitMessagesPage('A', 'a99', page(ids('late-a', 5)), null);
+        await m.commitMessagesPage('B', 'b2', page(ids('late-b', 5)), null);
         committed = true;
       }
     }
@@ -610,41 +626,28 @@ describe('reading a batch for export', () => {
     expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: top }, (_, i) => i + 1));
   });
 
-  it('a publication prunes the payloads of its batch and keeps those committed after the batch was planned', () => {
-    const m = openMirror(dbFile(), movingClock());
-    const exportDir = path.join(path.dirname(m.file), 'exports');
-    m.commitMessagesPage('A', 'a1', page(ids('x', 30)), null);
+  it('a publication prunes the payloads of its batch and keeps those committed after the batch was planned', async () => {
+    const m = await openTracked(dbFile(), movingClock());
+    const exportDir = path.join(path.dirname(m.location), 'exports');
+    await m.commitMessagesPage('A', 'a1', page(ids('x', 30)), null);
     let committedMeanwhile = 0;
-    const res = publishChanges(m, {
+    const res = await publishChanges(m, {
       exportDir,
-      failpoint: (point) => {
+      failpoint: async (point) => {
         // After the batch's files, before its record: a page committed meanwhile (as the daemon does).
-        if (point === 'before-record' && committedMeanwhile === 0) committedMeanwhile = m.commitMessagesPage('A', 'a1', page(ids('y', 5), 2), null).inserted;
+        if (point === 'before-record' && committedMeanwhile === 0) committedMeanwhile = (await m.commitMessagesPage('A', 'a1', page(ids('y', 5), 2), null)).inserted;
       },
     });
     expect(committedMeanwhile).toBe(5);
     expect(res.lines).toBe(31);
     expect(sqlAll(m, `SELECT c.record_id FROM change_payloads p JOIN change_log c USING (seq) ORDER BY seq`)).toEqual(ids('y', 5).map((record_id) => ({ record_id })));
-    expect(publishChanges(m, { exportDir }).lines).toBe(5);
+    expect((await publishChanges(m, { exportDir })).lines).toBe(5);
     expect(sqlValue(m, `SELECT count(*) FROM change_payloads`)).toBe(0);
-    expect(verifyExports(m, exportDir)).toEqual([]);
+    expect(await verifyExports(m, exportDir)).toEqual([]);
   });
 });
 
-describe('export lag', () => {
-  it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
-    const ws = FakeWorkspace.fromCounts([3, 2]);
-    const h = await start({ workspace: ws });
-    expect(h.mirror.unexportedChanges()).toBe(0);
-    const s = await h.sync();
-    expect(s.export.lines).toBe(2 + 3 + 2);
-    expect(h.mirror.unexportedChanges()).toBe(0);
-    const conv = { id: 'c-new', subject: 'x' };
-    h.mirror.upsertConversations(ACCOUNT_ID, { page: 1, data: [conv], raw: [conv], meta: { current_page: 1, total_pages: 1, total_count: 1 } }, null);
-    expect(h.mirror.unexportedChanges()).toBe(1);
-  });
-});
-
+// SQLite only: every column of `runs` (sql.ts).
 describe('runs', () => {
   it('records status, counts and requests of each run', async () => {
     const ws = FakeWorkspace.fromCounts([3, 120, 0]);
@@ -702,22 +705,22 @@ describe('runs', () => {
       requests: h.fake.requests.length - before,
     });
     expect(r2['export_lines']).toBe(2);
-    expect(h.mirror.counts().runs).toBe(2);
+    expect((await h.mirror.counts()).runs).toBe(2);
   });
 
   it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts", async () => {
     const file = dbFile();
-    const m1 = Mirror.open(file);
-    const dead = m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    m1.close(); // the process "died" without finishRun
-    const m2 = openMirror(file);
-    expect(m2.runStatus(dead)).toBe('running');
+    const m1 = await openTracked(file);
+    const dead = await m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    await m1.close(); // the process "died" without finishRun
+    const m2 = await openTracked(file);
+    expect(await m2.runStatus(dead)).toBe('running');
     // Runs overlap in the daemon: starting one never touches another.
-    const concurrent = m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    expect(m2.runStatus(dead)).toBe('running');
+    const concurrent = await m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    expect(await m2.runStatus(dead)).toBe('running');
     sqlRun(m2, `DELETE FROM runs WHERE id = ?`, concurrent);
-    expect(m2.markInterruptedRuns()).toBe(1);
-    const next = m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    expect(await m2.markInterruptedRuns()).toBe(1);
+    const next = await m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     expect(next).toBeGreaterThan(dead);
     const rows = sqlAll<{ id: number; status: string; ended_at: string | null }>(m2, `SELECT id, status, ended_at FROM runs ORDER BY id`);
     expect(rows.map((r) => [r.id, r.status])).toEqual([
@@ -725,17 +728,17 @@ describe('runs', () => {
       [next, 'running'],
     ]);
     expect(rows[0]!.ended_at).not.toBeNull();
-    m2.finishRun(next, { status: 'succeeded' });
-    expect(m2.runStatus(dead)).toBe('interrupted');
+    await m2.finishRun(next, { status: 'succeeded' });
+    expect(await m2.runStatus(dead)).toBe('interrupted');
   });
 
   it("a run left 'running' is marked interrupted by the start-up sweep; a sync itself never touches another run", async () => {
     const ws = FakeWorkspace.fromCounts([2]);
     const h = await start({ workspace: ws });
-    const other = h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    const other = await h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
     const s1 = await h.sync();
-    expect(h.mirror.runStatus(other)).toBe('running');
-    expect(sweepInterruptedRuns(h.mirror, quietLogger())).toBe(1);
+    expect(await h.mirror.runStatus(other)).toBe('running');
+    expect(await sweepInterruptedRuns(h.mirror, quietLogger())).toBe(1);
     const s2 = await h.sync();
     const rows = sqlAll(h.mirror, `SELECT id, status FROM runs ORDER BY id`);
     expect(rows).toEqual([
@@ -746,19 +749,154 @@ describe('runs', () => {
   });
 });
 
+// SQLite only: the single-writer lock file has no twin in a server database.
 describe('writer lock', () => {
-  it('refuses a second writer on the same file while the first holds it, and releases on close', () => {
+  it('refuses a second writer on the same file while the first holds it, and releases on close', async () => {
     const file = path.join(tempDir(), 'locked.sqlite');
-    const first = Mirror.open(file);
+    const first = await openTracked(file);
     try {
-      expect(() => Mirror.open(file)).toThrowError(new RegExp(`the mirror ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is in use by process ${process.pid}`));
+      await expect(openMirror(file)).rejects.toThrowError(new RegExp(`the mirror ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is in use by process ${process.pid}`));
       // Readers take no lock.
-      const reader = Mirror.open(file, { lock: false });
-      reader.close();
+      const reader = await openMirror(file, { lock: false });
+      await reader.close();
     } finally {
-      first.close();
+      await first.close();
     }
-    const again = Mirror.open(file);
-    again.close();
+    const again = await openTracked(file);
+    await again.close();
+  });
+});
+
+// ------------------------------------------------------------------ conformance: every engine
+
+describe.each(engines)('store behaviour ($name)', (engine) => {
+  afterEach(() => engine.cleanup());
+
+  const msg = (id: string, content = `text of ${id}`) => ({ id, content, visibility: 'public', sender: { id: 'u1', name: 'Ana', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' });
+  const page = (objs: Record<string, unknown>[], n = 1, total = objs.length): Page<Message> => ({
+    page: n,
+    data: objs as unknown as Message[],
+    raw: objs,
+    meta: { current_page: n, total_pages: Math.max(1, Math.ceil(total / 100)), total_count: total },
+  });
+  const conversations = (ids: string[]): Page<Conversation> => {
+    const objs = ids.map((id) => ({ id, subject: `about ${id}` }));
+    return { page: 1, data: objs as unknown as Conversation[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: ids.length } };
+  };
+  /** The message change rows above `after`, as the exporter reads them. */
+  const messageChanges = async (m: Mirror, after = 0) => (await allChanges(m)).filter((c) => c.stream === 'messages' && c.seq > after);
+
+  it('pages of any size are written whole and in order, each message once, and the same page again writes nothing', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    let top = 0;
+    for (const n of [1, 2, 63, 64, 65, 100, 101, 250]) {
+      const conv = `n${n}`;
+      const objs = Array.from({ length: n }, (_, i) => msg(`${conv}-${i}`, `body ${i} ✅ "quoted" \\ \u2028`));
+      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toEqual({ inserted: n, updated: 0, unchanged: 0, deleted: 0 });
+      const changes = await messageChanges(m, top);
+      expect(changes.map((c) => [c.op, c.record_id, c.conversation_id])).toEqual(objs.map((o) => ['insert', o.id, conv]));
+      expect(changes.map((c) => c.record)).toEqual(objs.map((o) => JSON.stringify(o)));
+      const seqs = changes.map((c) => c.seq);
+      expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+      top = Math.max(top, ...seqs);
+      for (const i of [0, n - 1]) expect(await m.messageIdAt(ACCOUNT_ID, conv, i)).toBe(objs[i]!.id);
+      expect(await m.messageIdAt(ACCOUNT_ID, conv, n)).toBeUndefined();
+      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toEqual({ inserted: 0, updated: 0, unchanged: n, deleted: 0 });
+      expect(await messageChanges(m, top)).toEqual([]);
+    }
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 8, messages: 1 + 2 + 63 + 64 + 65 + 100 + 101 + 250 });
+  });
+
+  it('a page that repeats an id is written one message at a time: the second copy updates the first, whose version goes to the history', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const x1 = msg('x', 'one');
+    const x2 = msg('x', 'two');
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
+    const changes = await messageChanges(m);
+    expect(changes.map((c) => [c.op, c.record_id])).toEqual([
+      ['insert', 'x'],
+      ['insert', 'y'],
+      ['update', 'x'],
+    ]);
+    const history: HistoryRow[] = [];
+    for await (const h of m.auditHistory()) history.push(h);
+    expect(history).toEqual([{ seq: changes[2]!.seq, account_id: ACCOUNT_ID, conversation_id: 'c1', id: 'x', raw: JSON.stringify(x1) }]);
+  });
+
+  it('a complete crawl tombstones what its pages no longer serve, with delete rows; the checkpoint goes with it', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const served = ['a', 'b', 'c', 'd'].map((id) => msg(id));
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(served), null);
+    expect(await m.loadCheckpoint(ACCOUNT_ID, 'c1')).toMatchObject({ nextPage: 2, totalCount: 4, lastPageIds: ['a', 'b', 'c', 'd'] });
+    expect(await m.completeCrawl(ACCOUNT_ID, 'c1', null)).toEqual({ deleted: 0, messageCount: 4 });
+    expect(await m.loadCheckpoint(ACCOUNT_ID, 'c1')).toBeUndefined();
+    const top = Math.max(...(await allChanges(m)).map((c) => c.seq));
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([served[0]!, served[2]!]), null);
+    expect(await m.completeCrawl(ACCOUNT_ID, 'c1', null)).toEqual({ deleted: 2, messageCount: 2 });
+    expect((await messageChanges(m, top)).map((c) => [c.op, c.record_id])).toEqual([
+      ['delete', 'b'],
+      ['delete', 'd'],
+    ]);
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 1, messages: 2 });
+    expect(await m.crawlState(ACCOUNT_ID, 'c1')).toMatchObject({ messageCount: 2 });
+  });
+
+  it('an open-ended read gives the rows there were when it started, whatever is committed while it runs', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => msg(`${prefix}${String(i).padStart(4, '0')}`));
+    await m.commitMessagesPage('B', 'b1', page(ids('y', 10)), null);
+    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p}`, page(ids(`p${p}-`, 100)), null);
+    const top = await m.unexportedChanges(); // nothing published: every row is above the watermark
+    const seen: number[] = [];
+    let committed = false;
+    for await (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) {
+      seen.push(c.seq);
+      if (!committed && seen.length === 1500) {
+        await m.commitMessagesPage('A', 'a99', page(ids('late-a', 5)), null);
+        await m.commitMessagesPage('B', 'b2', page(ids('late-b', 5)), null);
+        committed = true;
+      }
+    }
+    expect(committed).toBe(true);
+    expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: top }, (_, i) => i + 1));
+  });
+
+  it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const exportDir = path.join(tempDir(), 'exports');
+    dirs.push(path.dirname(exportDir));
+    expect(await m.unexportedChanges()).toBe(0);
+    await m.upsertConversations(ACCOUNT_ID, conversations(['c1', 'c2']), null);
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([msg('m1'), msg('m2'), msg('m3')]), null);
+    expect(await m.unexportedChanges()).toBe(5);
+    expect((await publishChanges(m, { exportDir })).lines).toBe(5);
+    expect(await m.unexportedChanges()).toBe(0);
+    expect(await m.exportWatermark()).toBe(5);
+    await m.upsertConversations(ACCOUNT_ID, conversations(['c-new']), null);
+    expect(await m.unexportedChanges()).toBe(1);
+    expect(await verifyExports(m, exportDir)).toEqual([]);
+  });
+
+  it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts; reopening keeps every run", async () => {
+    const target = engine.target();
+    const m1 = await engine.open({}, target);
+    const dead = await m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    await m1.close(); // the process "died" without finishRun
+    const m2 = await engine.open({}, target);
+    expect(await m2.runStatus(dead)).toBe('running');
+    // Runs overlap in the daemon: starting or finishing one never touches another.
+    const concurrent = await m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    expect(await m2.runStatus(dead)).toBe('running');
+    await m2.finishRun(concurrent, { status: 'succeeded' });
+    expect(await m2.runStatus(dead)).toBe('running');
+    expect(await m2.markInterruptedRuns()).toBe(1);
+    expect(await m2.runStatus(dead)).toBe('interrupted');
+    expect(await m2.runEnded(dead)).toBe(true);
+    expect(await m2.resumeRun(dead)).toBe('resumed');
+    expect(await m2.runStatus(dead)).toBe('running');
+    expect((await m2.lastRuns(5)).map((r) => [r['id'], r['status']])).toEqual([
+      [concurrent, 'succeeded'],
+      [dead, 'running'],
+    ]);
   });
 });

@@ -1,10 +1,10 @@
 /**
- * Multi-row statements (src/store/multi-row.ts) on a real in-memory SQLite: rows go in pieces of
+ * Multi-row statements (src/store/sqlite/multi-row.ts) on a real in-memory SQLite: rows go in pieces of
  * the prepared counts, in order; an IN list is padded, not truncated; no other count is prepared.
  */
 import { describe, expect, it } from 'vitest';
-import { Database } from '../src/store/sqlite.js';
-import { MultiRowStatements, ROWS_PER_STATEMENT, STATEMENT_ROWS, valuesList } from '../src/store/multi-row.js';
+import { Database } from '../src/store/sqlite/sqlite.js';
+import { MultiRowStatements, ROWS_PER_STATEMENT, STATEMENT_ROWS, valuesList } from '../src/store/sqlite/multi-row.js';
 
 function table() {
   const db = new Database(':memory:');

@@ -6,10 +6,10 @@
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type pg from 'pg';
-import { Database } from '../src/store/sqlite.js';
-import { migrate } from '../src/store/schema.js';
-import { Runs as SqliteRuns } from '../src/store/runs.js';
-import { ExportLedger as SqliteLedger } from '../src/store/export-ledger.js';
+import { Database } from '../src/store/sqlite/sqlite.js';
+import { migrate } from '../src/store/sqlite/schema.js';
+import { Runs as SqliteRuns } from '../src/store/sqlite/runs.js';
+import { ExportLedger as SqliteLedger } from '../src/store/sqlite/export-ledger.js';
 import { StoreError } from '../src/errors.js';
 import type { ExportChange, LedgerEntry, LedgerHead, PublishedFile } from '../src/store/types.js';
 import { qualify } from '../src/store/postgres/db.js';

@@ -9,7 +9,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror } from '../src/store/open-mirror.js';
 import { PostgresMirror } from '../src/store/postgres/mirror.js';
 import { testClock, type TestClock } from './clock.js';
 import { dropSchema, pgQuery, pgUrl, randomSchema } from './pg.js';
@@ -138,7 +139,7 @@ beforeAll(async () => {
   const start = Date.UTC(2026, 0, 15, 12);
   const c1 = testClock({ start });
   const c2 = testClock({ start });
-  sqlite = Mirror.open(':memory:', { clock: c1 });
+  sqlite = await openMirror(':memory:', { clock: c1 });
   postgres = await PostgresMirror.open(pgUrl(schema), { clock: c2 });
   sqliteOut = await scenario(sqlite as unknown as Engine, c1);
   postgresOut = await scenario(postgres as unknown as Engine, c2);

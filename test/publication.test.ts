@@ -12,7 +12,8 @@ import { verifyArchive } from '../src/export/verify.js';
 import { testClock, type TestClock } from './clock.js';
 import { sqlAll, sqlGet, sqlValue } from './sql.js';
 import { ACCOUNT_ID, harnessPool, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
 import { publishChanges } from '../src/export/exporter.js';
 import type { Message, Page } from '../src/api/schemas.js';
 
@@ -49,7 +50,7 @@ describe('progressive publication', () => {
     // exactly once, and the archive replays to the mirror
     const seqs = (['messages', 'conversations', 'runs'] as const).flatMap((st) => readExportLines(h.exportDir, st).map((l) => l.seq)).sort((a, b) => a - b);
     expect(seqs).toEqual([...Array(seqs.length).keys()].map((i) => i + 1));
-    const report = verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true });
+    const report = await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true });
     expect(report.problems).toEqual([]);
     expect(report.records).toBe(batches.length);
   });
@@ -93,21 +94,21 @@ describe('the runs stream', () => {
     });
     // the head after the run's changes: the batch before the one holding this line
     const holding = sqlGet<{ batch_id: number }>(h.mirror, `SELECT batch_id FROM export_files WHERE stream = 'runs' AND first_seq = ?`, line['seq'])!.batch_id;
-    const before = h.mirror.ledgerEntries().find((e) => e.batch_id === holding - 1)!;
+    const before = (await h.mirror.ledgerEntries()).find((e) => e.batch_id === holding - 1)!;
     expect(line['ledger_head']).toEqual({ batch_id: before.batch_id, hash: before.hash });
     // the summary and runs carry the head after everything the run published, its own line included
-    const head = h.mirror.ledgerHead()!;
+    const head = (await h.mirror.ledgerHead())!;
     expect(head.batch_id).toBe(holding);
     expect(second.export.head).toEqual(head);
     expect(sqlGet(h.mirror, `SELECT ledger_batch_id, ledger_hash FROM runs WHERE id = ?`, second.runId)).toEqual({ ledger_batch_id: head.batch_id, ledger_hash: head.hash });
-    expect(verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true }).problems).toEqual([]);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 
   it('a run left running by a dead process gets its line (interrupted) when the next process sweeps it, published by the next run', async () => {
     const ws = FakeWorkspace.fromCounts([4]);
     const h = await start({ workspace: ws });
-    const dead = h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
-    expect(h.mirror.markInterruptedRuns()).toBe(1);
+    const dead = await h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
+    expect(await h.mirror.markInterruptedRuns()).toBe(1);
     await h.sync();
     const lines = readExportLines(h.exportDir, 'runs') as unknown as Record<string, unknown>[];
     expect(lines.map((l) => [l['id'], l['status'], l['trigger']])).toEqual([
@@ -119,10 +120,10 @@ describe('the runs stream', () => {
 });
 
 describe('group commit and the durable sync point', () => {
-  it('pages commit with synchronous=NORMAL; every batch plan commits with FULL before any file of it is written', () => {
+  it('pages commit with synchronous=NORMAL; every batch plan commits with FULL before any file of it is written', async () => {
     const events: string[] = [];
     const dir = tempDir();
-    const mirror = Mirror.open(path.join(dir, 'mirror.sqlite'), { onPlanCommit: (sync) => events.push(`plan synchronous=${sync}`) });
+    const mirror = await openMirror(path.join(dir, 'mirror.sqlite'), { onPlanCommit: (sync) => events.push(`plan synchronous=${sync}`) });
     try {
       expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
       const exportDir = path.join(dir, 'exports');
@@ -134,17 +135,17 @@ describe('group commit and the durable sync point', () => {
         return { page: 1, data: data as Message[], raw: data, meta: { current_page: 1, total_pages: 1, total_count: n } };
       };
       for (const conv of ['c1', 'c2']) {
-        mirror.commitMessagesPage(ACCOUNT_ID, conv, page(conv, 3), null);
+        await mirror.commitMessagesPage(ACCOUNT_ID, conv, page(conv, 3), null);
         expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
-        publishChanges(mirror, { exportDir, failpoint });
+        await publishChanges(mirror, { exportDir, failpoint });
         expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
       }
       // A publication interrupted after its plan: the next call resumes the same batch.
-      mirror.commitMessagesPage(ACCOUNT_ID, 'c3', page('c3', 2), null);
+      await mirror.commitMessagesPage(ACCOUNT_ID, 'c3', page('c3', 2), null);
       class Crash extends Error {}
-      expect(() => publishChanges(mirror, { exportDir, failpoint: (p) => { events.push(`crash at ${p}`); throw new Crash(); } })).toThrow(Crash);
+      await expect(publishChanges(mirror, { exportDir, failpoint: (p) => { events.push(`crash at ${p}`); throw new Crash(); } })).rejects.toThrow(Crash);
       expect(sqlValue(mirror, `PRAGMA synchronous`)).toBe(1);
-      publishChanges(mirror, { exportDir, failpoint });
+      await publishChanges(mirror, { exportDir, failpoint });
       const plans = events.filter((e) => e.startsWith('plan'));
       // 2 batches, the interrupted 3rd, its resumption, and the resumption's look for more (nothing)
       expect(plans.length).toBe(5);
@@ -154,7 +155,7 @@ describe('group commit and the durable sync point', () => {
       expect(events.join(' | ')).toMatch(/^plan synchronous=2( \| (plan synchronous=2|file|crash at before-rename))*$/);
       expect(events.filter((e) => e === 'file').length).toBeGreaterThanOrEqual(3);
     } finally {
-      mirror.close();
+      await mirror.close();
     }
   });
 });

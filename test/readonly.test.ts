@@ -12,8 +12,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
-import { writerIsLive } from '../src/store/lock.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
+import { writerIsLive } from '../src/store/sqlite/lock.js';
 import { readMirrorResult, statusOf, verifyOf } from '../src/cli/index.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { ACCOUNT_ID, API_KEY, cliEnv, snapshotEntries, tempDir, type EntrySnapshot } from './helpers.js';
@@ -38,7 +39,7 @@ function track(m: Mirror): Mirror {
 
 beforeAll(assertBuilt);
 afterEach(async () => {
-  for (const m of mirrors.splice(0)) m.close();
+  for (const m of mirrors.splice(0)) await m.close();
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
   await killLeftovers();
   await Promise.all(fakes.splice(0).map((f) => f.close()));
@@ -73,14 +74,14 @@ function conversationPage(ids: string[]): Page<Conversation> {
 }
 
 /** Adds `conversations` conversations of `perConversation` messages, named `<prefix>NNN`. */
-function fill(m: Mirror, prefix: string, conversations: number, perConversation: number): void {
+async function fill(m: Mirror, prefix: string, conversations: number, perConversation: number): Promise<void> {
   const ids = Array.from({ length: conversations }, (_, i) => `${prefix}${String(i).padStart(3, '0')}`);
-  m.upsertConversations(ACCOUNT_ID, conversationPage(ids), null);
+  await m.upsertConversations(ACCOUNT_ID, conversationPage(ids), null);
   for (const id of ids) {
     for (let p = 1, left = perConversation; p === 1 || left > 0; p++, left -= 100) {
-      m.commitMessagesPage(ACCOUNT_ID, id, messagePage(id, p, Math.min(100, Math.max(0, left)), perConversation), null);
+      await m.commitMessagesPage(ACCOUNT_ID, id, messagePage(id, p, Math.min(100, Math.max(0, left)), perConversation), null);
     }
-    m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
+    await m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
   }
 }
 
@@ -96,11 +97,11 @@ function expectUnchanged(d: string, before: Map<string, EntrySnapshot>): void {
 }
 
 /** Runs `f` with `os.tmpdir()` (where private copies go) pointing at `tmp`. */
-function withTmpdir<T>(tmp: string, f: () => T): T {
+async function withTmpdir<T>(tmp: string, f: () => T | Promise<T>): Promise<T> {
   const saved = process.env.TMPDIR;
   process.env.TMPDIR = tmp;
   try {
-    return f();
+    return await f();
   } finally {
     if (saved === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = saved;
@@ -113,19 +114,19 @@ function withTmpdir<T>(tmp: string, f: () => T): T {
  * file, `-wal` and `-shm` copied into `copyDir` while the writer is open (as a filesystem snapshot
  * of a running mirror would be). The writer is closed afterwards (its own files are checkpointed).
  */
-function copyWithWal(copyDir: string, opts: { shm: boolean; conversations?: number; walConversations?: number }): string {
+async function copyWithWal(copyDir: string, opts: { shm: boolean; conversations?: number; walConversations?: number }): Promise<string> {
   const src = path.join(dir(), 'mirror.sqlite');
-  const w = Mirror.open(src);
-  fill(w, 'a', opts.conversations ?? 3, 120);
+  const w = await openMirror(src);
+  await fill(w, 'a', opts.conversations ?? 3, 120);
   sqlRun(w, `PRAGMA wal_checkpoint(TRUNCATE)`);
   sqlRun(w, `PRAGMA wal_autocheckpoint = 0`);
-  fill(w, 'b', opts.walConversations ?? 2, 120);
+  await fill(w, 'b', opts.walConversations ?? 2, 120);
   fs.mkdirSync(copyDir, { recursive: true });
   const file = path.join(copyDir, 'mirror.sqlite');
   fs.copyFileSync(src, file);
   fs.copyFileSync(`${src}-wal`, `${file}-wal`);
   if (opts.shm) fs.copyFileSync(`${src}-shm`, `${file}-shm`);
-  w.close();
+  await w.close();
   expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0);
   return file;
 }
@@ -133,7 +134,7 @@ function copyWithWal(copyDir: string, opts: { shm: boolean; conversations?: numb
 /** The names of the private copies (`convo-mirror-read-*`) under `tmp`. */
 const privateCopies = (tmp: string) => fs.readdirSync(tmp).filter((n) => n.startsWith('convo-mirror-read-'));
 
-const distMirror = fileURLToPath(new URL('../dist/src/store/mirror.js', import.meta.url));
+const distMirror = fileURLToPath(new URL('../dist/src/store/sqlite/mirror.js', import.meta.url));
 
 /**
  * Starts a child `node` that opens the mirror at `file` as a writer (taking its lock), commits
@@ -141,10 +142,10 @@ const distMirror = fileURLToPath(new URL('../dist/src/store/mirror.js', import.m
  */
 async function childWriter(file: string, runs: number): Promise<ChildProcess> {
   const script = `
-    const { Mirror } = await import(${JSON.stringify(distMirror)});
-    const m = Mirror.open(${JSON.stringify(file)});
+    const { SqliteMirror } = await import(${JSON.stringify(distMirror)});
+    const m = SqliteMirror.open(${JSON.stringify(file)});
     m.db.pragma('wal_autocheckpoint = 0'); // plain JS in a child: the private connection, as test/sql.ts reaches it
-    for (let i = 0; i < ${runs}; i++) m.finishRun(m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' }), { status: 'succeeded' });
+    for (let i = 0; i < ${runs}; i++) await m.finishRun(await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'acct' }), { status: 'succeeded' });
     process.stdout.write('ready\\n');
     setInterval(() => {}, 60_000);
   `;
@@ -218,11 +219,11 @@ describe('writerIsLive', () => {
     const file = path.join(d, 'mirror.sqlite');
     expect(writerIsLive(file)).toBe(false);
     expect(fs.readdirSync(d)).toEqual([]);
-    const w = Mirror.open(file);
+    const w = await openMirror(file);
     const held = snapshotEntries(d);
     expect(writerIsLive(file)).toBe(true);
     expectUnchanged(d, held);
-    w.close();
+    await w.close();
     expect(writerIsLive(file)).toBe(false);
 
     const child = await childWriter(file, 1);
@@ -239,10 +240,10 @@ describe('writerIsLive', () => {
     const d = path.join(dir(), 'ro');
     fs.mkdirSync(d);
     const file = path.join(d, 'mirror.sqlite');
-    Mirror.open(file).close();
+    await (await openMirror(file)).close();
     makeReadOnly(d);
     const before = snapshotEntries(d);
-    const script = `const { writerIsLive } = await import(${JSON.stringify(unprivilegedPath(fileURLToPath(new URL('../dist/src/store/lock.js', import.meta.url))))});
+    const script = `const { writerIsLive } = await import(${JSON.stringify(unprivilegedPath(fileURLToPath(new URL('../dist/src/store/sqlite/lock.js', import.meta.url))))});
       process.stdout.write(String(writerIsLive(${JSON.stringify(file)})));`;
     const r = await runAsReader(['--input-type=module', '-e', script], { PATH: process.env.PATH });
     expect(r.code, r.stderr).toBe(0);
@@ -253,7 +254,7 @@ describe('writerIsLive', () => {
   it('a reader probing the lock delays a starting writer instead of refusing it', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    Mirror.open(file).close();
+    await (await openMirror(file)).close();
     // A reader child holds a SHARED lock on <db>.lock (what a probe holds for microseconds) until it
     // is told to let go, and it is told only once the writer child is about to take the lock (a
     // test hook): the writer meets the held lock however slow the machine; no timer decides.
@@ -279,10 +280,10 @@ describe('writerIsLive', () => {
         '--input-type=module',
         '-e',
         `import fs from 'node:fs';
-         const { Mirror } = await import(${JSON.stringify(fileURLToPath(new URL('../dist/src/store/mirror.js', import.meta.url)))});
-         const m = Mirror.open(${JSON.stringify(file)}, { onLockAttempt: () => fs.writeSync(1, 'locking\\n') });
+         const { SqliteMirror } = await import(${JSON.stringify(distMirror)});
+         const m = SqliteMirror.open(${JSON.stringify(file)}, { onLockAttempt: () => fs.writeSync(1, 'locking\\n') });
          fs.writeSync(1, m.access + '\\n');
-         m.close();`,
+         await m.close();`,
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -308,20 +309,20 @@ describe('writerIsLive', () => {
 // ------------------------------------------------------------------ a copy with a -wal
 
 describe('read-only open of a copy with a -wal', () => {
-  it('without -shm: reads the rows only the -wal holds from a private copy, creates no file beside it, changes no byte, and removes the private copy at close', () => {
+  it('without -shm: reads the rows only the -wal holds from a private copy, creates no file beside it, changes no byte, and removes the private copy at close', async () => {
     const d = path.join(dir(), 'copy');
-    const file = copyWithWal(d, { shm: false });
+    const file = await copyWithWal(d, { shm: false });
     expect(fs.readdirSync(d).sort()).toEqual(['mirror.sqlite', 'mirror.sqlite-wal']);
     const before = snapshotEntries(d);
     const tmp = dir();
-    const m = withTmpdir(tmp, () => Mirror.open(file, { readonly: true }));
+    const m = await withTmpdir(tmp, () => openMirror(file, { readonly: true }));
     try {
       expect(m.access).toBe('private-copy');
-      expect(m.file).toBe(file);
-      expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 5, messages: 600 });
-      expect(m.quickCheck()).toEqual([]);
-      expect(m.snapshotChanged()).toBe(false);
-      expect(() => m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toThrow(/read-only/);
+      expect(m.location).toBe(file);
+      expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 5, messages: 600 });
+      expect(await m.quickCheck()).toEqual([]);
+      expect(await m.snapshotChanged()).toBe(false);
+      await expect(m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).rejects.toThrow(/read-only/);
       expect(() => connectionOf(m).exec(`DELETE FROM runs`)).toThrow(/readonly|read-only/i);
       const copies = privateCopies(tmp);
       expect(copies).toHaveLength(1);
@@ -330,20 +331,20 @@ describe('read-only open of a copy with a -wal', () => {
       for (const f of fs.readdirSync(copyDir)) expect(fs.statSync(path.join(copyDir, f)).mode & 0o777, f).toBe(0o600);
       expectUnchanged(d, before);
     } finally {
-      m.close();
+      await m.close();
     }
     expect(privateCopies(tmp)).toEqual([]);
     expectUnchanged(d, before);
   });
 
-  it('a process that exits (or throws) without closing the mirror still removes its private copy', () => {
+  it('a process that exits (or throws) without closing the mirror still removes its private copy', async () => {
     const d = path.join(dir(), 'copy');
-    const file = copyWithWal(d, { shm: false });
+    const file = await copyWithWal(d, { shm: false });
     for (const end of ['process.exit(3)', "throw new Error('boom')"]) {
       const tmp = dir();
       const script = `
-        const { Mirror } = await import(${JSON.stringify(distMirror)});
-        const m = Mirror.open(${JSON.stringify(file)}, { readonly: true });
+        const { SqliteMirror } = await import(${JSON.stringify(distMirror)});
+        const m = SqliteMirror.open(${JSON.stringify(file)}, { readonly: true });
         const fs = await import('node:fs');
         process.stdout.write(m.access + ' ' + fs.readdirSync(${JSON.stringify(tmp)}).length);
         ${end};
@@ -355,44 +356,44 @@ describe('read-only open of a copy with a -wal', () => {
     }
   });
 
-  it('with -shm: no byte of the file, the -wal or the -shm changes', () => {
+  it('with -shm: no byte of the file, the -wal or the -shm changes', async () => {
     const d = path.join(dir(), 'copy');
-    const file = copyWithWal(d, { shm: true });
+    const file = await copyWithWal(d, { shm: true });
     expect(fs.readdirSync(d).sort()).toEqual(['mirror.sqlite', 'mirror.sqlite-shm', 'mirror.sqlite-wal']);
     const before = snapshotEntries(d);
     const tmp = dir();
-    const m = withTmpdir(tmp, () => Mirror.open(file, { readonly: true }));
+    const m = await withTmpdir(tmp, () => openMirror(file, { readonly: true }));
     expect(m.access).toBe('private-copy');
-    expect(m.counts()).toMatchObject({ conversations: 5, messages: 600 });
-    m.close();
+    expect(await m.counts()).toMatchObject({ conversations: 5, messages: 600 });
+    await m.close();
     expect(privateCopies(tmp)).toEqual([]);
     expectUnchanged(d, before);
   });
 
-  it('an empty -wal is read immutable, and nothing is created', () => {
+  it('an empty -wal is read immutable, and nothing is created', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    const w = Mirror.open(file);
-    fill(w, 'a', 2, 10);
-    w.close();
+    const w = await openMirror(file);
+    await fill(w, 'a', 2, 10);
+    await w.close();
     fs.writeFileSync(`${file}-wal`, '');
     const before = snapshotEntries(d);
-    const m = Mirror.open(file, { readonly: true });
+    const m = await openMirror(file, { readonly: true });
     expect(m.access).toBe('immutable');
-    expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 20 });
-    expect(m.snapshotChanged()).toBe(false);
-    m.close();
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 20 });
+    expect(await m.snapshotChanged()).toBe(false);
+    await m.close();
     expectUnchanged(d, before);
   });
 
-  it('a private copy that cannot be made (TMPDIR missing) is a StoreError naming the mirror and the temp directory, with nothing left behind', () => {
+  it('a private copy that cannot be made (TMPDIR missing) is a StoreError naming the mirror and the temp directory, with nothing left behind', async () => {
     const d = path.join(dir(), 'copy');
-    const file = copyWithWal(d, { shm: false });
+    const file = await copyWithWal(d, { shm: false });
     const before = snapshotEntries(d);
     const missing = path.join(dir(), 'no', 'such', 'tmp');
     let err: unknown;
     try {
-      withTmpdir(missing, () => Mirror.open(file, { readonly: true }));
+      await withTmpdir(missing, () => openMirror(file, { readonly: true }));
     } catch (e) {
       err = e;
     }
@@ -407,34 +408,34 @@ describe('read-only open of a copy with a -wal', () => {
 // ------------------------------------------------------------------ a live writer, then a killed one
 
 describe('read-only open of a live mirror', () => {
-  it('a writer in this process: a shared read-only connection sees its commits (also later ones) and creates nothing new', () => {
+  it('a writer in this process: a shared read-only connection sees its commits (also later ones) and creates nothing new', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    const w = track(Mirror.open(file));
-    fill(w, 'a', 2, 30);
+    const w = track(await openMirror(file));
+    await fill(w, 'a', 2, 30);
     expect(writerIsLive(file)).toBe(true);
     const names = fs.readdirSync(d).sort();
     expect(names).toEqual(expect.arrayContaining(['mirror.sqlite-wal', 'mirror.sqlite-shm']));
-    const r = track(Mirror.open(file, { readonly: true }));
+    const r = track(await openMirror(file, { readonly: true }));
     expect(r.access).toBe('shared');
-    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
-    fill(w, 'b', 1, 15);
-    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 75 });
-    expect(r.snapshotChanged()).toBe(false);
+    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
+    await fill(w, 'b', 1, 15);
+    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 75 });
+    expect(await r.snapshotChanged()).toBe(false);
     expect(fs.readdirSync(d).sort()).toEqual(names);
   });
 
   it('a writer in another process: shared while it lives; SIGKILLed, its -wal is read from a private copy and its files stay byte for byte', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    Mirror.open(file).close();
+    await (await openMirror(file)).close();
     const child = await childWriter(file, 20);
     expect(writerIsLive(file)).toBe(true);
     const names = fs.readdirSync(d).sort();
-    const live = Mirror.open(file, { readonly: true });
+    const live = await openMirror(file, { readonly: true });
     expect(live.access).toBe('shared');
-    expect(live.counts().runs).toBe(20);
-    live.close();
+    expect((await live.counts()).runs).toBe(20);
+    await live.close();
     expect(fs.readdirSync(d).sort()).toEqual(names);
 
     await kill9(child);
@@ -442,11 +443,11 @@ describe('read-only open of a live mirror', () => {
     expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0);
     const before = snapshotEntries(d);
     const tmp = dir();
-    const m = withTmpdir(tmp, () => Mirror.open(file, { readonly: true }));
+    const m = await withTmpdir(tmp, () => openMirror(file, { readonly: true }));
     expect(m.access).toBe('private-copy');
-    expect(m.counts().runs).toBe(20);
-    expect(m.quickCheck()).toEqual([]);
-    m.close();
+    expect((await m.counts()).runs).toBe(20);
+    expect(await m.quickCheck()).toEqual([]);
+    await m.close();
     expect(privateCopies(tmp)).toEqual([]);
     expectUnchanged(d, before);
   });
@@ -456,59 +457,63 @@ describe('read-only open of a live mirror', () => {
 
 describe('a writer changes the file under an immutable reader', () => {
   /** A closed mirror with 3 x 120 messages. */
-  function closedMirror(): string {
+  async function closedMirror(): Promise<string> {
     const file = path.join(dir(), 'mirror.sqlite');
-    const w = Mirror.open(file);
-    fill(w, 'a', 3, 120);
-    w.close();
+    const w = await openMirror(file);
+    await fill(w, 'a', 3, 120);
+    await w.close();
     expect(fs.existsSync(`${file}-wal`)).toBe(false);
     return file;
   }
 
-  it('snapshotChanged is false until a writer commits and checkpoints into the file, then true; a fresh open sees the new rows', () => {
-    const file = closedMirror();
-    const r = track(Mirror.open(file, { readonly: true }));
+  it('snapshotChanged is false until a writer commits and checkpoints into the file, then true; a fresh open sees the new rows', async () => {
+    const file = await closedMirror();
+    const r = track(await openMirror(file, { readonly: true }));
     expect(r.access).toBe('immutable');
-    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 360 });
-    expect(r.snapshotChanged()).toBe(false);
-    const w = Mirror.open(file);
+    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 360 });
+    expect(await r.snapshotChanged()).toBe(false);
+    const w = await openMirror(file);
     // A live writer (its lock, its -wal) is a change already, before it wrote anything.
-    expect(r.snapshotChanged()).toBe(true);
-    fill(w, 'b', 20, 250);
-    w.close(); // checkpoints every page into the file and removes the -wal
+    expect(await r.snapshotChanged()).toBe(true);
+    await fill(w, 'b', 20, 250);
+    await w.close(); // checkpoints every page into the file and removes the -wal
     expect(fs.existsSync(`${file}-wal`)).toBe(false);
     expect(writerIsLive(file)).toBe(false);
-    expect(r.snapshotChanged()).toBe(true);
-    const again = track(Mirror.open(file, { readonly: true }));
+    expect(await r.snapshotChanged()).toBe(true);
+    const again = track(await openMirror(file, { readonly: true }));
     expect(again.access).toBe('immutable');
-    expect(again.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 23, messages: 360 + 20 * 250 });
-    expect(again.quickCheck()).toEqual([]);
-    expect(again.snapshotChanged()).toBe(false);
+    expect(await again.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 23, messages: 360 + 20 * 250 });
+    expect(await again.quickCheck()).toEqual([]);
+    expect(await again.snapshotChanged()).toBe(false);
   });
 
-  it('verify (the CLI computation) throws away what it read while a sync ran and finished under it, and recomputes on a fresh open', () => {
+  it('verify (the CLI computation) throws away what it read while a sync ran and finished under it, and recomputes on a fresh open', async () => {
     // What the first attempt reads depends on what SQLite had cached: stale rows, or pages of the
     // old and new file mixed ("invalid page number", SQLITE_CORRUPT: a false "damaged"). Whatever it
     // was, it is not used.
-    const file = closedMirror();
+    const file = await closedMirror();
     const exportDir = path.join(path.dirname(file), 'exports');
     const computed: { access: string; dbProblems: unknown[] }[] = [];
     const checked: { attempt: number; changed: boolean }[] = [];
     let calls = 0;
-    const result = readMirrorResult(
+    const result = await readMirrorResult(
       file,
-      (m) => {
+      async (m) => {
         if (++calls === 1) {
           // A sync runs and finishes between the open and the check (the race a reviewer hit).
-          const w = Mirror.open(file);
-          fill(w, 'b', 20, 250);
-          w.close();
+          const w = await openMirror(file);
+          await fill(w, 'b', 20, 250);
+          await w.close();
         }
-        const r = { verify: verifyOf(m, { exportDir }), status: statusOf(m) };
+        const r = { verify: await verifyOf(m, { exportDir }), status: await statusOf(m) };
         computed.push({ access: m.access, dbProblems: r.verify.problems.filter((p) => p.path === file) });
         return r;
       },
-      { onSnapshot: (attempt, m) => checked.push({ attempt, changed: m.snapshotChanged() }) },
+      {
+        onSnapshot: async (attempt, m) => {
+          checked.push({ attempt, changed: await m.snapshotChanged() });
+        },
+      },
     );
     // The first computation may even have thrown (SQLITE_CORRUPT from counts()): retried all the same.
     expect(calls).toBe(2);
@@ -523,51 +528,51 @@ describe('a writer changes the file under an immutable reader', () => {
     expect(result.status.counts).toMatchObject({ conversations: 23, messages: 360 + 20 * 250 });
   });
 
-  it('status (the CLI computation) recomputes through a shared connection when the writer is still running', () => {
-    const file = closedMirror();
+  it('status (the CLI computation) recomputes through a shared connection when the writer is still running', async () => {
+    const file = await closedMirror();
     const seen: string[] = [];
-    const result = readMirrorResult(file, statusOf, {
-      onSnapshot: (attempt, m) => {
+    const result = await readMirrorResult(file, statusOf, {
+      onSnapshot: async (attempt, m) => {
         seen.push(m.access);
-        if (attempt === 1) fill(track(Mirror.open(file)), 'b', 4, 50); // stays open: a running sync
+        if (attempt === 1) await fill(track(await openMirror(file)), 'b', 4, 50); // stays open: a running sync
       },
     });
     expect(seen).toEqual(['immutable', 'shared']);
     expect(result.counts).toMatchObject({ conversations: 7, messages: 560 });
   });
 
-  it('an error computed on a changed snapshot is retried; on an unchanged one it is thrown; at most 3 attempts', () => {
-    const file = closedMirror();
+  it('an error computed on a changed snapshot is retried; on an unchanged one it is thrown; at most 3 attempts', async () => {
+    const file = await closedMirror();
     let calls = 0;
-    const n = Mirror.readConsistent(
+    const n = await readConsistent(
       file,
-      (m) => {
+      async (m) => {
         calls++;
         if (calls === 1) throw new Error('read garbage');
-        return m.counts().conversations;
+        return (await m.counts()).conversations;
       },
       {
-        onSnapshot: (attempt) => {
+        onSnapshot: async (attempt) => {
           if (attempt === 1) {
-            const w = Mirror.open(file);
-            fill(w, 'b', 1, 1);
-            w.close();
+            const w = await openMirror(file);
+            await fill(w, 'b', 1, 1);
+            await w.close();
           }
         },
       },
     );
     expect([calls, n]).toEqual([2, 4]);
-    expect(() => Mirror.readConsistent(file, () => {
+    await expect(readConsistent(file, () => {
       throw new Error('a real failure');
-    })).toThrow('a real failure');
+    })).rejects.toThrow('a real failure');
     // A writer that comes and goes at every attempt: the third result is taken.
     let attempts = 0;
-    const last = Mirror.readConsistent(file, (m) => m.counts().conversations, {
-      onSnapshot: () => {
+    const last = await readConsistent(file, async (m) => (await m.counts()).conversations, {
+      onSnapshot: async () => {
         attempts++;
-        const w = Mirror.open(file);
-        fill(w, `z${attempts}`, 1, 1);
-        w.close();
+        const w = await openMirror(file);
+        await fill(w, `z${attempts}`, 1, 1);
+        await w.close();
       },
     });
     expect([attempts, last]).toEqual([3, 6]);
@@ -586,13 +591,13 @@ describe('status and verify (the CLI) on a read-only copy with a -wal', () => {
     expect(s.code, s.stderr).toBe(0);
     // A sync that is still running when the snapshot is taken: its last runs are only in the -wal.
     const db = path.join(src, 'mirror.sqlite');
-    const w = Mirror.open(db);
+    const w = await openMirror(db);
     sqlRun(w, `PRAGMA wal_autocheckpoint = 0`);
-    for (let i = 0; i < 3; i++) w.finishRun(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded' });
+    for (let i = 0; i < 3; i++) await w.finishRun(await w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded' });
     const copy = path.join(dir(), 'snapshot');
     fs.cpSync(src, copy, { recursive: true });
     if (!shm) fs.rmSync(path.join(copy, 'mirror.sqlite-shm'));
-    w.close();
+    await w.close();
     expect(fs.statSync(path.join(copy, 'mirror.sqlite-wal')).size).toBeGreaterThan(0);
     return { fake, copy, runs: 4 };
   }

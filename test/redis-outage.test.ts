@@ -267,7 +267,7 @@ describe('Redis down and back', () => {
     expect(stopped).toMatchObject({ forced: true, abandoned: 1 });
     expect(stopped['shutdown_ms'] as number).toBeLessThan(graceMs + 5_000);
     process.stderr.write(`redis-outage: SIGTERM while Redis is down, a job running: shutdown_ms ${String(stopped['shutdown_ms'])}, exited ${exitMs} ms after SIGTERM (grace ${graceMs} ms + at most 5000)\n`);
-    const checkpoint = withMirror(db, (m) => sqlGet<{ next_page: number }>(m, `SELECT next_page FROM checkpoints WHERE account_id = ? AND conversation_id = ?`, ACCOUNT_ID, x));
+    const checkpoint = await withMirror(db, (m) => sqlGet<{ next_page: number }>(m, `SELECT next_page FROM checkpoints WHERE account_id = ? AND conversation_id = ?`, ACCOUNT_ID, x));
     expect(checkpoint?.next_page, 'a checkpoint past page 1').toBeGreaterThan(1);
 
     // Redis back; the job is still active under the first daemon's lock, as after SIGKILL.
@@ -284,7 +284,7 @@ describe('Redis down and back', () => {
     const job = (await Job.fromId(queue, jobId))!;
     expect(job.stalledCounter, 'picked up as a stalled job').toBeGreaterThanOrEqual(1);
     expect(job.returnvalue).toMatchObject({ result: { id: x, messageCount: 1200, resumed: true } });
-    expectConversationMirrored(db, ws, x);
+    await expectConversationMirrored(db, ws, x);
     expectExportedOnce(e.CONVO_MIRROR_EXPORT_DIR!, ws, x);
     second.child.kill('SIGTERM');
     expect((await within(second.done, 10_000, 'the second daemon to exit')).code).toBe(0);

@@ -4,11 +4,16 @@
  * so reads see its uncommitted state and per-connection pragmas (e.g. `max_page_count`) apply to it.
  */
 import type { Mirror } from '../src/store/mirror.js';
-import type { Db } from '../src/store/sqlite.js';
+import type { SqliteMirror } from '../src/store/sqlite/mirror.js';
+import type { Db } from '../src/store/sqlite/sqlite.js';
 
-/** The mirror's own better-sqlite3 connection (test-only escape hatch: `Mirror.db` is private). */
+/**
+ * The mirror's own better-sqlite3 connection (test-only escape hatch: `SqliteMirror.db` is
+ * private). SQLite only: a mirror of another engine is refused.
+ */
 export function connectionOf(mirror: Mirror): Db {
-  return (mirror as unknown as { db: Db }).db;
+  if (mirror.engine !== 'sqlite') throw new Error(`test/sql.ts reads SQLite mirrors only, not a ${mirror.engine} one (${mirror.location})`);
+  return (mirror as SqliteMirror as unknown as { db: Db }).db;
 }
 
 /** All rows of `query`. */

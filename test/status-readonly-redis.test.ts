@@ -15,7 +15,8 @@ import path from 'node:path';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { QUEUE_NAME, WORKSPACE_JOB, redisConnection } from '../jobs/queue.js';
-import { Mirror } from '../src/store/mirror.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
 import { tempDir } from './helpers.js';
 import { assertBuilt, killLeftovers, run, within } from './children.js';
 import { cleanupPrefix, prefixSequence, redisUrl } from './redis.js';
@@ -57,11 +58,11 @@ async function metaVersion(prefix: string): Promise<string | null> {
 }
 
 /** A mirror file for `status` (it reads the mirror before the queue) and the CLI's environment. */
-function statusEnv(prefix: string): NodeJS.ProcessEnv {
+async function statusEnv(prefix: string): Promise<NodeJS.ProcessEnv> {
   const dir = tempDir('convo-mirror-status-redis-');
   dirs.push(dir);
   const db = path.join(dir, 'mirror.sqlite');
-  Mirror.open(db).close();
+  await (await openMirror(db)).close();
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CONVO_MIRROR_') && k !== 'REDIS_URL' && k !== 'LOG_LEVEL') env[k] = v;
   return { ...env, REDIS_URL: redisUrl(), CONVO_MIRROR_QUEUE_PREFIX: prefix, CONVO_MIRROR_DB: db, CONVO_MIRROR_EXPORT_DIR: path.join(dir, 'exports') };
@@ -108,7 +109,7 @@ describe('status reads the queue without writing to Redis', () => {
   it('a queue with jobs in every state and a scheduler: every key and value under the prefix unchanged', async () => {
     const prefix = prefixes.next();
     await populatedQueue(prefix);
-    const env = statusEnv(prefix);
+    const env = await statusEnv(prefix);
     const before = await snapshot(prefix);
     expect(Object.keys(before).length).toBeGreaterThan(10);
     expect(await metaVersion(prefix), 'the fixture has no queue version, so writing it would show').toBeNull();
@@ -130,7 +131,7 @@ describe('status reads the queue without writing to Redis', () => {
 
   it('a prefix never used keeps zero keys', async () => {
     const prefix = prefixes.next();
-    const env = statusEnv(prefix);
+    const env = await statusEnv(prefix);
     expect(await snapshot(prefix)).toEqual({});
     const json = await run(['status', '--json'], env);
     expect(json.code, json.stderr).toBe(0);

@@ -11,8 +11,9 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { Mirror } from '../src/store/mirror.js';
-import { MIGRATIONS } from '../src/store/migrations.js';
+import type { Mirror } from '../src/store/mirror.js';
+import { openMirror, readConsistent } from '../src/store/open-mirror.js';
+import { MIGRATIONS } from '../src/store/sqlite/migrations.js';
 import { MirrorUnusableError, StoreError } from '../src/errors.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { exportLine } from '../src/export/lines.js';
@@ -24,7 +25,7 @@ const pool = harnessPool();
 const dirs: string[] = [];
 const mirrors: Mirror[] = [];
 afterEach(async () => {
-  for (const m of mirrors.splice(0)) m.close();
+  for (const m of mirrors.splice(0)) await m.close();
   await pool.closeAll();
   for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
 });
@@ -42,9 +43,9 @@ function track(m: Mirror): Mirror {
 }
 
 /** What `f` throws (fails the test when it throws nothing). */
-function thrown(f: () => unknown): unknown {
+async function thrown(f: () => unknown): Promise<unknown> {
   try {
-    f();
+    await f();
   } catch (err) {
     return err;
   }
@@ -73,14 +74,14 @@ function conversationPage(convs: Record<string, unknown>[]): Page<Conversation> 
 }
 
 /** Lists, crawls (every page) and completes `conversations` conversations of `perConversation` messages. */
-function fill(m: Mirror, conversations: number, perConversation: number, contentBytes = 120): string[] {
+async function fill(m: Mirror, conversations: number, perConversation: number, contentBytes = 120): Promise<string[]> {
   const ids = Array.from({ length: conversations }, (_, i) => `c${String(i).padStart(3, '0')}`);
-  m.upsertConversations(ACCOUNT_ID, conversationPage(ids.map((id) => ({ id, updated_at: '2025-06-01T00:00:00Z' }))), null);
+  await m.upsertConversations(ACCOUNT_ID, conversationPage(ids.map((id) => ({ id, updated_at: '2025-06-01T00:00:00Z' }))), null);
   for (const id of ids) {
     for (let p = 1, left = perConversation; p === 1 || left > 0; p++, left -= 100) {
-      m.commitMessagesPage(ACCOUNT_ID, id, messagePage(id, p, Math.min(100, Math.max(0, left)), perConversation, contentBytes), null);
+      await m.commitMessagesPage(ACCOUNT_ID, id, messagePage(id, p, Math.min(100, Math.max(0, left)), perConversation, contentBytes), null);
     }
-    m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
+    await m.completeCrawl(ACCOUNT_ID, id, null, 'updated_at');
   }
   return ids;
 }
@@ -89,7 +90,7 @@ const mode = (p: string) => fs.statSync(p).mode & 0o7777;
 
 // ------------------------------------------------------------------ 1. private files
 
-const distMirror = fileURLToPath(new URL('../dist/src/store/mirror.js', import.meta.url));
+const distMirror = fileURLToPath(new URL('../dist/src/store/sqlite/mirror.js', import.meta.url));
 const distPrivateFs = fileURLToPath(new URL('../dist/src/private-fs.js', import.meta.url));
 
 /**
@@ -105,7 +106,7 @@ function openInChild(cwd: string, rel: string, umask: number, modes: 'PRIVATE_MO
   const script = `
     import fs from 'node:fs';
     import path from 'node:path';
-    const { Mirror } = await import(${JSON.stringify(distMirror)});
+    const { SqliteMirror } = await import(${JSON.stringify(distMirror)});
     const pfs = await import(${JSON.stringify(distPrivateFs)});
     process.umask(${umask});
     const modesOf = (d) => {
@@ -120,11 +121,11 @@ function openInChild(cwd: string, rel: string, umask: number, modes: 'PRIVATE_MO
       walk(d, '');
       return out;
     };
-    const m = Mirror.open(${JSON.stringify(rel)}, { modes: pfs.${modes} });
-    m.finishRun(m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'a' }), { status: 'succeeded' });
+    const m = SqliteMirror.open(${JSON.stringify(rel)}, { modes: pfs.${modes} });
+    await m.finishRun(await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: 'a' }), { status: 'succeeded' });
     const open = modesOf('.');
     const file = m.file;
-    m.close();
+    await m.close();
     process.stdout.write(JSON.stringify({ open, closed: modesOf('.'), file }));
   `;
   const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd, encoding: 'utf8', env: { PATH: process.env.PATH, HOME: process.env.HOME } });
@@ -159,28 +160,28 @@ describe('private files whatever the umask', () => {
     }
   }
 
-  it('a path starting with file: is a plain relative path, never a URI', () => {
+  it('a path starting with file: is a plain relative path, never a URI', async () => {
     const root = dir();
     const r = openInChild(root, 'file:mirror.sqlite', 0o022, 'PRIVATE_MODES');
     expect(r.file).toBe(path.join(fs.realpathSync(root), 'file:mirror.sqlite'));
     expect(Object.keys(r.closed).sort()).toEqual(['file:mirror.sqlite', 'file:mirror.sqlite.lock']);
-    const ro = track(Mirror.open(path.join(root, 'file:mirror.sqlite'), { readonly: true }));
-    expect(ro.lastRuns(5)).toHaveLength(1);
+    const ro = track(await openMirror(path.join(root, 'file:mirror.sqlite'), { readonly: true }));
+    expect(await ro.lastRuns(5)).toHaveLength(1);
   });
 
-  it('an existing database file and lock keep their mode; a leftover holder file is replaced by a private one', () => {
+  it('an existing database file and lock keep their mode; a leftover holder file is replaced by a private one', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    Mirror.open(file).close();
+    await (await openMirror(file)).close();
     fs.chmodSync(file, 0o644);
     fs.writeFileSync(`${file}.lock.json`, JSON.stringify({ pid: 1, host: 'gone', since: 'then' }), { mode: 0o644 });
     fs.chmodSync(`${file}.lock.json`, 0o644);
-    const m = track(Mirror.open(file));
+    const m = track(await openMirror(file));
     expect(mode(file)).toBe(0o644);
     expect(mode(`${file}.lock`)).toBe(0o600);
     expect(mode(`${file}.lock.json`)).toBe(0o600);
     expect(JSON.parse(fs.readFileSync(`${file}.lock.json`, 'utf8'))).toMatchObject({ pid: process.pid });
-    m.close();
+    await m.close();
     expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
   });
 });
@@ -188,32 +189,32 @@ describe('private files whatever the umask', () => {
 // ------------------------------------------------------------------ 2. read-only opens
 
 describe('read-only open', () => {
-  function closedCopy(): { dir: string; file: string; ids: string[] } {
+  async function closedCopy(): Promise<{ dir: string; file: string; ids: string[] }> {
     const src = path.join(dir(), 'mirror.sqlite');
-    const w = Mirror.open(src);
-    const ids = fill(w, 3, 150);
-    w.finishRun(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded', requests: 9 });
-    w.close();
+    const w = await openMirror(src);
+    const ids = await fill(w, 3, 150);
+    await w.finishRun(await w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded', requests: 9 });
+    await w.close();
     const copyDir = path.join(dir(), 'auditor copy #1 ?x=%20');
     fs.mkdirSync(copyDir);
     fs.copyFileSync(src, path.join(copyDir, 'mirror.sqlite'));
     return { dir: copyDir, file: path.join(copyDir, 'mirror.sqlite'), ids };
   }
 
-  it('on a closed copy creates no file and changes no byte or mtime, and reads everything', () => {
-    const { dir: d, file } = closedCopy();
+  it('on a closed copy creates no file and changes no byte or mtime, and reads everything', async () => {
+    const { dir: d, file } = await closedCopy();
     const before = snapshotEntries(d);
-    const m = Mirror.open(file, { readonly: true });
-    expect(m.file).toBe(file);
+    const m = await openMirror(file, { readonly: true });
+    expect(m.location).toBe(file);
     expect(m.access).toBe('immutable');
-    expect(m.snapshotChanged()).toBe(false);
-    expect(m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 454 });
-    expect(m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 450 });
-    expect(m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
-    expect(m.lastRunFailures()).toEqual([]);
-    expect(m.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
-    expect(m.quickCheck()).toEqual([]);
-    expect(m.crawlState(ACCOUNT_ID, 'c001').messageCount).toBe(150);
+    expect(await m.snapshotChanged()).toBe(false);
+    expect(await m.counts()).toMatchObject({ conversations: 3, messages: 450, runs: 1, change_log: 454 });
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 3, messages: 450 });
+    expect(await m.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
+    expect(await m.lastRunFailures()).toEqual([]);
+    expect(await m.mirrorId()).toMatch(/^[0-9a-f]{32}$/);
+    expect(await m.quickCheck()).toEqual([]);
+    expect((await m.crawlState(ACCOUNT_ID, 'c001')).messageCount).toBe(150);
     expect(fs.readdirSync(d)).toEqual(['mirror.sqlite']);
     // Writes are refused before SQLite is touched.
     for (const write of [
@@ -224,42 +225,42 @@ describe('read-only open', () => {
       () => m.forgetCrawlBaseline(ACCOUNT_ID, 'c000'),
       () => m.resumeRun(1),
     ]) {
-      const err = thrown(write);
+      const err = await thrown(write);
       expect(err).toBeInstanceOf(StoreError);
       expect((err as StoreError).message).toContain('read-only');
     }
-    m.close();
+    await m.close();
     expect(snapshotEntries(d)).toEqual(before);
-    expect(m.snapshotChanged()).toBe(false); // closed
+    expect(await m.snapshotChanged()).toBe(false); // closed
   });
 
-  it('with a writer open (its -wal present) sees the committed rows, and takes no lock', () => {
+  it('with a writer open (its -wal present) sees the committed rows, and takes no lock', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    const w = track(Mirror.open(file));
-    fill(w, 2, 30);
+    const w = track(await openMirror(file));
+    await fill(w, 2, 30);
     expect(fs.existsSync(`${file}-wal`)).toBe(true);
-    const r = track(Mirror.open(file, { readonly: true }));
+    const r = track(await openMirror(file, { readonly: true }));
     expect(r.access).toBe('shared');
-    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
-    w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
-    expect(r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
+    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
+    await w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
+    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
     // The writer keeps writing; the reader never blocked it.
-    expect(w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toBeGreaterThan(0);
-    expect(r.runStatus(1)).toBe('running');
+    expect(await w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toBeGreaterThan(0);
+    expect(await r.runStatus(1)).toBe('running');
   });
 
-  it('a missing file is a StoreError naming it, and nothing is created', () => {
+  it('a missing file is a StoreError naming it, and nothing is created', async () => {
     const d = dir();
     const file = path.join(d, 'sub', 'missing.sqlite');
-    const err = thrown(() => Mirror.open(file, { readonly: true }));
+    const err = await thrown(() => openMirror(file, { readonly: true }));
     expect(err).toBeInstanceOf(StoreError);
     expect(err).not.toBeInstanceOf(MirrorUnusableError);
     expect((err as StoreError).message).toContain(file);
     expect(fs.readdirSync(d)).toEqual([]);
   });
 
-  it('an older schema is refused (read-only commands never migrate) and left unchanged', () => {
+  it('an older schema is refused (read-only commands never migrate) and left unchanged', async () => {
     const d = dir();
     const file = path.join(d, 'old.sqlite');
     const db = new Database(file);
@@ -268,7 +269,7 @@ describe('read-only open', () => {
     db.pragma(`user_version = ${MIGRATIONS.length - 1}`);
     db.close();
     const before = snapshotEntries(d);
-    const err = thrown(() => Mirror.open(file, { readonly: true }));
+    const err = await thrown(() => openMirror(file, { readonly: true }));
     expect(err).toBeInstanceOf(StoreError);
     expect((err as StoreError).message).toContain(file);
     expect((err as StoreError).message).toMatch(/read-only commands never migrate.*sync/);
@@ -277,16 +278,16 @@ describe('read-only open', () => {
     expect(after.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length - 1);
     after.close();
     // The writer migrates it.
-    const w = Mirror.open(file);
+    const w = await openMirror(file);
     expect(sqlValue(w, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
-    w.close();
-    track(Mirror.open(file, { readonly: true }));
+    await w.close();
+    track(await openMirror(file, { readonly: true }));
   });
 
-  it('a newer schema, a foreign SQLite file and an empty file are refused read-only, unchanged', () => {
+  it('a newer schema, a foreign SQLite file and an empty file are refused read-only, unchanged', async () => {
     const d = dir();
     const newer = path.join(d, 'newer.sqlite');
-    Mirror.open(newer).close();
+    await (await openMirror(newer)).close();
     const db = new Database(newer);
     db.pragma(`user_version = ${MIGRATIONS.length + 1}`);
     db.close();
@@ -302,7 +303,7 @@ describe('read-only open', () => {
       [foreign, /not a convo-mirror mirror/],
       [empty, /not a convo-mirror mirror/],
     ] as const) {
-      const err = thrown(() => Mirror.open(file, { readonly: true }));
+      const err = await thrown(() => openMirror(file, { readonly: true }));
       expect(err).toBeInstanceOf(StoreError);
       expect((err as Error).message).toMatch(text);
       expect((err as Error).message).toContain(file);
@@ -310,14 +311,14 @@ describe('read-only open', () => {
     expect(snapshotEntries(d)).toEqual(before);
   });
 
-  it('a writer refuses a foreign SQLite file without changing a byte of it', () => {
+  it('a writer refuses a foreign SQLite file without changing a byte of it', async () => {
     const d = dir();
     const foreign = path.join(d, 'foreign.sqlite');
     const f = new Database(foreign);
     f.exec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY)`);
     f.close();
     const bytes = fs.readFileSync(foreign);
-    expect(() => Mirror.open(foreign)).toThrow(/not a convo-mirror mirror/);
+    await expect(openMirror(foreign)).rejects.toThrow(/not a convo-mirror mirror/);
     expect(fs.readFileSync(foreign).equals(bytes)).toBe(true);
   });
 });
@@ -325,18 +326,18 @@ describe('read-only open', () => {
 // ------------------------------------------------------------------ 3. unusable files
 
 describe('corrupt and unusable files', () => {
-  it('a mirror with damaged middle pages: the next write throws MIRROR_CORRUPT, nothing more is written, quickCheck reports it', () => {
+  it('a mirror with damaged middle pages: the next write throws MIRROR_CORRUPT, nothing more is written, quickCheck reports it', async () => {
     const file = path.join(dir(), 'mirror.sqlite');
-    const w = Mirror.open(file);
-    const ids = fill(w, 30, 120);
-    expect(w.liveCounts(ACCOUNT_ID).messages).toBe(3600);
-    w.close();
+    const w = await openMirror(file);
+    const ids = await fill(w, 30, 120);
+    expect((await w.liveCounts(ACCOUNT_ID)).messages).toBe(3600);
+    await w.close();
     // Damage the root pages of the message and conversation b-trees and the middle third of the file.
-    const ro = Mirror.open(file, { readonly: true }); // creates no -wal (a plain read-only connection would)
+    const ro = await openMirror(file, { readonly: true }); // creates no -wal (a plain read-only connection would)
     const pageSize = sqlValue(ro, `PRAGMA page_size`);
     const pageCount = sqlValue(ro, `PRAGMA page_count`);
     const roots = sqlAll<{ rootpage: number }>(ro, `SELECT rootpage FROM sqlite_master WHERE tbl_name IN ('messages', 'conversations') AND rootpage > 0`).map((r) => r.rootpage);
-    ro.close();
+    await ro.close();
     expect(fs.existsSync(`${file}-wal`)).toBe(false);
     const fd = fs.openSync(file, 'r+');
     const garbage = Buffer.alloc(pageSize, 0xa5);
@@ -347,8 +348,8 @@ describe('corrupt and unusable files', () => {
     let err: unknown;
     let m: Mirror | undefined;
     try {
-      m = track(Mirror.open(file));
-      m.commitMessagesPage(ACCOUNT_ID, ids[0]!, messagePage(ids[0]!, 2, 100, 200), null);
+      m = track(await openMirror(file));
+      await m.commitMessagesPage(ACCOUNT_ID, ids[0]!, messagePage(ids[0]!, 2, 100, 200), null);
     } catch (e) {
       err = e;
     }
@@ -357,7 +358,7 @@ describe('corrupt and unusable files', () => {
     expect((err as MirrorUnusableError).sqliteCode).toMatch(/^SQLITE_CORRUPT/);
     expect((err as Error).message).toContain(file);
     expect(m).toBeDefined(); // the schema page is sound: the damage shows at the first write
-    const problems = m!.quickCheck();
+    const problems = await m!.quickCheck();
     expect(problems.length).toBeGreaterThan(0);
     expect(problems.join('\n')).not.toBe('ok');
     // From now on this instance writes nothing, whatever the call.
@@ -369,30 +370,30 @@ describe('corrupt and unusable files', () => {
       () => m!.resumeRun(1),
       () => m!.forgetCrawlBaseline(ACCOUNT_ID, ids[0]!),
     ]) {
-      const e = thrown(write);
+      const e = await thrown(write);
       expect(e).toBeInstanceOf(MirrorUnusableError);
       expect((e as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
     }
     expect(fs.readFileSync(file).equals(bytes)).toBe(true);
     expect(fs.readFileSync(`${file}-wal`).equals(walBytes)).toBe(true);
     // A read-only open sees the same damage.
-    const r = track(Mirror.open(file, { readonly: true }));
-    expect(r.quickCheck().length).toBeGreaterThan(0);
-    expect(thrown(() => r.liveConversationIds(ACCOUNT_ID))).toBeInstanceOf(MirrorUnusableError);
+    const r = track(await openMirror(file, { readonly: true }));
+    expect((await r.quickCheck()).length).toBeGreaterThan(0);
+    expect(await thrown(() => r.liveConversationIds(ACCOUNT_ID))).toBeInstanceOf(MirrorUnusableError);
   });
 
-  it('a garbage header: MIRROR_CORRUPT (SQLITE_NOTADB) naming the file at open, writer or reader, and the file is left as it was', () => {
+  it('a garbage header: MIRROR_CORRUPT (SQLITE_NOTADB) naming the file at open, writer or reader, and the file is left as it was', async () => {
     const d = dir();
     const file = path.join(d, 'mirror.sqlite');
-    const w = Mirror.open(file);
-    fill(w, 2, 10);
-    w.close();
+    const w = await openMirror(file);
+    await fill(w, 2, 10);
+    await w.close();
     const fd = fs.openSync(file, 'r+');
     fs.writeSync(fd, Buffer.from('garbage, not a header '.repeat(5)), 0, 100, 0);
     fs.closeSync(fd);
     const bytes = fs.readFileSync(file);
     for (const opts of [{}, { readonly: true }, { lock: false }]) {
-      const err = thrown(() => track(Mirror.open(file, opts)));
+      const err = await thrown(async () => track(await openMirror(file, opts)));
       expect(err).toBeInstanceOf(MirrorUnusableError);
       expect((err as MirrorUnusableError).code).toBe('MIRROR_CORRUPT');
       expect((err as MirrorUnusableError).sqliteCode).toBe('SQLITE_NOTADB');
@@ -405,68 +406,68 @@ describe('corrupt and unusable files', () => {
     expect(fs.existsSync(`${file}.lock.json`)).toBe(false);
   });
 
-  it('a full disk (max_page_count reached): MIRROR_UNWRITABLE with SQLITE_FULL, nothing half-written, and writing resumes once there is room', () => {
+  it('a full disk (max_page_count reached): MIRROR_UNWRITABLE with SQLITE_FULL, nothing half-written, and writing resumes once there is room', async () => {
     const file = path.join(dir(), 'mirror.sqlite');
-    const m = track(Mirror.open(file));
-    const ids = fill(m, 2, 50);
+    const m = track(await openMirror(file));
+    const ids = await fill(m, 2, 50);
     const pages = sqlValue(m, `PRAGMA page_count`);
     expect(sqlValue(m, `PRAGMA freelist_count`)).toBe(0);
     sqlRun(m, `PRAGMA max_page_count = ${pages}`);
-    const changes = m.counts().change_log;
-    const err = thrown(() => m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null));
+    const changes = (await m.counts()).change_log;
+    const err = await thrown(() => m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null));
     expect(err).toBeInstanceOf(MirrorUnusableError);
     expect((err as MirrorUnusableError).code).toBe('MIRROR_UNWRITABLE');
     expect((err as MirrorUnusableError).sqliteCode).toBe('SQLITE_FULL');
     expect((err as Error).message).toContain(file);
     expect((err as Error).message).toContain('disk is full');
-    expect(m.liveCounts(ACCOUNT_ID).messages).toBe(100);
-    expect(m.counts().change_log).toBe(changes);
-    expect(m.loadCheckpoint(ACCOUNT_ID, ids[1]!)).toBeUndefined();
+    expect((await m.liveCounts(ACCOUNT_ID)).messages).toBe(100);
+    expect((await m.counts()).change_log).toBe(changes);
+    expect(await m.loadCheckpoint(ACCOUNT_ID, ids[1]!)).toBeUndefined();
     sqlRun(m, `PRAGMA max_page_count = ${pages * 100}`);
-    expect(m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null).inserted).toBe(50);
+    expect((await m.commitMessagesPage(ACCOUNT_ID, ids[1]!, messagePage(ids[1]!, 1, 100, 100, 4000), null)).inserted).toBe(50);
   });
 });
 
 // ------------------------------------------------------------------ 4. back from a tombstone
 
 describe('a conversation back from a tombstone', () => {
-  it('listed again: revived with no completed crawl (message_count and crawled_signal NULL) and an insert line', () => {
-    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
-    const [id] = fill(m, 1, 130);
-    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
-    m.tombstoneConversation(ACCOUNT_ID, id!, null);
-    const counts = m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
+  it('listed again: revived with no completed crawl (message_count and crawled_signal NULL) and an insert line', async () => {
+    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
+    const [id] = await fill(m, 1, 130);
+    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+    await m.tombstoneConversation(ACCOUNT_ID, id!, null);
+    const counts = await m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
     expect(counts).toMatchObject({ inserted: 1, updated: 0 });
-    expect(m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
+    expect(await m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
     const ops = sqlAll<{ op: string }>(m, `SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`, id);
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
     // A live conversation listed again with a new raw keeps its crawl baseline.
-    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
-    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 2, 30, 130), null);
-    m.completeCrawl(ACCOUNT_ID, id!, null, 'updated_at');
-    m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-07-01T00:00:00Z' }]), null);
-    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+    await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
+    await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 2, 30, 130), null);
+    await m.completeCrawl(ACCOUNT_ID, id!, null, 'updated_at');
+    await m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-07-01T00:00:00Z' }]), null);
+    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
   });
 
-  it('liveConversationIdsNotIn: the live ids a set does not hold, sorted; tombstoned ones never', () => {
-    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
-    const ids = fill(m, 4, 1);
-    m.tombstoneConversation(ACCOUNT_ID, ids[1]!, null);
+  it('liveConversationIdsNotIn: the live ids a set does not hold, sorted; tombstoned ones never', async () => {
+    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
+    const ids = await fill(m, 4, 1);
+    await m.tombstoneConversation(ACCOUNT_ID, ids[1]!, null);
     const sorted = [...ids].sort();
-    expect(m.liveConversationIdsNotIn(ACCOUNT_ID, new Set([ids[0]!]))).toEqual(sorted.filter((id) => id !== ids[0] && id !== ids[1]));
-    expect(m.liveConversationIdsNotIn(ACCOUNT_ID, new Set(ids))).toEqual([]);
-    expect(m.liveConversationIdsNotIn(ACCOUNT_ID, new Set())).toEqual(m.liveConversationIds(ACCOUNT_ID));
+    expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set([ids[0]!]))).toEqual(sorted.filter((id) => id !== ids[0] && id !== ids[1]));
+    expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set(ids))).toEqual([]);
+    expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set())).toEqual(await m.liveConversationIds(ACCOUNT_ID));
   });
 
-  it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', () => {
-    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
-    const [id] = fill(m, 1, 20);
-    m.tombstoneConversation(ACCOUNT_ID, id!, null);
-    expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([]);
-    const counts = m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+  it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', async () => {
+    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
+    const [id] = await fill(m, 1, 20);
+    await m.tombstoneConversation(ACCOUNT_ID, id!, null);
+    expect(await m.liveConversationIds(ACCOUNT_ID)).toEqual([]);
+    const counts = await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
     expect(counts.inserted).toBe(20);
-    expect(m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
-    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
+    expect(await m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
+    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
     const last = sqlGet<ExportChange & { run_id: number }>(
       m,
       `SELECT c.seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line, run_id
@@ -478,11 +479,11 @@ describe('a conversation back from a tombstone', () => {
     expect(JSON.parse(last.record!)).toEqual({ id, updated_at: '2025-06-01T00:00:00Z' });
     expect(JSON.parse(exportLine(last))).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
     // Committing more pages does not revive it twice.
-    m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
-    expect(m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
+    await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+    expect(await m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
     const ops = sqlAll<{ op: string }>(m, `SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`, id);
     expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
-    expect(m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
+    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
   });
 
   it('an incremental sync crawls a revived conversation in full although its change signal did not move', async () => {
@@ -490,9 +491,9 @@ describe('a conversation back from a tombstone', () => {
     const h = await start({ workspace: ws });
     await h.sync();
     const c = ws.list()[0]!;
-    expect(h.mirror.crawlState(ACCOUNT_ID, c.id).crawledSignal).not.toBeNull(); // a change signal is in use
+    expect((await h.mirror.crawlState(ACCOUNT_ID, c.id)).crawledSignal).not.toBeNull(); // a change signal is in use
     // An earlier run saw it answer 404 (e.g. briefly); the API serves it again, unchanged.
-    h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+    await h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
     const before = h.fake.requests.length;
     const s = await h.sync();
     expect(h.fake.requests.slice(before).filter((r) => r.path === `/v1/conversations/${c.id}/messages`).map((r) => r.query['page'])).toEqual(['1', '2']);
@@ -506,12 +507,12 @@ describe('a conversation back from a tombstone', () => {
     const h = await start({ workspace: ws });
     await h.sync();
     const c = ws.list()[0]!;
-    h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+    await h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
     const s = await h.sync({ conversationIds: [c.id] });
     expect(s.status).toBe('succeeded');
     const eq = mirrorEqualsFake(h.mirror, ws);
     expect(eq.ok, eq.detail).toBe(true);
-    expect(h.mirror.crawlState(ACCOUNT_ID, c.id).messageCount).toBe(40);
+    expect((await h.mirror.crawlState(ACCOUNT_ID, c.id)).messageCount).toBe(40);
   });
 });
 
@@ -523,75 +524,75 @@ describe('forgetCrawlBaseline', () => {
     const h = await start({ workspace: ws });
     await h.sync();
     const [a, b] = ws.list();
-    const signal = h.mirror.crawlState(ACCOUNT_ID, a!.id).crawledSignal;
+    const signal = (await h.mirror.crawlState(ACCOUNT_ID, a!.id)).crawledSignal;
     expect(signal).not.toBeNull(); // the fake serves a change signal, so unchanged conversations are skipped
-    h.mirror.forgetCrawlBaseline(ACCOUNT_ID, a!.id);
-    h.mirror.forgetCrawlBaseline(ACCOUNT_ID, 'never-seen'); // nothing to forget: no error
-    expect(h.mirror.crawlState(ACCOUNT_ID, a!.id)).toMatchObject({ messageCount: 250, crawledSignal: null });
-    expect(h.mirror.crawlState(ACCOUNT_ID, b!.id).crawledSignal).not.toBeNull();
+    await h.mirror.forgetCrawlBaseline(ACCOUNT_ID, a!.id);
+    await h.mirror.forgetCrawlBaseline(ACCOUNT_ID, 'never-seen'); // nothing to forget: no error
+    expect(await h.mirror.crawlState(ACCOUNT_ID, a!.id)).toMatchObject({ messageCount: 250, crawledSignal: null });
+    expect((await h.mirror.crawlState(ACCOUNT_ID, b!.id)).crawledSignal).not.toBeNull();
     const before = h.fake.requests.length;
     const s = await h.sync();
     const asked = h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => [r.path, r.query['page']]);
     // Only the forgotten one is asked about, incrementally (the page of its last known message).
     expect(asked).toEqual([[`/v1/conversations/${a!.id}/messages`, '3']]);
     expect(s.export.lines).toBe(0);
-    expect(h.mirror.crawlState(ACCOUNT_ID, a!.id).crawledSignal).toBe(signal);
+    expect((await h.mirror.crawlState(ACCOUNT_ID, a!.id)).crawledSignal).toBe(signal);
   });
 });
 
 // ------------------------------------------------------------------ 6. resumed runs
 
 describe('resumeRun', () => {
-  it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', () => {
-    const m = track(Mirror.open(path.join(dir(), 'mirror.sqlite')));
-    const dead = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
-    const ok = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    m.finishRun(ok, { status: 'succeeded' });
-    const partial = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    m.finishRun(partial, { status: 'partial', error: 'some failed' });
-    const failed = m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    m.finishRun(failed, { status: 'failed', error: 'boom' });
+  it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', async () => {
+    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
+    const dead = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
+    const ok = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    await m.finishRun(ok, { status: 'succeeded' });
+    const partial = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    await m.finishRun(partial, { status: 'partial', error: 'some failed' });
+    const failed = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    await m.finishRun(failed, { status: 'failed', error: 'boom' });
     const row = (id: number) => sqlGet(m, `SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`, id);
 
-    expect(m.resumeRun(dead)).toBe('running');
+    expect(await m.resumeRun(dead)).toBe('running');
     expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 0 });
-    expect(m.markInterruptedRuns()).toBe(1);
+    expect(await m.markInterruptedRuns()).toBe(1);
     sqlRun(m, `UPDATE runs SET error = 'process died' WHERE id = ?`, dead);
-    expect(m.runStatus(dead)).toBe('interrupted');
-    expect(m.runEnded(dead)).toBe(true);
-    expect(m.resumeRun(dead)).toBe('resumed');
+    expect(await m.runStatus(dead)).toBe('interrupted');
+    expect(await m.runEnded(dead)).toBe(true);
+    expect(await m.resumeRun(dead)).toBe('resumed');
     expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 1 });
-    expect(m.runEnded(dead)).toBe(false);
-    expect(m.resumeRun(dead)).toBe('running');
-    m.markInterruptedRuns();
-    expect(m.resumeRun(dead)).toBe('resumed');
+    expect(await m.runEnded(dead)).toBe(false);
+    expect(await m.resumeRun(dead)).toBe('running');
+    await m.markInterruptedRuns();
+    expect(await m.resumeRun(dead)).toBe('resumed');
     expect(row(dead)).toMatchObject({ status: 'running', resumes: 2 });
-    m.finishRun(dead, { status: 'succeeded' });
-    expect(m.resumeRun(dead)).toBe('ended');
+    await m.finishRun(dead, { status: 'succeeded' });
+    expect(await m.resumeRun(dead)).toBe('ended');
     expect(row(dead)).toMatchObject({ status: 'succeeded', resumes: 2 });
 
     for (const id of [ok, partial, failed]) {
       const before = row(id);
-      expect(m.resumeRun(id)).toBe('ended');
+      expect(await m.resumeRun(id)).toBe('ended');
       expect(row(id)).toEqual(before);
     }
-    expect(m.runStatus(partial)).toBe('partial');
-    expect(m.resumeRun(9999)).toBe('ended');
-    expect(m.runStatus(9999)).toBeUndefined();
-    expect(m.counts().runs).toBe(4);
+    expect(await m.runStatus(partial)).toBe('partial');
+    expect(await m.resumeRun(9999)).toBe('ended');
+    expect(await m.runStatus(9999)).toBeUndefined();
+    expect((await m.counts()).runs).toBe(4);
   });
 
-  it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', () => {
+  it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', async () => {
     const file = path.join(dir(), 'old.sqlite');
     const db = new Database(file);
     for (let v = 0; v < 3; v++) db.exec(MIGRATIONS[v]!);
     db.pragma('user_version = 3');
     db.prepare(`INSERT INTO runs (mode, account_id, started_at, status) VALUES ('full', 'default', '2025-01-01T00:00:00.000Z', 'interrupted')`).run();
     db.close();
-    const m = track(Mirror.open(file));
+    const m = track(await openMirror(file));
     expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
-    expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'interrupted', resumes: 0 }]);
-    expect(m.resumeRun(1)).toBe('resumed');
-    expect(m.lastRuns(1)).toMatchObject([{ id: 1, status: 'running', resumes: 1 }]);
+    expect(await m.lastRuns(1)).toMatchObject([{ id: 1, status: 'interrupted', resumes: 0 }]);
+    expect(await m.resumeRun(1)).toBe('resumed');
+    expect(await m.lastRuns(1)).toMatchObject([{ id: 1, status: 'running', resumes: 1 }]);
   });
 });

@@ -93,7 +93,7 @@ describe('pagination', () => {
     expect(summary.requests).toBe(summary.minimumRequests + 1);
     expect(summary.retries).toBe(0);
     // no crawl left unfinished
-    expect(h.mirror.counts().checkpoints).toBe(0);
+    expect((await h.mirror.counts()).checkpoints).toBe(0);
   });
 
   it('lists more than one page of conversations (250 conversations → 3 list pages)', async () => {
@@ -406,7 +406,7 @@ describe('failures', () => {
     expect(run.status).toBe('failed');
     expect(run.error).toMatch(/401/);
     expect(run.error).not.toContain('wrong');
-    expect(h.mirror.counts().messages).toBe(0);
+    expect((await h.mirror.counts()).messages).toBe(0);
   });
 });
 
@@ -472,7 +472,7 @@ describe('checkpoints', () => {
     expect(pages).toEqual([2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     expectExact(h);
     expect(messageRows(h, big.id).map((r) => r.position)).toEqual([...Array(1200).keys()]);
-    expect(h.mirror.counts().checkpoints).toBe(0);
+    expect((await h.mirror.counts()).checkpoints).toBe(0);
     const perMessage = sqlAll(h.mirror, `SELECT record_id, group_concat(op) AS ops FROM change_log WHERE stream = 'messages' AND conversation_id = ? GROUP BY record_id`, big.id) as { record_id: string; ops: string }[];
     expect(perMessage.length).toBe(1200);
     expect(perMessage.every((r) => r.ops === 'insert')).toBe(true);

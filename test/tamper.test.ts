@@ -39,14 +39,14 @@ async function archive(o: { signWith?: string; witnessDir?: string } = {}): Prom
     heads.push(s.export.head!);
     change();
   }
-  expect(h.mirror.ledgerEntries()).toHaveLength(8);
-  expect(check(h)).toEqual([]);
+  expect(await h.mirror.ledgerEntries()).toHaveLength(8);
+  expect(await check(h)).toEqual([]);
   return { h, heads, ws };
 }
 
 /** verify's problems, with the mirror (default) or from the archive alone. */
-function check(h: Harness, o: { mirror?: boolean; head?: LedgerHead; deep?: boolean } = {}): VerifyProblem[] {
-  return verifyArchive({ exportDir: h.exportDir, ...(o.mirror === false ? {} : { mirror: h.mirror }), ...(o.head ? { head: o.head } : {}), ...(o.deep ? { deep: true } : {}) }).problems;
+async function check(h: Harness, o: { mirror?: boolean; head?: LedgerHead; deep?: boolean } = {}): Promise<VerifyProblem[]> {
+  return (await verifyArchive({ exportDir: h.exportDir, ...(o.mirror === false ? {} : { mirror: h.mirror }), ...(o.head ? { head: o.head } : {}), ...(o.deep ? { deep: true } : {}) })).problems;
 }
 
 const rec = (id: number) => recordPath(id);
@@ -73,12 +73,12 @@ describe('tampering, each caught by verify and named', () => {
     bytes[at] = bytes[at]! ^ 0x01;
     overwrite(abs(h, target!.path), bytes);
     const sha256 = { path: target!.path, problem: 'sha256', found: crypto.createHash('sha256').update(bytes).digest('hex'), expected: ledgerFiles(h.exportDir).find((f) => f.path === target!.path)!.sha256 };
-    expect(check(h)).toEqual([sha256]);
-    expect(check(h, { mirror: false })).toEqual([sha256]);
+    expect(await check(h)).toEqual([sha256]);
+    expect(await check(h, { mirror: false })).toEqual([sha256]);
     const before = heads.filter((x) => x.batch_id < batch).at(-1)!;
     const after = heads.find((x) => x.batch_id >= batch)!;
-    expect(check(h, { head: before }).filter((p) => p.problem === 'head')).toEqual([]);
-    expect(check(h, { head: after }).filter((p) => p.problem === 'head')).toEqual([
+    expect((await check(h, { head: before })).filter((p) => p.problem === 'head')).toEqual([]);
+    expect((await check(h, { head: after })).filter((p) => p.problem === 'head')).toEqual([
       { path: rec(after.batch_id), problem: 'head', detail: `head ${after.batch_id}:${after.hash} is in the chain, but batch ${batch} before it is broken or its files changed` },
     ]);
   });
@@ -87,7 +87,7 @@ describe('tampering, each caught by verify and named', () => {
     const { h } = await archive();
     const target = ledgerFiles(h.exportDir).find((f) => f.stream === 'conversations')!;
     fs.rmSync(abs(h, target.path));
-    expect(check(h)).toEqual([{ path: target.path, problem: 'missing' }]);
+    expect(await check(h)).toEqual([{ path: target.path, problem: 'missing' }]);
   });
 
   it('a record edited and re-hashed consistently: it reads back sound, but the link to it breaks, named at that record', async () => {
@@ -96,26 +96,26 @@ describe('tampering, each caught by verify and named', () => {
     const forged = sealRecord({ ...r, files: r.files.map((f, i) => (i === 0 ? { ...f, sha256: 'f'.repeat(64) } : f)) });
     overwrite(abs(h, rec(3)), renderRecord(forged));
     expect(parseRecord(fs.readFileSync(abs(h, rec(3)))).ok).toBe(true);
-    const found = check(h, { mirror: false });
+    const found = await check(h, { mirror: false });
     expect(found).toContainEqual({ path: rec(3), problem: 'chain', detail: expect.stringMatching(/^batch 4 links to it with hash [0-9a-f]{64}, but it hashes to [0-9a-f]{64}: it was altered/) });
     // the forged listing no longer matches the file either
     expect(found).toContainEqual({ path: r.files[0]!.path, problem: 'sha256', found: r.files[0]!.sha256, expected: 'f'.repeat(64) });
     // the mirror's ledger disagrees too
-    expect(check(h)).toContainEqual({ path: rec(3), problem: 'mirror', detail: `the mirror recorded hash ${r.hash}, the archive's record hashes to ${forged.hash}` });
+    expect(await check(h)).toContainEqual({ path: rec(3), problem: 'mirror', detail: `the mirror recorded hash ${r.hash}, the archive's record hashes to ${forged.hash}` });
   });
 
   it('a record edited without re-hashing: record at that path', async () => {
     const { h } = await archive();
     const text = fs.readFileSync(abs(h, rec(5)), 'utf8').replace(/"lines": (\d+)/, (_, n: string) => `"lines": ${Number(n) + 1}`);
     overwrite(abs(h, rec(5)), text);
-    expect(kinds(check(h, { mirror: false }))).toEqual(expect.arrayContaining([`record ${rec(5)}`, `chain ${rec(6)}`]));
+    expect(kinds(await check(h, { mirror: false }))).toEqual(expect.arrayContaining([`record ${rec(5)}`, `chain ${rec(6)}`]));
   });
 
   it('a record deleted: the next record names the gap; the last one deleted: the mirror shows the truncation', async () => {
     const { h } = await archive();
     const r4 = readRecord(h, 4);
     fs.rmSync(abs(h, rec(4)));
-    const found = check(h, { mirror: false });
+    const found = await check(h, { mirror: false });
     expect(found).toContainEqual({ path: rec(5), problem: 'chain', detail: 'links to batch 4, but the record before it is batch 3: a record is missing' });
     // its files are now listed by no record
     for (const f of r4.files) expect(found).toContainEqual({ path: f.path, problem: 'unlisted' });
@@ -127,7 +127,7 @@ describe('tampering, each caught by verify and named', () => {
     const b = fs.readFileSync(abs(h, rec(3)));
     overwrite(abs(h, rec(2)), b);
     overwrite(abs(h, rec(3)), a);
-    const found = check(h, { mirror: false });
+    const found = await check(h, { mirror: false });
     expect(found).toContainEqual({ path: rec(2), problem: 'record', detail: 'holds the record of batch 3: records were renamed or swapped' });
     expect(found).toContainEqual({ path: rec(3), problem: 'record', detail: 'holds the record of batch 2: records were renamed or swapped' });
   });
@@ -137,7 +137,7 @@ describe('tampering, each caught by verify and named', () => {
     const dir = path.dirname(ledgerFiles(h.exportDir).find((f) => f.stream === 'messages')!.path);
     fs.writeFileSync(abs(h, `${dir}/000000000900-000000000901.jsonl`), '{"seq":900}\n');
     fs.writeFileSync(abs(h, '_ledger/notes.txt'), 'mine');
-    expect(check(h)).toEqual([
+    expect(await check(h)).toEqual([
       { path: '_ledger/notes.txt', problem: 'unlisted' },
       { path: `${dir}/000000000900-000000000901.jsonl`, problem: 'unlisted' },
     ]);
@@ -149,7 +149,7 @@ describe('tampering, each caught by verify and named', () => {
     fs.chmodSync(big, 0o600);
     fs.truncateSync(big, 300 * 1024 * 1024);
     const rss = process.memoryUsage().rss;
-    expect(check(h, { mirror: false })).toContainEqual({ path: rec(8), problem: 'record', detail: expect.stringMatching(/cannot read it: .* is 314572800 bytes, more than the 268435456 expected of it$/) });
+    expect(await check(h, { mirror: false })).toContainEqual({ path: rec(8), problem: 'record', detail: expect.stringMatching(/cannot read it: .* is 314572800 bytes, more than the 268435456 expected of it$/) });
     expect(process.memoryUsage().rss - rss).toBeLessThan(100 * 1024 * 1024);
   });
 
@@ -158,7 +158,7 @@ describe('tampering, each caught by verify and named', () => {
     const r = readRecord(h, 8);
     const evil = sealRecord({ ...r, files: [...r.files, { ...r.files[0]!, path: '../../etc/passwd' }] });
     overwrite(abs(h, rec(8)), renderRecord(evil));
-    expect(check(h, { mirror: false })).toContainEqual({ path: rec(8), problem: 'record', detail: 'files[1].path "../../etc/passwd" is not a data file path' });
+    expect(await check(h, { mirror: false })).toContainEqual({ path: rec(8), problem: 'record', detail: 'files[1].path "../../etc/passwd" is not a data file path' });
   });
 });
 
@@ -169,14 +169,14 @@ describe('signatures', () => {
     generateKeyPair(path.join(dir, 'other.key'), path.join(dir, 'other.pub'));
     const { h } = await archive({ signWith: path.join(dir, 'k.key') });
     const pub = loadPublicKey(path.join(dir, 'k.pub'));
-    const report = verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, publicKey: pub });
+    const report = await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, publicKey: pub });
     expect(report.problems).toEqual([]);
     expect(report.signed).toBe(8);
     expect(report.checks.find((c) => c.name === 'signatures')).toEqual({ name: 'signatures', status: 'ok', detail: `all 8 records signed by ${pub.keyId}; the head pointer signed by it` });
     // without a key the signatures are counted, not checked
-    expect(verifyArchive({ exportDir: h.exportDir }).checks.find((c) => c.name === 'signatures')!.status).toBe('skipped');
+    expect((await verifyArchive({ exportDir: h.exportDir })).checks.find((c) => c.name === 'signatures')!.status).toBe('skipped');
     // another key: every record
-    const other = verifyArchive({ exportDir: h.exportDir, publicKey: loadPublicKey(path.join(dir, 'other.pub')) }).problems;
+    const other = (await verifyArchive({ exportDir: h.exportDir, publicKey: loadPublicKey(path.join(dir, 'other.pub')) })).problems;
     expect(other.map((p) => p.path)).toEqual([...[1, 2, 3, 4, 5, 6, 7, 8].map(rec), 'manifest.json']);
     expect(other.every((p) => p.problem === 'signature' && /^signed by key sha256:/.test(p.detail!))).toBe(true);
     // a forged signature: one character of one record's signature changed
@@ -184,13 +184,13 @@ describe('signatures', () => {
     const value = r.signature!.value;
     const forged = { ...r, signature: { ...r.signature!, value: `${value[0] === 'A' ? 'B' : 'A'}${value.slice(1)}` } };
     overwrite(abs(h, rec(6)), renderRecord(forged));
-    expect(verifyArchive({ exportDir: h.exportDir, publicKey: pub }).problems).toEqual([
+    expect((await verifyArchive({ exportDir: h.exportDir, publicKey: pub })).problems).toEqual([
       { path: rec(6), problem: 'signature', detail: 'the signature does not verify: the record or its signature was forged' },
     ]);
     // a record published without the key
     h.fake.workspace.appendMessages(h.fake.workspace.list()[0]!.id, 1);
     await h.sync();
-    const unsigned = verifyArchive({ exportDir: h.exportDir, publicKey: pub }).problems.filter((p) => p.problem === 'unsigned');
+    const unsigned = (await verifyArchive({ exportDir: h.exportDir, publicKey: pub })).problems.filter((p) => p.problem === 'unsigned');
     expect(unsigned.map((p) => p.path)).toEqual([rec(9), rec(10), 'manifest.json']);
   });
 });
@@ -210,34 +210,34 @@ describe('a noted head', () => {
     }
     const manifest = JSON.parse(fs.readFileSync(path.join(copy, 'manifest.json'), 'utf8')) as Record<string, unknown>;
     overwrite(path.join(copy, 'manifest.json'), JSON.stringify({ ...manifest, watermark: readRecord(h, early.batch_id).last_seq, head: { ...early, record: rec(early.batch_id) } }, null, 2) + '\n');
-    const truncated = (head: LedgerHead) => verifyArchive({ exportDir: copy, head }).problems;
-    expect(truncated(early)).toEqual([]);
-    expect(truncated(late)).toEqual([
+    const truncated = async (head: LedgerHead) => (await verifyArchive({ exportDir: copy, head })).problems;
+    expect(await truncated(early)).toEqual([]);
+    expect(await truncated(late)).toEqual([
       { path: '_ledger', problem: 'head', detail: `no record of this archive is ${late.batch_id}:${late.hash} (its chain ends at ${early.batch_id}:${early.hash}): records ${early.batch_id + 1}–${late.batch_id} were removed` },
     ]);
     // with the mirror's database, the truncation shows without a noted head
-    const withDb = verifyArchive({ exportDir: copy, mirror: h.mirror }).problems;
+    const withDb = (await verifyArchive({ exportDir: copy, mirror: h.mirror })).problems;
     expect(withDb.filter((p) => p.problem === 'mirror').map((p) => p.path)).toEqual([...Array(late.batch_id - early.batch_id).keys()].map((i) => rec(early.batch_id + 1 + i)));
     // the original proves both
-    expect(check(h, { head: early })).toEqual([]);
-    expect(check(h, { head: late })).toEqual([]);
+    expect(await check(h, { head: early })).toEqual([]);
+    expect(await check(h, { head: late })).toEqual([]);
   });
 });
 
 describe('verify --deep', () => {
   it('catches a message changed by hand, a tombstone removed, a message_history row altered, and a run rewritten, each by key', async () => {
     const { h } = await archive();
-    expect(check(h, { deep: true })).toEqual([]);
+    expect(await check(h, { deep: true })).toEqual([]);
     const [m] = sqlAll<{ conversation_id: string; id: string }>(h.mirror, `SELECT conversation_id, id FROM messages WHERE deleted_at IS NULL ORDER BY conversation_id, id LIMIT 1`);
     sqlRun(h.mirror, `UPDATE messages SET raw = json_set(raw, '$.content', 'rewritten') WHERE conversation_id = ? AND id = ?`, m!.conversation_id, m!.id);
-    const deep = check(h, { deep: true }).filter((p) => p.problem === 'deep');
+    const deep = (await check(h, { deep: true })).filter((p) => p.problem === 'deep');
     expect(deep).toEqual([{ path: '', problem: 'deep', detail: expect.stringMatching(new RegExp(`^messages ${ACCOUNT_ID}/${m!.conversation_id}/${m!.id} \\(seq \\d+\\): the exports say one thing, the mirror another$`)) }]);
     // the archive alone is intact: only the mirror changed
-    expect(check(h)).toEqual([]);
+    expect(await check(h)).toEqual([]);
     sqlRun(h.mirror, `UPDATE message_history SET raw = json_set(raw, '$.content', 'not what it was')`);
     sqlRun(h.mirror, `UPDATE messages SET deleted_at = NULL WHERE deleted_at IS NOT NULL`);
     sqlRun(h.mirror, `UPDATE runs SET requests = requests + 1 WHERE id = 1`);
-    const details = check(h, { deep: true }).map((p) => p.detail ?? '');
+    const details = (await check(h, { deep: true })).map((p) => p.detail ?? '');
     expect(details.some((d) => /message_history holds another version/.test(d))).toBe(true);
     expect(details.some((d) => /deleted in the exports, live in the mirror/.test(d))).toBe(true);
     expect(details.some((d) => /^runs .*\/1 \(seq \d+\): the exports say one thing/.test(d))).toBe(true);
@@ -253,16 +253,16 @@ describe('a crash between a batch data files and its record', () => {
       ws.appendMessages(ws.list()[1]!.id, 4);
       await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
       class Crash extends Error {}
-      expect(() => publishChanges(h.mirror, { exportDir: h.exportDir, failpoint: (p) => { if (p === point) throw new Crash(); } })).toThrow(Crash);
-      const pending = h.mirror.pendingExportBatch()!;
+      await expect(publishChanges(h.mirror, { exportDir: h.exportDir, failpoint: (p) => { if (p === point) throw new Crash(); } })).rejects.toThrow(Crash);
+      const pending = (await h.mirror.pendingExportBatch())!;
       const written = snapshotFiles(h.exportDir);
       expect(written.has(rec(pending)), point).toBe(point === 'before-record');
-      const res = publishChanges(h.mirror, { exportDir: h.exportDir });
+      const res = await publishChanges(h.mirror, { exportDir: h.exportDir });
       expect(res.resumed, point).toBe(true);
       const after = snapshotFiles(h.exportDir);
       for (const [p, bytes] of written) if (p !== 'manifest.json') expect(after.get(p)?.equals(bytes), `${point}: ${p}`).toBe(true);
       expect([...after.keys()].filter((p) => p.startsWith('_ledger/')), point).toEqual([...Array(pending).keys()].map((i) => rec(i + 1)));
-      expect(check(h, { deep: true }), point).toEqual([]);
+      expect(await check(h, { deep: true }), point).toEqual([]);
     }
   });
 });
@@ -273,14 +273,14 @@ describe('an export directory written before the ledger', () => {
     const h = await start({ workspace: ws });
     await h.sync();
     // Back to what convo-mirror wrote before the ledger: no records, a manifest of version 1 listing the files, files 0600.
-    const files = h.mirror.publishedFiles();
+    const files = await h.mirror.publishedFiles();
     sqlRun(h.mirror, `DELETE FROM ledger`);
     fs.rmSync(abs(h, '_ledger'), { recursive: true });
     for (const f of files) fs.chmodSync(abs(h, f.path), 0o600);
-    overwrite(abs(h, 'manifest.json'), JSON.stringify({ format: 'convo-mirror-exports', version: 1, mirror_id: h.mirror.mirrorId(), watermark: h.mirror.exportWatermark(), files }, null, 2) + '\n');
+    overwrite(abs(h, 'manifest.json'), JSON.stringify({ format: 'convo-mirror-exports', version: 1, mirror_id: await h.mirror.mirrorId(), watermark: await h.mirror.exportWatermark(), files }, null, 2) + '\n');
     const last = Math.max(...files.map((f) => f.batch_id));
     // Before the next sync, verify says what is missing and what will fix it.
-    expect(check(h)).toContainEqual({ path: '_ledger', problem: 'missing', detail: 'no batch record: these exports were published before the ledger existed; the next sync writes their genesis record' });
+    expect(await check(h)).toContainEqual({ path: '_ledger', problem: 'missing', detail: 'no batch record: these exports were published before the ledger existed; the next sync writes their genesis record' });
     ws.appendMessages(ws.list()[1]!.id, 2);
     await h.sync();
     const genesis = readRecord(h, last);
@@ -289,7 +289,7 @@ describe('an export directory written before the ledger', () => {
     for (const f of files) expect(fs.statSync(abs(h, f.path)).mode & 0o777, f.path).toBe(0o400);
     expect(readRecord(h, last + 1).prev).toEqual({ batch_id: last, hash: genesis.hash });
     expect(JSON.parse(fs.readFileSync(abs(h, 'manifest.json'), 'utf8'))).toMatchObject({ version: 3 });
-    expect(check(h, { deep: true })).toEqual([]);
+    expect(await check(h, { deep: true })).toEqual([]);
   });
 });
 
@@ -355,7 +355,7 @@ describe('what each check catches when the chain is rebuilt (the table of docs/a
       hashes.set(id, sealed.hash);
     }
     const head = { batch_id: 8, hash: hashes.get(8)! };
-    const manifest = sealHead(manifestOf(h.mirror.mirrorId(), head, readRecord(h, 8).last_seq, new Date().toISOString()), attacker);
+    const manifest = sealHead(manifestOf(await h.mirror.mirrorId(), head, readRecord(h, 8).last_seq, new Date().toISOString()), attacker);
     overwrite(abs(h, 'manifest.json'), renderManifest(manifest));
     if (o.alsoMirror) {
       for (let id = 3; id <= 8; id++) sqlRun(h.mirror, `UPDATE ledger SET hash = ?, prev_hash = ? WHERE batch_id = ?`, hashes.get(id), hashes.get(id - 1), id);
@@ -363,8 +363,8 @@ describe('what each check catches when the chain is rebuilt (the table of docs/a
       sqlRun(h.mirror, `UPDATE export_files SET bytes = ?, sha256 = ? WHERE path = ?`, file.bytes, file.sha256, f.path);
     }
     /** The checks that failed, with `o`. */
-    const failed = (v: Omit<VerifyOptions, 'exportDir'>) =>
-      verifyArchive({ exportDir: h.exportDir, ...v })
+    const failed = async (v: Omit<VerifyOptions, 'exportDir'>) =>
+      (await verifyArchive({ exportDir: h.exportDir, ...v }))
         .checks.filter((c) => c.status === 'failed')
         .map((c) => c.name);
     return { h, heads, pub, witnessDir, failed };
@@ -372,29 +372,29 @@ describe('what each check catches when the chain is rebuilt (the table of docs/a
 
   it('by someone without the key: the archive alone sees nothing; the signatures, a head noted after the change, the witness, the mirror and max-age (with the key) each catch it', async () => {
     const { h, heads, pub, witnessDir, failed } = await rebuilt({ withKey: false, alsoMirror: false });
-    expect(failed({})).toEqual([]);
-    expect(failed({ publicKey: pub })).toEqual(['signatures']);
-    expect(failed({ head: heads[1] })).toEqual(['head']); // noted after batch 3 (it is batch 4)
-    expect(failed({ head: heads[0] })).toEqual([]); // noted before the change: still proven
-    expect(failed({ witnessDir })).toEqual(['witness']);
-    expect(failed({ mirror: h.mirror })).toEqual(['manifest', 'mirror']);
-    expect(failed({ publicKey: pub, maxAgeMs: 3_600_000 })).toEqual(['signatures', 'age']); // no head signed by the key is left
-    expect(failed({ maxAgeMs: 3_600_000 })).toEqual([]); // its fresh time is only claimed
+    expect(await failed({})).toEqual([]);
+    expect(await failed({ publicKey: pub })).toEqual(['signatures']);
+    expect(await failed({ head: heads[1] })).toEqual(['head']); // noted after batch 3 (it is batch 4)
+    expect(await failed({ head: heads[0] })).toEqual([]); // noted before the change: still proven
+    expect(await failed({ witnessDir })).toEqual(['witness']);
+    expect(await failed({ mirror: h.mirror })).toEqual(['manifest', 'mirror']);
+    expect(await failed({ publicKey: pub, maxAgeMs: 3_600_000 })).toEqual(['signatures', 'age']); // no head signed by the key is left
+    expect(await failed({ maxAgeMs: 3_600_000 })).toEqual([]); // its fresh time is only claimed
   });
 
   it('by someone with the key: the signatures and max-age pass; a head noted after the change, the witness and the mirror catch it', async () => {
     const { h, heads, pub, witnessDir, failed } = await rebuilt({ withKey: true, alsoMirror: false });
-    expect(failed({ publicKey: pub, maxAgeMs: 3_600_000 })).toEqual([]);
-    expect(failed({ head: heads[1] })).toEqual(['head']);
-    expect(failed({ publicKey: pub, witnessDir })).toEqual(['witness']);
-    expect(failed({ mirror: h.mirror, deep: true })).toEqual(['manifest', 'mirror', 'deep']);
+    expect(await failed({ publicKey: pub, maxAgeMs: 3_600_000 })).toEqual([]);
+    expect(await failed({ head: heads[1] })).toEqual(['head']);
+    expect(await failed({ publicKey: pub, witnessDir })).toEqual(['witness']);
+    expect(await failed({ mirror: h.mirror, deep: true })).toEqual(['manifest', 'mirror', 'deep']);
   });
 
   it('with the key, the mirror altered to match: the mirror and --deep pass too; only a noted head and the witness catch it', async () => {
     const { h, heads, pub, witnessDir, failed } = await rebuilt({ withKey: true, alsoMirror: true });
-    expect(failed({ mirror: h.mirror, deep: true, publicKey: pub, maxAgeMs: 3_600_000 })).toEqual([]);
-    expect(failed({ mirror: h.mirror, head: heads[1] })).toEqual(['head']);
-    expect(failed({ mirror: h.mirror, witnessDir, publicKey: pub })).toEqual(['witness']);
+    expect(await failed({ mirror: h.mirror, deep: true, publicKey: pub, maxAgeMs: 3_600_000 })).toEqual([]);
+    expect(await failed({ mirror: h.mirror, head: heads[1] })).toEqual(['head']);
+    expect(await failed({ mirror: h.mirror, witnessDir, publicKey: pub })).toEqual(['witness']);
   });
 
   it('a record appended by someone without the key (a forged newest record, the manifest moved to it): the archive alone, a noted head and the witness pass; the signatures and the mirror catch it', async () => {
@@ -406,13 +406,13 @@ describe('what each check catches when the chain is rebuilt (the table of docs/a
     const r8 = readRecord(h, 8);
     const forged = sealRecord({ ...r8, batch_id: 9, first_seq: r8.last_seq + 1, last_seq: r8.last_seq + 1, files: [], prev: { batch_id: 8, hash: r8.hash } });
     fs.writeFileSync(abs(h, rec(9)), renderRecord(forged));
-    overwrite(abs(h, 'manifest.json'), renderManifest(sealHead(manifestOf(h.mirror.mirrorId(), forged, forged.last_seq, new Date().toISOString()))));
-    const failed = (v: Omit<VerifyOptions, 'exportDir'>) =>
-      verifyArchive({ exportDir: h.exportDir, ...v })
+    overwrite(abs(h, 'manifest.json'), renderManifest(sealHead(manifestOf(await h.mirror.mirrorId(), forged, forged.last_seq, new Date().toISOString()))));
+    const failed = async (v: Omit<VerifyOptions, 'exportDir'>) =>
+      (await verifyArchive({ exportDir: h.exportDir, ...v }))
         .checks.filter((c) => c.status === 'failed')
         .map((c) => c.name);
-    expect(failed({ head: heads[3], witnessDir })).toEqual([]);
-    expect(failed({ publicKey: pub })).toEqual(['signatures']);
-    expect(failed({ mirror: h.mirror })).toEqual(['manifest', 'mirror']);
+    expect(await failed({ head: heads[3], witnessDir })).toEqual([]);
+    expect(await failed({ publicKey: pub })).toEqual(['signatures']);
+    expect(await failed({ mirror: h.mirror })).toEqual(['manifest', 'mirror']);
   });
 });

@@ -56,10 +56,10 @@ describe('webhooks for conversations that do not exist', () => {
     expect(asked).toHaveLength(N);
     expect(new Set(asked.map((r) => r.query['page']))).toEqual(new Set(['1']));
     // Nothing recorded: no run, no change, nothing published (the export directory is not even made).
-    withMirror(config.db, (m) => {
-      expect(m.lastRuns(5)).toEqual([]);
-      expect(m.counts().change_log).toBe(0);
-      expect(m.ledgerEntries()).toEqual([]);
+    await withMirror(config.db, async (m) => {
+      expect(await m.lastRuns(5)).toEqual([]);
+      expect((await m.counts()).change_log).toBe(0);
+      expect(await m.ledgerEntries()).toEqual([]);
     });
     expect(fs.existsSync(path.join(config.exportDir, '_ledger'))).toBe(false);
     const metrics = await (await fetch(`${d.url}/metrics`)).text();
@@ -77,10 +77,10 @@ describe('webhooks for conversations that do not exist', () => {
     const conv = ws.list().find((c) => c.messages.length > 100) ?? ws.list()[0]!;
     expect(await deliver(d.url!, 'msg_real_1', conv.id)).toBe(202);
     await waitFor(async () => (await queue.getJobCounts('completed')).completed === 1, 15_000, 'the job to complete');
-    expectConversationMirrored(config.db, ws, conv.id);
+    await expectConversationMirrored(config.db, ws, conv.id);
     const pages = fake.requests.filter((r) => r.path === `/v1/conversations/${conv.id}/messages`).map((r) => r.query['page']);
     expect(pages).toEqual(Array.from({ length: Math.max(1, Math.ceil(conv.messages.length / 100)) }, (_, i) => String(i + 1)));
-    withMirror(config.db, (m) => expect(m.lastRuns(5).map((r) => [r['trigger'], r['status'], r['requests']])).toEqual([['webhook', 'succeeded', pages.length]]));
+    await withMirror(config.db, async (m) => expect((await m.lastRuns(5)).map((r) => [r['trigger'], r['status'], r['requests']])).toEqual([['webhook', 'succeeded', pages.length]]));
   });
 
   it('enqueue --wait for one exits 1 saying it was not found; nothing is recorded', async () => {
@@ -94,6 +94,6 @@ describe('webhooks for conversations that do not exist', () => {
     const r = await run(['enqueue', '--conversation', 'no-such-conversation', '--wait'], env, 30_000);
     expect(r.code, r.stderr).toBe(1);
     expect(r.stderr).toMatch(/^job \S+: completed: not found \(the API answers 404 and the mirror never had it\); no run recorded$/m);
-    withMirror(config.db, (m) => expect(m.lastRuns(5)).toEqual([]));
+    await withMirror(config.db, async (m) => expect(await m.lastRuns(5)).toEqual([]));
   });
 });

@@ -19,7 +19,7 @@ import { cliEnv, harnessPool, ledgerFiles, tempDir, testClock, withMirror, type 
 
 const pool = harnessPool();
 afterEach(async () => {
-  killLeftovers();
+  await killLeftovers();
   await pool.closeAll();
 });
 beforeAll(assertBuilt);
@@ -59,7 +59,7 @@ describe('a one-byte change', () => {
   it('names the file with the SHA-256 found and the one expected, in full; every check has its verdict; the last line says NOT intact', async () => {
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([5, 40]) });
     await syncs(h, 2);
-    const head = h.mirror.ledgerHead()!;
+    const head = (await h.mirror.ledgerHead())!;
     const target = ledgerFiles(h.exportDir).find((f) => f.stream === 'messages')!;
     const file = path.join(h.exportDir, target.path);
     const bytes = fs.readFileSync(file);
@@ -103,10 +103,10 @@ describe('the newest records removed and manifest.json rewritten or restored', (
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([5, 40, 3]), clock });
     await syncs(h, 2, { signingKey, witnessDir: wdir });
     const early = fs.readFileSync(path.join(h.exportDir, 'manifest.json'));
-    const earlyHead = h.mirror.ledgerHead()!;
+    const earlyHead = (await h.mirror.ledgerHead())!;
     clock.advance(2 * HOUR);
     await syncs(h, 2, { signingKey, witnessDir: wdir });
-    const lateHead = h.mirror.ledgerHead()!;
+    const lateHead = (await h.mirror.ledgerHead())!;
     expect([earlyHead.batch_id, lateHead.batch_id]).toEqual([4, 8]);
     const copy = path.join(tempDir(), 'exports');
     fs.cpSync(h.exportDir, copy, { recursive: true });
@@ -129,7 +129,7 @@ describe('the newest records removed and manifest.json rewritten or restored', (
 
     const witnessed = await verify(['--public-key', keys.pub, '--witness', wdir], copy);
     expect(witnessed.code).toBe(1);
-    const file = witnessFile(wdir, h.mirror.mirrorId());
+    const file = witnessFile(wdir, await h.mirror.mirrorId());
     const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n');
     const newest = JSON.parse(lines.at(-1)!) as { signed_at: string };
     expect(witnessed.stderr).toBe(
@@ -237,9 +237,9 @@ describe('CONVO_MIRROR_WITNESS_DIR through convo-mirror sync', () => {
     expect(first.code, first.stderr).toBe(0);
     const db = path.join(dir, 'mirror.sqlite');
     const exportDir = path.join(dir, 'exports');
-    const mirrorId = withMirror(db, (m) => m.mirrorId());
+    const mirrorId = await withMirror(db, (m) => m.mirrorId());
     const lines = () => fs.readFileSync(witnessFile(wdir, mirrorId), 'utf8').trimEnd().split('\n');
-    expect(lines()).toHaveLength(withMirror(db, (m) => m.ledgerEntries().length));
+    expect(lines()).toHaveLength(await withMirror(db, async (m) => (await m.ledgerEntries()).length));
     const ok = await verify(['--witness', wdir, '--deep'], exportDir, db);
     expect(ok.code, ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/^ok   witness: 2 heads witnessed in /m);

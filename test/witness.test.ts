@@ -32,9 +32,9 @@ function keys(): { signing: SigningKey; pub: PublicKey; pubFile: string } {
 }
 
 /** The witness file's lines, parsed (throws on a malformed one). */
-function witnessed(dir: string, h: Harness): SignedHead[] {
+async function witnessed(dir: string, h: Harness): Promise<SignedHead[]> {
   return fs
-    .readFileSync(witnessFile(dir, h.mirror.mirrorId()), 'utf8')
+    .readFileSync(witnessFile(dir, await h.mirror.mirrorId()), 'utf8')
     .split('\n')
     .filter(Boolean)
     .map((l) => {
@@ -46,7 +46,7 @@ function witnessed(dir: string, h: Harness): SignedHead[] {
 
 const manifestOf = (h: Harness): SignedHead => JSON.parse(fs.readFileSync(path.join(h.exportDir, 'manifest.json'), 'utf8')) as SignedHead;
 const check = (h: Harness, o: Omit<VerifyOptions, 'exportDir'> = {}) => verifyArchive({ exportDir: h.exportDir, ...o });
-const statusOf = (r: ReturnType<typeof check>, name: string) => r.checks.find((c) => c.name === name)!;
+const statusOf = (r: Awaited<ReturnType<typeof check>>, name: string) => r.checks.find((c) => c.name === name)!;
 
 describe('the witness, as publication writes it', () => {
   it('every publication that moves the head appends it once, signed, to a private file; re-signing an unchanged head appends nothing; verify --witness passes', async () => {
@@ -60,12 +60,12 @@ describe('the witness, as publication writes it', () => {
       ws.appendMessages(ws.list()[1]!.id, 2);
       clock.advance(15 * 60_000);
     }
-    const file = witnessFile(wdir, h.mirror.mirrorId());
+    const file = witnessFile(wdir, await h.mirror.mirrorId());
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);
     expect(fs.readdirSync(wdir)).toEqual([path.basename(file)]);
-    const entries = h.mirror.ledgerEntries();
+    const entries = await h.mirror.ledgerEntries();
     expect(entries).toHaveLength(6); // each run: its changes, then its own run line
-    const heads = witnessed(wdir, h);
+    const heads = await witnessed(wdir, h);
     // One line per record, in order, each this mirror's head as it was, signed by the key.
     expect(heads.map((x) => `${x.head!.batch_id}:${x.head!.hash}`)).toEqual(entries.map((e) => `${e.batch_id}:${e.hash}`));
     for (const x of heads) expect(checkHeadSignature(x, pub)).toBe('valid');
@@ -77,12 +77,12 @@ describe('the witness, as publication writes it', () => {
     // Nothing new: the manifest is re-signed with the new time, the witness gets no line.
     clock.advance(60 * 60_000);
     const bytes = fs.readFileSync(file);
-    publishChanges(h.mirror, { exportDir: h.exportDir, clock, signingKey: signing, witnessDir: wdir });
+    await publishChanges(h.mirror, { exportDir: h.exportDir, clock, signingKey: signing, witnessDir: wdir });
     expect(fs.readFileSync(file).equals(bytes)).toBe(true);
     expect(manifestOf(h)).toMatchObject({ head: manifest.head, signed_at: new Date(clock.now()).toISOString() });
     expect(checkHeadSignature(manifestOf(h), pub)).toBe('valid');
 
-    const report = check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir, clock });
+    const report = await check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir, clock });
     expect(report.problems).toEqual([]);
     expect(statusOf(report, 'witness')).toEqual({
       name: 'witness',
@@ -97,14 +97,14 @@ describe('the witness, as publication writes it', () => {
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([3]) });
     await h.sync();
     expect(fs.readdirSync(wdir)).toEqual([]);
-    publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir, modes: GROUP_READABLE_MODES });
-    const file = witnessFile(wdir, h.mirror.mirrorId());
+    await publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir, modes: GROUP_READABLE_MODES });
+    const file = witnessFile(wdir, await h.mirror.mirrorId());
     expect(fs.statSync(file).mode & 0o777).toBe(0o640);
-    expect(witnessed(wdir, h).map((x) => x.head)).toEqual([{ ...h.mirror.ledgerHead(), record: manifestOf(h).head!.record }]);
+    expect((await witnessed(wdir, h)).map((x) => x.head)).toEqual([{ ...(await h.mirror.ledgerHead()), record: manifestOf(h).head!.record }]);
     fs.chmodSync(file, 0o600);
-    publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir, modes: GROUP_READABLE_MODES });
+    await publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir, modes: GROUP_READABLE_MODES });
     expect(fs.statSync(file).mode & 0o777).toBe(0o600);
-    expect(witnessed(wdir, h)).toHaveLength(1);
+    expect(await witnessed(wdir, h)).toHaveLength(1);
   });
 
   it('a crash between the witness append and the mirror\'s record: the re-published batch is not witnessed twice', async () => {
@@ -113,32 +113,30 @@ describe('the witness, as publication writes it', () => {
     const ws = FakeWorkspace.fromCounts([6, 30]);
     const h = await pool.start({ workspace: ws });
     await h.sync({ signingKey: signing, witnessDir: wdir });
-    const before = witnessed(wdir, h).length;
+    const before = (await witnessed(wdir, h)).length;
     ws.appendMessages(ws.list()[1]!.id, 3);
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
     class Crash extends Error {}
-    expect(() =>
-      publishChanges(h.mirror, {
+    await expect(publishChanges(h.mirror, {
         exportDir: h.exportDir,
         signingKey: signing,
         witnessDir: wdir,
         failpoint: (p) => {
           if (p === 'before-record') throw new Crash();
         },
-      }),
-    ).toThrow(Crash);
-    const pending = h.mirror.pendingExportBatch()!;
-    const afterCrash = witnessed(wdir, h);
+      })).rejects.toThrow(Crash);
+    const pending = (await h.mirror.pendingExportBatch())!;
+    const afterCrash = await witnessed(wdir, h);
     expect(afterCrash).toHaveLength(before + 1);
     expect(afterCrash.at(-1)!.head!.batch_id).toBe(pending);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir });
     expect(res.resumed).toBe(true);
-    expect(h.mirror.ledgerHead()).toEqual({ batch_id: pending, hash: afterCrash.at(-1)!.head!.hash });
+    expect(await h.mirror.ledgerHead()).toEqual({ batch_id: pending, hash: afterCrash.at(-1)!.head!.hash });
     // The same head (same batch and hash) is not appended again: one line per head.
-    const heads = witnessed(wdir, h);
+    const heads = await witnessed(wdir, h);
     expect(heads).toHaveLength(before + 1);
-    expect(heads.map((x) => x.head!.batch_id)).toEqual(h.mirror.ledgerEntries().map((e) => e.batch_id));
-    expect(check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir, deep: true }).problems).toEqual([]);
+    expect(heads.map((x) => x.head!.batch_id)).toEqual((await h.mirror.ledgerEntries()).map((e) => e.batch_id));
+    expect((await check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir, deep: true })).problems).toEqual([]);
   });
 
   it('a missing witness directory fails publication naming CONVO_MIRROR_WITNESS_DIR and the path, writing nothing; one removed mid-publication fails it too; the next publication with it present publishes the same batch', async () => {
@@ -151,7 +149,7 @@ describe('the witness, as publication writes it', () => {
     const before = snapshotFiles(h.exportDir);
     let err: unknown;
     try {
-      publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir });
+      await publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir });
     } catch (e) {
       err = e;
     }
@@ -159,30 +157,28 @@ describe('the witness, as publication writes it', () => {
     expect((err as Error).message).toBe(`CONVO_MIRROR_WITNESS_DIR: the witness directory ${wdir} does not exist (it must be another disk or mount, made beforehand: convo-mirror never creates it)`);
     expect(snapshotFiles(h.exportDir)).toEqual(before);
     expect(fs.existsSync(wdir)).toBe(false);
-    expect(h.mirror.pendingExportBatch()).toBeUndefined();
+    expect(await h.mirror.pendingExportBatch()).toBeUndefined();
 
     // Present at the start, gone before the head is witnessed (the disk unmounted): the batch's
     // files and record are written, the publication fails, the batch stays planned.
     fs.mkdirSync(wdir);
-    expect(() =>
-      publishChanges(h.mirror, {
+    await expect(publishChanges(h.mirror, {
         exportDir: h.exportDir,
         witnessDir: wdir,
         failpoint: (p) => {
           if (p === 'before-ledger') fs.rmSync(wdir, { recursive: true });
         },
-      }),
-    ).toThrow(/^CONVO_MIRROR_WITNESS_DIR: the witness directory .* does not exist/);
-    const planned = h.mirror.pendingExportBatch()!;
+      })).rejects.toThrow(/^CONVO_MIRROR_WITNESS_DIR: the witness directory .* does not exist/);
+    const planned = (await h.mirror.pendingExportBatch())!;
     expect(planned).toBeDefined();
     const record = fs.readFileSync(path.join(h.exportDir, '_ledger', `${String(planned).padStart(12, '0')}.json`));
     fs.mkdirSync(wdir);
-    const res = publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir });
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir });
     expect(res.resumed).toBe(true);
-    expect(h.mirror.ledgerHead()!.batch_id).toBe(planned);
+    expect((await h.mirror.ledgerHead())!.batch_id).toBe(planned);
     expect(fs.readFileSync(path.join(h.exportDir, '_ledger', `${String(planned).padStart(12, '0')}.json`)).equals(record)).toBe(true);
-    expect(witnessed(wdir, h).map((x) => x.head!.batch_id)).toEqual([planned]);
-    expect(check(h, { mirror: h.mirror, witnessDir: wdir, deep: true }).problems).toEqual([]);
+    expect((await witnessed(wdir, h)).map((x) => x.head!.batch_id)).toEqual([planned]);
+    expect((await check(h, { mirror: h.mirror, witnessDir: wdir, deep: true })).problems).toEqual([]);
 
     // Through a run: the run fails on that error, and nothing it mirrored is lost.
     ws.appendMessages(ws.list()[0]!.id, 1);
@@ -192,7 +188,7 @@ describe('the witness, as publication writes it', () => {
     expect((failed as Error).message).toMatch(/CONVO_MIRROR_WITNESS_DIR: the witness directory .* does not exist/);
     fs.mkdirSync(wdir);
     await h.sync({ witnessDir: wdir });
-    expect(check(h, { mirror: h.mirror, witnessDir: wdir, deep: true }).problems).toEqual([]);
+    expect((await check(h, { mirror: h.mirror, witnessDir: wdir, deep: true })).problems).toEqual([]);
   });
 
   it('witnessDirProblem, for check: missing, a file, unwritable (as another user: skipped as root), a witness file that is not a regular file', () => {
@@ -210,26 +206,26 @@ describe('the witness, as publication writes it', () => {
     const wdir = tempDir();
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([3]) });
     await h.sync({ witnessDir: wdir });
-    const file = witnessFile(wdir, h.mirror.mirrorId());
-    const n = witnessed(wdir, h).length;
+    const file = witnessFile(wdir, await h.mirror.mirrorId());
+    const n = (await witnessed(wdir, h)).length;
     fs.appendFileSync(file, '{"format":"convo-mirror-exp');
     h.fake.workspace.appendMessages(h.fake.workspace.list()[0]!.id, 1);
     await h.sync({ witnessDir: wdir });
     const lines = fs.readFileSync(file, 'utf8').split('\n');
     expect(lines[n]).toBe('{"format":"convo-mirror-exp');
     expect(parseSignedHead(JSON.parse(lines[n + 1]!)).ok).toBe(true);
-    expect(check(h, { mirror: h.mirror, witnessDir: wdir }).problems).toEqual([{ path: `${file}:${n + 1}`, problem: 'witness', detail: 'malformed line: not JSON' }]);
+    expect((await check(h, { mirror: h.mirror, witnessDir: wdir })).problems).toEqual([{ path: `${file}:${n + 1}`, problem: 'witness', detail: 'malformed line: not JSON' }]);
   });
 
   it('reading is bounded: a line over 64 KiB is named, not parsed, and the lines after it are still read', async () => {
     const wdir = tempDir();
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([3]) });
     await h.sync({ witnessDir: wdir });
-    const file = witnessFile(wdir, h.mirror.mirrorId());
+    const file = witnessFile(wdir, await h.mirror.mirrorId());
     const good = fs.readFileSync(file, 'utf8').trimEnd().split('\n').at(-1)!;
     fs.appendFileSync(file, `${'x'.repeat(70 * 1024)}\n${good}\n`);
     const n = fs.readFileSync(file, 'utf8').trimEnd().split('\n').length;
-    const report = check(h, { mirror: h.mirror, witnessDir: wdir });
+    const report = await check(h, { mirror: h.mirror, witnessDir: wdir });
     expect(report.problems).toEqual([{ path: `${file}:${n - 1}`, problem: 'witness', detail: 'malformed line: longer than 65536 bytes: not a signed head' }]);
     expect(report.newestSignedHead?.source).toBe('manifest.json');
   });
@@ -246,24 +242,24 @@ describe('verify --witness: what it proves', () => {
       await h.sync({ signingKey: k.signing, witnessDir: wdir });
       ws.appendMessages(ws.list()[i % 3]!.id, 2);
     }
-    return { ...k, wdir, h, file: witnessFile(wdir, h.mirror.mirrorId()) };
+    return { ...k, wdir, h, file: witnessFile(wdir, await h.mirror.mirrorId()) };
   }
   it('the newest records removed and the manifest restored: the witness names the witnessed head, the chain end and the records removed', async () => {
     const { h, wdir, file, pub } = await witnessedArchive();
-    const entries = h.mirror.ledgerEntries();
+    const entries = await h.mirror.ledgerEntries();
     const keep = entries[3]!;
     for (const e of entries.slice(4)) {
       const r = JSON.parse(fs.readFileSync(path.join(h.exportDir, e.path), 'utf8')) as { files: { path: string }[] };
       for (const f of r.files) fs.rmSync(path.join(h.exportDir, f.path));
       fs.rmSync(path.join(h.exportDir, e.path));
     }
-    const early = witnessed(wdir, h)[3]!;
+    const early = (await witnessed(wdir, h))[3]!;
     fs.chmodSync(path.join(h.exportDir, 'manifest.json'), 0o600);
     fs.writeFileSync(path.join(h.exportDir, 'manifest.json'), JSON.stringify(early, null, 2) + '\n');
     // The archive alone, and its signatures, say nothing is wrong.
-    expect(check(h, { publicKey: pub }).problems).toEqual([]);
-    const newest = witnessed(wdir, h).at(-1)!;
-    const found = check(h, { publicKey: pub, witnessDir: wdir });
+    expect((await check(h, { publicKey: pub })).problems).toEqual([]);
+    const newest = (await witnessed(wdir, h)).at(-1)!;
+    const found = await check(h, { publicKey: pub, witnessDir: wdir });
     expect(found.problems).toEqual([
       {
         path: `${file}:8`,
@@ -280,10 +276,12 @@ describe('verify --witness: what it proves', () => {
     // Commit the changes now; publish them (a new record, then its witness line) after verify has
     // read the archive's chain and before it reads the witness.
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
-    const report = check(h, {
+    const report = await check(h, {
       publicKey: pub,
       witnessDir: wdir,
-      failpoint: () => void publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir }),
+      failpoint: async () => {
+        await publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir });
+      },
     });
     // The witness says nothing is missing (its ninth head came after the chain was read). The
     // batch landing mid-verification shows elsewhere, as on any live archive: its files are not
@@ -291,7 +289,7 @@ describe('verify --witness: what it proves', () => {
     expect(report.problems.filter((p) => p.problem === 'witness')).toEqual([]);
     expect(report.problems.map((p) => p.problem).sort()).toEqual(['manifest', 'unlisted', 'unlisted']);
     expect(report.records).toBe(8);
-    expect(witnessed(wdir, h)).toHaveLength(9);
+    expect(await witnessed(wdir, h)).toHaveLength(9);
   });
 
   it('a line being appended when the witness was sized is left out, not called cut short', () => {
@@ -313,8 +311,8 @@ describe('verify --witness: what it proves', () => {
     bytes[0] = bytes[0]! ^ 0x20;
     fs.chmodSync(target, 0o600);
     fs.writeFileSync(target, bytes);
-    const newest = witnessed(wdir, h).at(-1)!;
-    const found = check(h, { witnessDir: wdir }).problems.filter((p) => p.problem === 'witness');
+    const newest = (await witnessed(wdir, h)).at(-1)!;
+    const found = (await check(h, { witnessDir: wdir })).problems.filter((p) => p.problem === 'witness');
     expect(found).toEqual([
       { path: `${file}:8`, problem: 'witness', detail: `the witness saw head 8:${newest.head!.hash} (signed ${newest.signed_at}); it is in this archive's chain, but batch 2 before it is broken or its files changed` },
     ]);
@@ -335,7 +333,7 @@ describe('verify --witness: what it proves', () => {
       '{"not": "a head"}', // 14
     ];
     fs.appendFileSync(file, add.join('\n') + '\n');
-    const problems = check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir }).problems;
+    const problems = (await check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir })).problems;
     expect(problems.map((p) => `${p.path.slice(file.length)} ${p.problem}`)).toEqual([
       ':9 witness',
       ':10 witness',
@@ -349,7 +347,7 @@ describe('verify --witness: what it proves', () => {
     expect(problems[0]!.detail).toMatch(/^head 3:[0-9a-f]{64} \(signed .*\) comes after head 8:[0-9a-f]{64}: the witnessed heads went backwards/);
     expect(problems[1]!.detail).toBe(`a second head for batch 8: ${'a'.repeat(64)}, after ${heads[7]!.head!.hash} (line 8): the chain forked`);
     expect(problems[2]).toMatchObject({ found: `record 8 hashes to ${heads[7]!.head!.hash}`, detail: 'the record was replaced since the witness saw it' });
-    expect(problems[3]!.detail).toBe(`a head of mirror ${'f'.repeat(32)}, not ${h.mirror.mirrorId()}`);
+    expect(problems[3]!.detail).toBe(`a head of mirror ${'f'.repeat(32)}, not ${(await h.mirror.mirrorId())}`);
     expect(problems[4]!.detail).toMatch(new RegExp(`^witnessed head 3:[0-9a-f]{64}: signed by key ${other.pub.keyId}, not ${pub.keyId}$`));
     expect(problems[7]!.detail).toBe('malformed line: format: Invalid input: expected "convo-mirror-exports"');
   });
@@ -357,8 +355,8 @@ describe('verify --witness: what it proves', () => {
   it('a witness file of another mirror only, or none: named, not passed', async () => {
     const { h, wdir, file } = await witnessedArchive();
     fs.renameSync(file, path.join(wdir, `${'0'.repeat(32)}.heads.jsonl`));
-    expect(check(h, { witnessDir: wdir }).problems).toEqual([
-      { path: file, problem: 'witness', detail: `no witness file for mirror ${h.mirror.mirrorId()}: the witness never saw this mirror (another --witness directory, or the publisher runs without CONVO_MIRROR_WITNESS_DIR)` },
+    expect((await check(h, { witnessDir: wdir })).problems).toEqual([
+      { path: file, problem: 'witness', detail: `no witness file for mirror ${(await h.mirror.mirrorId())}: the witness never saw this mirror (another --witness directory, or the publisher runs without CONVO_MIRROR_WITNESS_DIR)` },
     ]);
   });
 });
@@ -370,21 +368,21 @@ describe("the signed head's age", () => {
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([4, 12]), clock });
     await h.sync({ signingKey: signing });
     const signedAt = manifestOf(h).signed_at;
-    const head = h.mirror.ledgerHead()!;
+    const head = (await h.mirror.ledgerHead())!;
     const later = testClock({ start: Date.parse(signedAt) + 2 * 3_600_000 + 5 * 60_000 });
-    const claimed = check(h, { clock: later });
+    const claimed = await check(h, { clock: later });
     expect(statusOf(claimed, 'age')).toEqual({
       name: 'age',
       status: 'ok',
       detail: `the newest signed head, ${head.batch_id}:${head.hash} (manifest.json), was signed 2 h 5 min ago, at ${signedAt}; that time is only claimed: not authenticated without --public-key`,
     });
     expect(claimed.newestSignedHead).toEqual({ head, signed_at: signedAt, age_ms: 2 * 3_600_000 + 5 * 60_000, authenticated: false, source: 'manifest.json' });
-    const auth = check(h, { clock: later, publicKey: pub, maxAgeMs: 3 * 3_600_000 });
+    const auth = await check(h, { clock: later, publicKey: pub, maxAgeMs: 3 * 3_600_000 });
     expect(statusOf(auth, 'age').detail).toBe(
       `the newest signed head, ${head.batch_id}:${head.hash} (manifest.json), was signed 2 h 5 min ago, at ${signedAt}; that time is authenticated: signed by ${pub.keyId}; within --max-age 3 h`,
     );
     expect(auth.problems).toEqual([]);
-    const stale = check(h, { clock: later, publicKey: pub, maxAgeMs: 2 * 3_600_000 });
+    const stale = await check(h, { clock: later, publicKey: pub, maxAgeMs: 2 * 3_600_000 });
     expect(stale.problems).toEqual([
       {
         path: 'manifest.json',
@@ -395,13 +393,13 @@ describe("the signed head's age", () => {
     expect(stale.verdict).toBe('NOT intact: age FAILED (1 problem); everything else ok or skipped');
     // Another key: no head is authenticated, so no age can be vouched for.
     const other = keys();
-    expect(check(h, { clock: later, publicKey: other.pub, maxAgeMs: 3 * 3_600_000 }).problems.filter((p) => p.problem === 'age')).toEqual([
+    expect((await check(h, { clock: later, publicKey: other.pub, maxAgeMs: 3 * 3_600_000 })).problems.filter((p) => p.problem === 'age')).toEqual([
       { path: 'manifest.json', problem: 'age', detail: `no signed head verified with ${other.pub.keyId}: how old this archive's head is cannot be told; --max-age 3 h cannot be met` },
     ]);
     // A head signed well in the future fails --max-age; without it, the age line says so.
     const past = testClock({ start: Date.parse(signedAt) - 3_600_000 });
-    expect(statusOf(check(h, { clock: past }), 'age').detail).toMatch(/was signed 1 h in the future, at /);
-    expect(check(h, { clock: past, maxAgeMs: 60_000 }).problems).toEqual([{ path: 'manifest.json', problem: 'age', detail: expect.stringMatching(/a time in the future; the publisher's clock, or this one, is wrong$/) }]);
+    expect(statusOf(await check(h, { clock: past }), 'age').detail).toMatch(/was signed 1 h in the future, at /);
+    expect((await check(h, { clock: past, maxAgeMs: 60_000 })).problems).toEqual([{ path: 'manifest.json', problem: 'age', detail: expect.stringMatching(/a time in the future; the publisher's clock, or this one, is wrong$/) }]);
   });
 
   it('the newest of the manifest and the witness counts; a daemon re-signing an unchanged head keeps it fresh', async () => {
@@ -410,18 +408,18 @@ describe("the signed head's age", () => {
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([4]), clock });
     await h.sync({ witnessDir: wdir });
     clock.advance(24 * 3_600_000);
-    const day = check(h, { clock, witnessDir: wdir, maxAgeMs: 3_600_000 });
+    const day = await check(h, { clock, witnessDir: wdir, maxAgeMs: 3_600_000 });
     expect(day.problems.map((p) => p.problem)).toEqual(['age']);
-    publishChanges(h.mirror, { exportDir: h.exportDir, clock, witnessDir: wdir });
-    const fresh = check(h, { clock, witnessDir: wdir, maxAgeMs: 3_600_000 });
+    await publishChanges(h.mirror, { exportDir: h.exportDir, clock, witnessDir: wdir });
+    const fresh = await check(h, { clock, witnessDir: wdir, maxAgeMs: 3_600_000 });
     expect(fresh.problems).toEqual([]);
     expect(fresh.newestSignedHead).toMatchObject({ age_ms: 0, source: 'manifest.json' });
     // The manifest rolled back to a copy signed long ago: the witness's newest line is the newest signed head.
-    const lines = witnessed(wdir, h);
+    const lines = await witnessed(wdir, h);
     const old = { ...manifestOf(h), signed_at: '2026-01-01T00:00:00.000Z' };
     fs.chmodSync(path.join(h.exportDir, 'manifest.json'), 0o600);
     fs.writeFileSync(path.join(h.exportDir, 'manifest.json'), JSON.stringify(old, null, 2) + '\n');
-    expect(check(h, { clock, witnessDir: wdir }).newestSignedHead).toMatchObject({ signed_at: lines.at(-1)!.signed_at, source: `${witnessFile(wdir, h.mirror.mirrorId())}:${lines.length}` });
+    expect((await check(h, { clock, witnessDir: wdir })).newestSignedHead).toMatchObject({ signed_at: lines.at(-1)!.signed_at, source: `${witnessFile(wdir, await h.mirror.mirrorId())}:${lines.length}` });
   });
 });
 
@@ -437,23 +435,23 @@ describe('--signed-from', () => {
     await h.sync({ signingKey: signing });
     ws.appendMessages(ws.list()[1]!.id, 1);
     await h.sync({ signingKey: signing });
-    expect(h.mirror.ledgerEntries().map((e) => e.key_id === null)).toEqual([true, true, true, true, false, false, false, false]);
-    expect(check(h, { publicKey: pub }).problems).toEqual([
+    expect((await h.mirror.ledgerEntries()).map((e) => e.key_id === null)).toEqual([true, true, true, true, false, false, false, false]);
+    expect((await check(h, { publicKey: pub })).problems).toEqual([
       {
         path: '_ledger',
         problem: 'unsigned',
         detail: 'records 1–4 were published without a signing key, and every record from batch 5 on is signed: if signing began at batch 5, accept the unsigned ones with --signed-from 5',
       },
     ]);
-    const from5 = check(h, { publicKey: pub, signedFrom: 5 });
+    const from5 = await check(h, { publicKey: pub, signedFrom: 5 });
     expect(from5.problems).toEqual([]);
     expect(statusOf(from5, 'signatures').detail).toBe(`records 1–4 unsigned (accepted by --signed-from 5), records 5–8 signed by ${pub.keyId}; the head pointer signed by it`);
     // Claiming signing began earlier than it did: the unsigned records from there on are named.
-    expect(check(h, { publicKey: pub, signedFrom: 3 }).problems).toEqual([3, 4].map((id) => ({ path: rec(id), problem: 'unsigned', detail: 'published without a signing key (from --signed-from 3 on, every record must be signed)' })));
+    expect((await check(h, { publicKey: pub, signedFrom: 3 })).problems).toEqual([3, 4].map((id) => ({ path: rec(id), problem: 'unsigned', detail: 'published without a signing key (from --signed-from 3 on, every record must be signed)' })));
     // A record published unsigned after signing began is never part of an accepted prefix.
     ws.appendMessages(ws.list()[0]!.id, 1);
     await h.sync();
-    expect(check(h, { publicKey: pub, signedFrom: 5 }).problems.map((p) => `${p.problem} ${p.path}`)).toEqual(['unsigned _ledger/000000000009.json', 'unsigned _ledger/000000000010.json', 'unsigned manifest.json']);
+    expect((await check(h, { publicKey: pub, signedFrom: 5 })).problems.map((p) => `${p.problem} ${p.path}`)).toEqual(['unsigned _ledger/000000000009.json', 'unsigned _ledger/000000000010.json', 'unsigned manifest.json']);
   });
   const rec = (id: number) => `_ledger/${String(id).padStart(12, '0')}.json`;
 });

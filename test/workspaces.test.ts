@@ -313,13 +313,13 @@ describe('convo-mirror sync of several workspaces (CLI)', () => {
     expect(r.stdout).toMatch(new RegExp(`^account ${A}: run 1 \\(workspace, incremental\\) succeeded`, 'm'));
     expect(r.stdout).toMatch(new RegExp(`^account ${B}: run 2 \\(workspace, incremental\\) succeeded`, 'm'));
     expect(r.stdout + r.stderr).not.toContain(API_KEY);
-    withMirror(path.join(dir, 'mirror.sqlite'), (m) => {
+    await withMirror(path.join(dir, 'mirror.sqlite'), (m) => {
       for (const [id, ws] of [[A, wsA], [B, wsB]] as const) {
         const eq = mirrorEqualsFake(m, ws, id);
         expect(eq.ok, eq.detail).toBe(true);
       }
     });
-    expect(runsOf(dir)).toEqual([
+    expect(await runsOf(dir)).toEqual([
       { account_id: A, status: 'succeeded' },
       { account_id: B, status: 'succeeded' },
     ]);
@@ -344,8 +344,8 @@ describe('convo-mirror sync of several workspaces (CLI)', () => {
     expect(authLine).toContain("KEY_B (this workspace's api_key_env)");
     expect(authLine).not.toContain('CONVO_MIRROR_API_KEY');
     expect(r.stderr + r.stdout).not.toContain('revoked-key-7');
-    expect(runsOf(dir)).toEqual([{ account_id: A, status: 'succeeded' }]);
-    withMirror(path.join(dir, 'mirror.sqlite'), (m) => expect(mirrorEqualsFake(m, wsA, A).ok).toBe(true));
+    expect(await runsOf(dir)).toEqual([{ account_id: A, status: 'succeeded' }]);
+    await withMirror(path.join(dir, 'mirror.sqlite'), (m) => expect(mirrorEqualsFake(m, wsA, A).ok).toBe(true));
     // --json: one list, one entry per workspace.
     const j = await run(['sync', '--json'], env, 60_000);
     expect(j.code).toBe(2);
@@ -366,7 +366,7 @@ describe('convo-mirror sync of several workspaces (CLI)', () => {
     // One workspace: today's output, unlabelled.
     expect(r.stdout).toMatch(/^run 1 \(workspace, incremental\) succeeded/);
     expect(new Set(fake.requests.slice(before).map((q) => q.accountId))).toEqual(new Set([B]));
-    expect(runsOf(dir)).toEqual([{ account_id: B, status: 'succeeded' }]);
+    expect(await runsOf(dir)).toEqual([{ account_id: B, status: 'succeeded' }]);
 
     const unknown = await run(['sync', '--account', A, '--account', C], env);
     expect(unknown.code).toBe(2);

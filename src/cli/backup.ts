@@ -1,6 +1,6 @@
 /**
  * `convo-mirror backup FILE`: a consistent copy of the mirror (SQLite's online backup,
- * src/store/backup.ts), safe while a `sync` or the daemon writes it, read without the writer lock
+ * src/store/sqlite/backup.ts), safe while a `sync` or the daemon writes it, read without the writer lock
  * like `status` and `verify`. The new file is private (0600, or 0640 with
  * `CONVO_MIRROR_GROUP_READABLE`), never written over an existing file, and removed when the backup
  * fails or is interrupted. Progress: a line redrawn on a terminal, a `backup progress` log line
@@ -14,7 +14,8 @@ import type { Logger } from 'pino';
 import { loadConfig } from '../../config/index.js';
 import { createLogger } from '../logger.js';
 import { fileModes } from '../private-fs.js';
-import { BackupInterrupted, backupMirror, type BackupProgress, type BackupResult } from '../store/backup.js';
+import { BackupInterrupted, backupMirror, type BackupProgress, type BackupResult } from '../store/sqlite/backup.js';
+import { mirrorFileOf } from '../store/open-mirror.js';
 import { EXIT, fail, settle, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
 import { isTTY } from './summary.js';
@@ -63,6 +64,8 @@ function progressReporter(tty: boolean, logger: Logger): { onProgress: (p: Backu
 /** Backs up the configured mirror to `file`; returns the exit code. */
 async function backup(file: string, o: Record<string, unknown>): Promise<number> {
   const config = loadConfig(process.env, configFlagsOf(o, 'backup'), { needsApi: false });
+  const dbFile = mirrorFileOf(config.db);
+  if (dbFile === undefined) return fail(EXIT.CONFIG, 'CONVO_MIRROR_DB names a PostgreSQL database: back it up with pg_dump (backup copies a SQLite mirror file)');
   if (!fs.existsSync(config.db)) return fail(EXIT.CONFIG, `no mirror at ${path.resolve(config.db)} (CONVO_MIRROR_DB): nothing to back up`);
   const tty = isTTY();
   const logger = createLogger({ level: config.logLevel });

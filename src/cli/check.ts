@@ -25,6 +25,7 @@ import { witnessDirProblem } from '../export/witness.js';
 import { createLogger } from '../logger.js';
 import { listenAddress, tryListen } from '../server/listen.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
+import { mirrorFileOf } from '../store/open-mirror.js';
 import { whyNotWritable } from '../writable.js';
 import { EXIT, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
@@ -163,12 +164,13 @@ function checkPath(name: string, variable: string, target: string, kind: 'file' 
   return { name, ok: false, detail: `${variable}: cannot write ${target}: ${why}`, code: EXIT.CONFIG };
 }
 
-const checkMirror: Check = ({ config }) => [checkPath('mirror', CONFIG_FIELDS.db.env, config.db, 'file')];
+// A PostgreSQL mirror is no file to write: the database's own checks come with its engine.
+const checkMirror: Check = ({ config }) => (mirrorFileOf(config.db) === undefined ? [] : [checkPath('mirror', CONFIG_FIELDS.db.env, config.db, 'file')]);
 
 /** The export directory: not the mirror's own directory (nor a root), and writable. */
 const checkExports: Check = ({ config }) => {
   try {
-    assertSafeExportDir(config.exportDir, config.db);
+    assertSafeExportDir(config.exportDir, mirrorFileOf(config.db));
   } catch (err) {
     return [failed('exports', err)];
   }

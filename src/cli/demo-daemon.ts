@@ -11,7 +11,7 @@ import path from 'node:path';
 import { Option, type Command } from 'commander';
 import { loadConfig, type Config } from '../../config/index.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../fake-api/index.js';
-import { Mirror } from '../store/mirror.js';
+import { openMirror } from '../store/open-mirror.js';
 import { createLogger } from '../logger.js';
 import { DEMO_ACCOUNT_ID } from './demo.js';
 import { EXIT, settle, type SetExit } from './exit.js';
@@ -33,9 +33,9 @@ interface DemoDaemonOptions {
 const STEP_TIMEOUT_MS = 60_000;
 
 /** Polls `pred` every 50 ms until it holds; false after `ms`. */
-async function until(pred: () => boolean, ms: number): Promise<boolean> {
+async function until(pred: () => boolean | Promise<boolean>, ms: number): Promise<boolean> {
   const deadline = Date.now() + ms;
-  while (!pred()) {
+  while (!(await pred())) {
     if (Date.now() > deadline) return false;
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -43,13 +43,13 @@ async function until(pred: () => boolean, ms: number): Promise<boolean> {
 }
 
 /** Live messages of `account` in the mirror (read-only; 0 before the mirror exists). */
-function liveMessages(db: string, account: string): number {
+async function liveMessages(db: string, account: string): Promise<number> {
   if (!fs.existsSync(db)) return 0;
-  const m = Mirror.open(db, { readonly: true });
+  const m = await openMirror(db, { readonly: true });
   try {
-    return m.liveCounts(account).messages;
+    return (await m.liveCounts(account)).messages;
   } finally {
-    m.close();
+    await m.close();
   }
 }
 
@@ -135,14 +135,17 @@ async function demoDaemon(o: DemoDaemonOptions): Promise<number> {
     await Promise.race([started, done]);
     out(`demo-daemon: fake API on ${fake.url} (2 workspaces, ${ws.map((w) => w.totals().messages).join(' + ')} messages); daemon --scheduler local --schedule '${o.schedule}', HTTP on ${httpUrl}`);
     const t0 = Date.now();
-    const mirrored = await until(() => accounts.every((a, i) => liveMessages(config.db, a) === ws[i]!.totals().messages), STEP_TIMEOUT_MS);
+    const mirrored = await until(async () => {
+      for (const [i, a] of accounts.entries()) if ((await liveMessages(config.db, a)) !== ws[i]!.totals().messages) return false;
+      return true;
+    }, STEP_TIMEOUT_MS);
     out(mirrored ? `  both workspaces mirrored by the scheduled runs, ${((Date.now() - t0) / 1000).toFixed(1)} s after start` : '  the scheduled runs did not mirror both workspaces in time');
     const conv = ws[1]!.list()[0]!.id;
     ws[1]!.appendMessages(conv, 3);
     const t1 = Date.now();
     const status = await sendWebhook(httpUrl, secret, DEMO_ACCOUNT_ID_2, conv);
     // Only that conversation changed: the workspace's total tells when its new messages are in.
-    const hooked = await until(() => liveMessages(config.db, DEMO_ACCOUNT_ID_2) === ws[1]!.totals().messages, STEP_TIMEOUT_MS);
+    const hooked = await until(async () => (await liveMessages(config.db, DEMO_ACCOUNT_ID_2)) === ws[1]!.totals().messages, STEP_TIMEOUT_MS);
     out(`  webhook for conversation ${conv}: HTTP ${status}; its 3 new messages ${hooked ? `mirrored ${Date.now() - t1} ms after the webhook was sent` : 'NOT mirrored in time'}`);
     const metrics = await (await fetch(`${httpUrl}/metrics`)).text();
     out(`  ${httpUrl}/metrics (excerpt):\n${keyMetrics(metrics).map((l) => `    ${l}`).join('\n')}`);

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { Option, type Command } from 'commander';
 import { loadConfig, type Config } from '../../config/index.js';
 import { FakeWorkspace, startFakeApi } from '../fake-api/index.js';
-import { Mirror } from '../store/mirror.js';
+import { openMirror } from '../store/open-mirror.js';
 import { EXIT, settle, type SetExit } from './exit.js';
 import { syncWithConfig } from './sync.js';
 import { printSummary, reportFailures } from './summary.js';
@@ -51,12 +51,12 @@ function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
 }
 
 /** Live conversations and messages of the demo account in the mirror at `db`. */
-function mirroredCounts(db: string): { conversations: number; messages: number } {
-  const mirror = Mirror.open(db, { readonly: true });
+async function mirroredCounts(db: string): Promise<{ conversations: number; messages: number }> {
+  const mirror = await openMirror(db, { readonly: true });
   try {
-    return mirror.liveCounts(DEMO_ACCOUNT_ID);
+    return await mirror.liveCounts(DEMO_ACCOUNT_ID);
   } finally {
-    mirror.close();
+    await mirror.close();
   }
 }
 
@@ -72,7 +72,7 @@ async function demo(o: DemoOptions): Promise<number> {
     const s = await syncWithConfig({ config });
     printSummary(s, false);
     reportFailures(s);
-    const live = mirroredCounts(config.db);
+    const live = await mirroredCounts(config.db);
     const equal = live.conversations === t.conversations && live.messages === t.messages;
     process.stdout.write(
       `\n  fake:   ${t.conversations} conversations, ${t.messages} messages\n` +

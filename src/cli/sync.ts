@@ -9,7 +9,8 @@ import { CONFIG_FIELDS, baseUrlSettingOf, loadConfig, type Config, type Workspac
 import { apiClientFromConfig } from '../api/client.js';
 import { RateLimiterPool } from '../api/rate-limit.js';
 import { ConfigError, RunError, StoreError, describeError } from '../errors.js';
-import { Mirror, DEFAULT_ACCOUNT } from '../store/mirror.js';
+import { DEFAULT_ACCOUNT, type Mirror } from '../store/mirror.js';
+import { mirrorFileOf } from '../store/open-mirror.js';
 import { openMirrorForRuns, runSync, type RunSummary } from '../run/index.js';
 import { newProgress } from '../sync/types.js';
 import { createLogger } from '../logger.js';
@@ -91,8 +92,9 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   const logger = opts.logger ?? createLogger({ level, pretty: tty });
   // Before any request or file: an export directory that would hold the mirror (or is /, or a file),
   // and paths that cannot be written (named with the setting and the OS's reason).
-  assertSafeExportDir(config.exportDir, config.db);
-  assertWritable(CONFIG_FIELDS.db.env, config.db, 'file');
+  const dbFile = mirrorFileOf(config.db);
+  assertSafeExportDir(config.exportDir, dbFile);
+  if (dbFile !== undefined) assertWritable(CONFIG_FIELDS.db.env, dbFile, 'file');
   assertWritable(CONFIG_FIELDS.exportDir.env, config.exportDir, 'dir');
   if (config.witnessDir !== undefined) assertWitnessDirSetting(config.witnessDir, config.exportDir);
   const target = publishSettingsFromConfig(config, logger);
@@ -100,15 +102,18 @@ function openSession(opts: SyncCommandOptions): SyncSession {
   return { config, logger, tty, signals, mirror: undefined, target, limiters: new RateLimiterPool(config.maxRps, systemClock), answered: false };
 }
 
-/** The session's mirror, opened for writing the first time it is needed (runs a dead process left running are swept). */
-function mirrorOf(session: SyncSession): Mirror {
-  session.mirror ??= openMirrorForRuns(session.config.db, fileModes(session.config.groupReadable), session.logger);
+/**
+ * The session's mirror, opened for writing the first time it is needed (runs a dead process left
+ * running are swept). Workspaces are synced one after the other, so it is never opened twice.
+ */
+async function mirrorOf(session: SyncSession): Promise<Mirror> {
+  session.mirror ??= await openMirrorForRuns(session.config.db, fileModes(session.config.groupReadable), session.logger);
   return session.mirror;
 }
 
-function closeSession(session: SyncSession): void {
+async function closeSession(session: SyncSession): Promise<void> {
   session.signals.off();
-  session.mirror?.close();
+  await session.mirror?.close();
 }
 
 /**
@@ -129,7 +134,7 @@ async function syncOne(session: SyncSession, workspace: Workspace, opts: SyncCom
   const stop = startProgress({ progress, stats: api.stats, logger, tty: session.tty });
   try {
     const prefetched = await api.prefetch(opts.conversationIds?.[0]);
-    const mirror = mirrorOf(session);
+    const mirror = await mirrorOf(session);
     return await runSync(
       { api, mirror, logger, clock: systemClock },
       {
@@ -163,7 +168,7 @@ export async function syncWithConfig(opts: SyncCommandOptions & { workspace?: Wo
   try {
     return await syncOne(session, opts.workspace ?? opts.config.workspaces[0]!, opts, session.logger);
   } finally {
-    closeSession(session);
+    await closeSession(session);
   }
 }
 
@@ -228,7 +233,7 @@ export async function syncWorkspaces(
     }
     return outcomes;
   } finally {
-    closeSession(session);
+    await closeSession(session);
   }
 }
 

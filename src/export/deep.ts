@@ -36,21 +36,21 @@ const SAYS: Record<Difference['kind'], string> = {
  * @param records - the sound batch records (files that cannot be read are reported by the file check, and skipped here)
  * @returns the problems (kind `deep`), empty when the exports and the mirror agree
  */
-export function deepCheck(mirror: Mirror, root: string, records: LedgerRecord[]): VerifyProblem[] {
+export async function deepCheck(mirror: Mirror, root: string, records: LedgerRecord[]): Promise<VerifyProblem[]> {
   const replay = new Replay();
   try {
     const problems = replayFiles(replay, root, records);
-    const watermark = mirror.exportWatermark();
-    replay.batch(() => {
+    const watermark = await mirror.exportWatermark();
+    await replay.batchAsync(async () => {
       // What is committed but not published yet is part of the mirror's state.
-      for (const c of mirror.changesOf({ first_seq: watermark + 1, last_seq: Number.MAX_SAFE_INTEGER })) {
+      for await (const c of mirror.changesOf({ first_seq: watermark + 1, last_seq: Number.MAX_SAFE_INTEGER })) {
         replay.addLine(lineOf(c.stream, JSON.parse(exportLine(c)) as Record<string, unknown>));
       }
     });
     for (const g of replay.gaps(watermark, SHOWN)) {
       problems.push({ path: '', problem: 'deep', detail: `seq ${g.from === g.to ? g.from : `${g.from} to ${g.to}`} ${g.from === g.to ? 'is' : 'are'} in no export file (the watermark is ${watermark})` });
     }
-    loadMirror(replay, mirror);
+    await loadMirror(replay, mirror);
     const { first, total } = replay.differences(SHOWN);
     for (const d of first) {
       const key = d.stream === 'messages' ? `${d.account_id}/${d.conversation_id}/${d.id}` : `${d.account_id}/${d.id}`;
@@ -151,16 +151,16 @@ function* readLines(abs: string, gzip: boolean): Generator<string> {
 }
 
 /** The mirror's rows in line form: messages, conversations, history, and the runs that ended. */
-function loadMirror(replay: Replay, mirror: Mirror): void {
-  replay.batch(() => {
+async function loadMirror(replay: Replay, mirror: Mirror): Promise<void> {
+  await replay.batchAsync(async () => {
     for (const table of ['messages', 'conversations'] as const) {
-      for (const r of mirror.auditRecords(table)) {
+      for await (const r of mirror.auditRecords(table)) {
         const record = r.raw ?? JSON.stringify({ id: r.id });
         replay.addLive({ stream: table, account_id: r.account_id, conversation_id: r.conversation_id, id: r.id, deleted: r.deleted !== 0, body: recordBody(table, r.account_id, r.conversation_id, r.id, record) });
       }
     }
-    for (const h of mirror.auditHistory()) replay.addHistory(h.seq, h.account_id, h.conversation_id, h.id, recordBody('messages', h.account_id, h.conversation_id, h.id, h.raw));
-    for (const run of mirror.auditRuns()) {
+    for await (const h of mirror.auditHistory()) replay.addHistory(h.seq, h.account_id, h.conversation_id, h.id, recordBody('messages', h.account_id, h.conversation_id, h.id, h.raw));
+    for (const run of await mirror.auditRuns()) {
       // A run still running was taken up again after a line said it ended: nothing to compare yet.
       const body = run.status === 'running' ? null : recordBody('runs', run.accountId, '', String(run.id), run.record);
       replay.addLive({ stream: 'runs', account_id: run.accountId, conversation_id: '', id: String(run.id), deleted: false, body });

@@ -106,9 +106,11 @@ export interface ExportOptions {
   /**
    * Test hook (a failpoint): called at `point` with the absolute path of the file being published.
    * Whatever it throws propagates unchanged and nothing is cleaned up, so the files on disk stay as
-   * a crash at that point would leave them. Never set in production.
+   * a crash at that point would leave them. At `before-ledger` and `before-record` a promise it
+   * returns is awaited (the hook may use the mirror); at `before-rename` it must be synchronous.
+   * Never set in production.
    */
-  failpoint?: (point: ExportFailpoint, file: string) => void;
+  failpoint?: (point: ExportFailpoint, file: string) => void | Promise<void>;
 }
 
 /** What one {@link publishChanges} call published. */
@@ -145,9 +147,9 @@ export function heartbeatWindowEnd(oldestMs: number, heartbeatMs: number): numbe
 }
 
 /** The run lines publication holds back now ({@link ExportOptions.runsHeartbeatMs}), or 0 when it publishes what waits. */
-function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: number): number {
-  if (!heartbeatMs || mirror.pendingExportBatch() !== undefined) return 0;
-  const waiting = mirror.pendingExport();
+async function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: number): Promise<number> {
+  if (!heartbeatMs || (await mirror.pendingExportBatch()) !== undefined) return 0;
+  const waiting = await mirror.pendingExport();
   if (waiting.data > 0 || waiting.oldestRunLineAt === undefined) return 0;
   return heartbeatDue(Date.parse(waiting.oldestRunLineAt), nowMs, heartbeatMs) ? 0 : waiting.runLines;
 }
@@ -165,7 +167,7 @@ function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: nu
  * (`kind: migration`) lists every file recorded so far, and those files are made read-only.
  *
  * @throws {@link ConfigError} (`CONVO_MIRROR_EXPORT_DIR`) when the export directory is unsafe for
- *   the mirror's database file (`mirror.file`), see {@link assertSafeExportDir}; nothing is written
+ *   the mirror's database file (`mirror.localFile`), see {@link assertSafeExportDir}; nothing is written
  * @throws {@link ExportError} naming the file or directory, before anything is written, when
  *   `manifest.json` is not one this mirror wrote (another program's file, unparsable, another
  *   format, or another mirror's) or `.convo-mirror-tmp` is not a directory
@@ -176,8 +178,34 @@ function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, nowMs: nu
  *   name already holds other content; the watermark is then unchanged and the next call
  *   re-publishes the same batch
  */
-export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResult {
-  assertSafeExportDir(opts.exportDir, mirror.file);
+export async function publishChanges(mirror: Mirror, opts: ExportOptions): Promise<ExportResult> {
+  return oneAtATime(mirror, () => publishAlone(mirror, opts));
+}
+
+/**
+ * Publications in flight, by mirror: one at a time per mirror object in this process, as when
+ * publication was synchronous (two would plan, write and record the same batch).
+ */
+const publications = new WeakMap<Mirror, Promise<void>>();
+
+/** Runs `f` once every publication of `mirror` started before it in this process has settled. */
+async function oneAtATime<T>(mirror: Mirror, f: () => Promise<T>): Promise<T> {
+  const mine = (publications.get(mirror) ?? Promise.resolve()).then(f);
+  const settled = mine.then(
+    () => undefined,
+    () => undefined,
+  );
+  publications.set(mirror, settled);
+  try {
+    return await mine;
+  } finally {
+    if (publications.get(mirror) === settled) publications.delete(mirror);
+  }
+}
+
+/** {@link publishChanges}, once no other publication of the mirror runs in this process. */
+async function publishAlone(mirror: Mirror, opts: ExportOptions): Promise<ExportResult> {
+  assertSafeExportDir(opts.exportDir, mirror.localFile);
   const clock = opts.clock ?? systemClock;
   const dir = path.resolve(opts.exportDir);
   const modes = opts.modes ?? PRIVATE_MODES;
@@ -186,18 +214,18 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   } catch (err) {
     throw new ExportError(`cannot create the export directory ${dir}: ${(err as Error).message}`, { dir }, err);
   }
-  const mirrorId = mirror.mirrorId();
+  const mirrorId = await mirror.mirrorId();
   assertOwnedBy(dir, mirrorId);
   if (opts.witnessDir !== undefined) assertWitnessUsable(opts.witnessDir, mirrorId, dir);
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
-  migrateToLedger(mirror, target, mirrorId, opts);
+  await migrateToLedger(mirror, target, mirrorId, opts);
 
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
-  const held = heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
-  const plan = held > 0 ? undefined : mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
+  const held = await heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
+  const plan = held > 0 ? undefined : await mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
   if (!plan) {
-    const head = mirror.ledgerHead();
-    const watermark = mirror.exportWatermark();
+    const head = await mirror.ledgerHead();
+    const watermark = await mirror.exportWatermark();
     publishHead(target, mirrorId, head, watermark, opts);
     if (held > 0) opts.logger?.debug({ run_lines: held }, 'run lines held: nothing changed; they go out with the next changes or at the heartbeat');
     return { files: [], lines: 0, watermark, resumed: false, head, held };
@@ -205,28 +233,28 @@ export function publishChanges(mirror: Mirror, opts: ExportOptions): ExportResul
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
   // 2. The data files, 3. the batch record, 4. the witness line and the manifest, 5. the records in SQLite.
-  const files = writeBatchFiles(mirror, target, plan, opts.maxLinesPerFile ?? 100_000);
-  opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
-  const entry = publishRecord(target, batchBody(mirrorId, plan, files, mirror.ledgerHead()), opts.signingKey);
+  const files = await writeBatchFiles(mirror, target, plan, opts.maxLinesPerFile ?? 100_000);
+  await opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
+  const entry = publishRecord(target, batchBody(mirrorId, plan, files, await mirror.ledgerHead()), opts.signingKey);
   const head = { batch_id: entry.batch_id, hash: entry.hash };
   publishHead(target, mirrorId, head, plan.last_seq, opts);
-  opts.failpoint?.('before-record', path.join(dir, MANIFEST));
-  mirror.recordPublication(plan, files, entry, isoNow(clock));
+  await opts.failpoint?.('before-record', path.join(dir, MANIFEST));
+  await mirror.recordPublication(plan, files, entry, isoNow(clock));
   const lines = files.reduce((n, f) => n + f.lines, 0);
   opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq, head: `${head.batch_id}:${head.hash}` }, 'exports published');
   if (plan.resumed) {
     // The interrupted batch is out; now publish what was committed since it was planned.
-    const rest = publishChanges(mirror, opts);
+    const rest = await publishAlone(mirror, opts);
     return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held };
   }
   return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0 };
 }
 
 /** Writes a batch's data files, one partition (stream, account, day) at a time, in seq order. */
-function writeBatchFiles(mirror: Mirror, target: Target, plan: ExportBatch, maxLines: number): ExportFile[] {
+async function writeBatchFiles(mirror: Mirror, target: Target, plan: ExportBatch, maxLines: number): Promise<ExportFile[]> {
   const files: ExportFile[] = [];
   let open: PartitionWriter | undefined;
-  for (const chunk of mirror.changeChunksOf(plan)) {
+  for await (const chunk of mirror.changeChunksOf(plan)) {
     for (const row of chunk) {
       if (open && !open.accepts(row, maxLines)) {
         files.push(open.publish());
@@ -305,10 +333,10 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
  * time is the last publication's, so a retry writes the same record); those files are made
  * read-only. Nothing to do once the ledger has a record.
  */
-function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts: ExportOptions): void {
-  const genesis = mirror.ledgerGenesis();
+async function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts: ExportOptions): Promise<void> {
+  const genesis = await mirror.ledgerGenesis();
   if (!genesis) return;
-  const files = mirror.publishedFiles();
+  const files = await mirror.publishedFiles();
   const body: RecordBody = {
     format: 'convo-mirror-ledger',
     version: 1,
@@ -327,8 +355,8 @@ function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts:
     const failed = makeReadOnly(path.join(target.root, f.path));
     if (failed) opts.logger?.warn({ file: f.path, err: failed }, 'could not make a file published earlier read-only');
   }
-  publishHead(target, mirrorId, entry, mirror.exportWatermark(), opts);
-  mirror.recordLedgerGenesis(entry, isoNow(opts.clock ?? systemClock));
+  publishHead(target, mirrorId, entry, await mirror.exportWatermark(), opts);
+  await mirror.recordLedgerGenesis(entry, isoNow(opts.clock ?? systemClock));
   opts.logger?.info({ files: files.length, head: `${entry.batch_id}:${entry.hash}` }, 'export directory migrated to the ledger: genesis record published');
 }
 

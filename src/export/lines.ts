@@ -10,7 +10,7 @@
  * carries the record's last known version. A run line: `{"seq","op","synced_at"}` (`synced_at`:
  * when the run ended; `op` `insert` the first time a run ends, `update` if it ends again) followed
  * by the run's record (`account_id`, `id`, `scope`, `refresh`, `trigger`, `started_at`, `ended_at`,
- * `status`, figures, `failures`, `ledger_head`: see `Runs.lineRecord` in src/store/runs.ts).
+ * `status`, figures, `failures`, `ledger_head`: see `Runs.lineRecord` in src/store/sqlite/runs.ts).
  */
 import type { ExportChange } from '../store/mirror.js';
 import { ExportError } from '../errors.js';

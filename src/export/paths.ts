@@ -115,17 +115,17 @@ const VARIABLE = 'CONVO_MIRROR_EXPORT_DIR';
  * filesystem is never walked, and nothing is created.
  *
  * @param exportDir - the export directory as configured (absolute or relative)
- * @param dbFile - the mirror's database file as configured (`mirror.db.name`); `''` or `':memory:'`
- *   (no file) skips the database checks
+ * @param dbFile - the mirror's database file as configured (`Mirror.localFile`); undefined (a
+ *   mirror in a database server), `''` or `':memory:'` (no file) skips the database checks
  * @throws {@link ConfigError} for `CONVO_MIRROR_EXPORT_DIR`, with a one-line message naming both paths
  */
-export function assertSafeExportDir(exportDir: string, dbFile: string): void {
+export function assertSafeExportDir(exportDir: string, dbFile: string | undefined): void {
   const exp = canonical(exportDir);
   const shown = exp.real === exportDir ? exportDir : `${exportDir} (${exp.real})`;
   if (path.parse(exp.real).root === exp.real) {
     throw new ConfigError(VARIABLE, `the export directory ${shown} is a filesystem root; choose a directory of its own, e.g. data/exports`);
   }
-  if (dbFile !== '' && dbFile !== ':memory:') {
+  if (dbFile !== undefined && dbFile !== '' && dbFile !== ':memory:') {
     const dbReal = canonical(dbFile).real;
     const dbBeside = path.join(canonical(path.dirname(path.resolve(dbFile))).real, path.basename(dbFile));
     const suggestion = path.join(path.dirname(dbFile), 'exports');

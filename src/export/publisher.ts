@@ -1,9 +1,9 @@
 /**
  * Where and how a run publishes ({@link PublishSettings}), built once from the configuration, and
  * the {@link Publisher} that publishes during a long run, every `publishIntervalMs`, so a
- * multi-hour backfill reaches the exports progressively. Publication is synchronous and runs
- * between the sync's transactions, so a batch never splits a page's transaction; batches stay
- * exactly-once (see `publishChanges`).
+ * multi-hour backfill reaches the exports progressively. A batch is planned in one transaction
+ * after whole transactions, so it never splits a page's; batches stay exactly-once (see
+ * `publishChanges`, which also runs one publication of a mirror at a time in a process).
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
@@ -88,10 +88,10 @@ export class Publisher {
    *   publishes its own line at once). @defaultValue `hold`
    * @throws what `publishChanges` throws
    */
-  publish(o: { runLines?: 'hold' | 'now' } = {}): ExportResult {
+  async publish(o: { runLines?: 'hold' | 'now' } = {}): Promise<ExportResult> {
     this.last = this.o.clock.now();
     const s = this.settings;
-    return publishChanges(this.mirror, {
+    return await publishChanges(this.mirror, {
       exportDir: s.exportDir,
       runId: this.o.runId,
       clock: this.o.clock,
@@ -106,16 +106,16 @@ export class Publisher {
 
   /**
    * {@link publish} when `publishIntervalMs` has passed since the last publication (or since this
-   * publisher was made); never throws: a failure is logged and left to the run's final
+   * publisher was made); never rejects: a failure is logged and left to the run's final
    * publication, which reports it.
    *
    * @returns what was published, when it was due and succeeded
    */
-  maybePublish(): ExportResult | undefined {
+  async maybePublish(): Promise<ExportResult | undefined> {
     const every = this.settings.publishIntervalMs;
     if (every === undefined || this.o.clock.now() - this.last < every) return undefined;
     try {
-      return this.publish();
+      return await this.publish();
     } catch (err) {
       this.o.logger?.warn({ err: describeError(err) }, 'progressive publication failed; the run publishes again when it ends');
       return undefined;

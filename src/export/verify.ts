@@ -67,10 +67,10 @@ export interface VerifyOptions {
   /** The clock the head's age is measured with. @defaultValue the system clock */
   clock?: Clock | undefined;
   /**
-   * Test hook (a failpoint): called at `chain-read`, once the archive's chain is read and before
+   * Test hook (a failpoint): called (and awaited) at `chain-read`, once the archive's chain is read and before
    * the witness file is (a publication then lands between the two). Never set in production.
    */
-  failpoint?: ((point: 'chain-read') => void) | undefined;
+  failpoint?: ((point: 'chain-read') => void | Promise<void>) | undefined;
 }
 
 /** The newest signed head {@link verifyArchive} found: the one whose age it reports. */
@@ -166,13 +166,13 @@ export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'fi
  * @throws {@link MirrorUnusableError} when the mirror cannot be read (the CLI reports it as a
  *   database problem)
  */
-export function verifyArchive(o: VerifyOptions): ArchiveReport {
+export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   const root = path.resolve(o.exportDir);
   const report = new Report();
   const mirror = o.mirror;
   if (mirror) {
-    const qc = mirror.quickCheck();
-    report.add('database', qc.map((p) => ({ path: mirror.file, problem: 'mirror', detail: `quick_check: ${p}` })), `quick_check ok (${mirror.file})`);
+    const qc = await mirror.quickCheck();
+    report.add('database', qc.map((p) => ({ path: mirror.location, problem: 'mirror', detail: `quick_check: ${p}` })), `quick_check ok (${mirror.location})`);
   } else report.skip('database', 'no database: checked from the ledger and the files alone');
 
   let rootStat: fs.Stats | undefined;
@@ -182,7 +182,7 @@ export function verifyArchive(o: VerifyOptions): ArchiveReport {
     rootStat = undefined;
   }
   if (!rootStat?.isDirectory()) {
-    const published = mirror ? mirror.exportTotals().everPublished || mirror.ledgerHead() !== undefined : true;
+    const published = mirror ? (await mirror.exportTotals()).everPublished || (await mirror.ledgerHead()) !== undefined : true;
     const why = rootStat ? `${root} is not a directory` : `${root} does not exist`;
     if (published) report.add('chain', [{ path: MANIFEST, problem: 'missing', detail: why }], '');
     else report.add('chain', [], `nothing published yet (${why})`);
@@ -194,11 +194,11 @@ export function verifyArchive(o: VerifyOptions): ArchiveReport {
   // witness held before the archive was read is what the archive must hold (a publication during
   // the verification is no false alarm).
   const witnessSizes = o.witnessDir !== undefined ? sizesOfWitnessFiles(o.witnessDir) : undefined;
-  const chain = readChain(root, mirror?.mirrorId());
-  o.failpoint?.('chain-read');
-  checkLedger(report, chain, mirror);
+  const chain = readChain(root, await mirror?.mirrorId());
+  await o.failpoint?.('chain-read');
+  await checkLedger(report, chain, mirror);
   const listed = checkFiles(report, root, chain);
-  const manifest = checkManifest(report, root, chain, mirror);
+  const manifest = await checkManifest(report, root, chain, mirror);
   const manifestHead = manifest?.ok && manifest.signed ? manifest.signed : undefined;
   checkSignatures(report, chain.records, manifest, o.publicKey, o.signedFrom);
   const firstBad = firstBadBatch(chain, report.problems, listed);
@@ -206,13 +206,13 @@ export function verifyArchive(o: VerifyOptions): ArchiveReport {
   else report.skip('head', 'no --head given');
   const timed: TimedHead[] = manifestHead ? [{ head: manifestHead, source: MANIFEST, authenticated: o.publicKey !== undefined && checkHeadSignature(manifestHead, o.publicKey) === 'valid' }] : [];
   if (o.witnessDir !== undefined) {
-    const mirrorId = mirror?.mirrorId() ?? chain.records[0]?.mirror_id ?? (manifest?.ok ? manifest.mirror_id : undefined);
+    const mirrorId = (await mirror?.mirrorId()) ?? chain.records[0]?.mirror_id ?? (manifest?.ok ? manifest.mirror_id : undefined);
     timed.push(...checkWitness(report, chain, { dir: o.witnessDir, mirrorId, key: o.publicKey, signedFrom: o.signedFrom, firstBad, sizes: witnessSizes ?? new Map() }));
   } else report.skip('witness', 'no --witness given');
   const newestSignedHead = checkAge(report, timed, { key: o.publicKey, maxAgeMs: o.maxAgeMs, now: (o.clock ?? systemClock).now() });
-  if (mirror) checkMirror(report, chain, mirror);
+  if (mirror) await checkMirror(report, chain, mirror);
   else report.skip('mirror', 'no database');
-  if (o.deep && mirror) report.add('deep', deepCheck(mirror, root, chain.records), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
+  if (o.deep && mirror) report.add('deep', await deepCheck(mirror, root, chain.records), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
   else report.skip('deep', o.deep ? 'needs the database' : 'not asked (--deep)');
   report.add('temp', checkTemp(root), 'no leftovers of an interrupted publication');
   const files = chain.records.reduce((n, r) => n + r.files.length, 0);
@@ -223,11 +223,11 @@ export function verifyArchive(o: VerifyOptions): ArchiveReport {
 }
 
 /** The chain's own problems, records not rendered canonically, and an empty ledger where there should be one. */
-function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefined): void {
+async function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefined): Promise<void> {
   const found = chain.problems.filter((p) => p.problem !== 'unlisted');
   for (const rel of chain.formatting) found.push({ path: rel, problem: 'record', detail: 'its content is intact but its bytes are not the canonical rendering (edited by hand?)' });
-  if (chain.records.length === 0 && found.length === 0 && mirror && (mirror.ledgerHead() || mirror.exportTotals().everPublished)) {
-    const detail = mirror.ledgerGenesis()
+  if (chain.records.length === 0 && found.length === 0 && mirror && ((await mirror.ledgerHead()) || (await mirror.exportTotals()).everPublished)) {
+    const detail = (await mirror.ledgerGenesis())
       ? 'no batch record: these exports were published before the ledger existed; the next sync writes their genesis record'
       : 'no batch record, yet the mirror published';
     found.push({ path: LEDGER_DIR, problem: 'missing', detail });
@@ -278,9 +278,9 @@ function checkFiles(report: Report, root: string, chain: Chain): Map<string, num
  *
  * @returns what the manifest says, when there is one to read
  */
-function checkManifest(report: Report, root: string, chain: Chain, mirror: Mirror | undefined): ReadManifest | undefined {
+async function checkManifest(report: Report, root: string, chain: Chain, mirror: Mirror | undefined): Promise<ReadManifest | undefined> {
   const last = chain.records.at(-1);
-  const mirrorId = mirror?.mirrorId() ?? last?.mirror_id;
+  const mirrorId = (await mirror?.mirrorId()) ?? last?.mirror_id;
   let bytes: Buffer | undefined;
   try {
     bytes = readIfPresent(path.join(root, MANIFEST), MAX_MANIFEST_BYTES);
@@ -302,8 +302,8 @@ function checkManifest(report: Report, root: string, chain: Chain, mirror: Mirro
     return m;
   }
   const found: VerifyProblem[] = [];
-  const expectedHead = mirror ? mirror.ledgerHead() : last ? { batch_id: last.batch_id, hash: last.hash } : undefined;
-  const expectedWatermark = mirror ? mirror.exportWatermark() : (last?.last_seq ?? 0);
+  const expectedHead = mirror ? await mirror.ledgerHead() : last ? { batch_id: last.batch_id, hash: last.hash } : undefined;
+  const expectedWatermark = mirror ? await mirror.exportWatermark() : (last?.last_seq ?? 0);
   const whose = mirror ? 'as the mirror records' : 'as the last record says';
   if (m.mirror_id !== mirrorId) found.push({ path: MANIFEST, problem: 'manifest', found: `mirror ${m.mirror_id}`, expected: `mirror ${mirrorId}` });
   if (m.version === 1) {
@@ -628,10 +628,10 @@ function checkAge(report: Report, heads: TimedHead[], o: { key: PublicKey | unde
 }
 
 /** The mirror's ledger entries and the records on disk are the same, batch for batch. */
-function checkMirror(report: Report, chain: Chain, mirror: Mirror): void {
+async function checkMirror(report: Report, chain: Chain, mirror: Mirror): Promise<void> {
   const onDisk = new Map(chain.records.map((r) => [r.batch_id, r]));
   const found: VerifyProblem[] = [];
-  const entries = mirror.ledgerEntries();
+  const entries = await mirror.ledgerEntries();
   const known = new Set<number>();
   for (const e of entries) {
     known.add(e.batch_id);
@@ -639,7 +639,7 @@ function checkMirror(report: Report, chain: Chain, mirror: Mirror): void {
     if (!r) found.push({ path: e.path, problem: 'mirror', detail: `the mirror recorded batch ${e.batch_id} (hash ${e.hash}); the archive has no sound record of it: removed, truncated or damaged` });
     else if (r.hash !== e.hash) found.push({ path: e.path, problem: 'mirror', detail: `the mirror recorded hash ${e.hash}, the archive's record hashes to ${r.hash}` });
   }
-  const planned = mirror.pendingExportBatch();
+  const planned = await mirror.pendingExportBatch();
   for (const r of chain.records) {
     if (known.has(r.batch_id)) continue;
     const detail = planned === r.batch_id ? 'left by an interrupted publication; the next sync records it' : 'not in the mirror\'s ledger';
@@ -653,6 +653,6 @@ function checkMirror(report: Report, chain: Chain, mirror: Mirror): void {
  * The archive's problems against a mirror ({@link verifyArchive} with the database, without the
  * database's own `quick_check` findings): what tests and callers that only need the verdict use.
  */
-export function verifyExports(mirror: Mirror, exportDir: string): VerifyProblem[] {
-  return verifyArchive({ exportDir, mirror }).problems.filter((p) => !(p.problem === 'mirror' && p.path === mirror.file));
+export async function verifyExports(mirror: Mirror, exportDir: string): Promise<VerifyProblem[]> {
+  return (await verifyArchive({ exportDir, mirror })).problems.filter((p) => !(p.problem === 'mirror' && p.path === mirror.location));
 }

@@ -20,31 +20,31 @@ import type { RunHandle, RunOutcome, RunSummary } from './types.js';
  * @throws {@link RunError} carrying the summary when `fatal` is set, publication fails, or the run
  *   cannot be recorded (its cause is then the store's error, e.g. {@link MirrorUnusableError})
  */
-export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
+export async function completeRun(deps: SyncDeps, o: RunOutcome): Promise<RunSummary> {
   const log = deps.logger.child({ run: o.run.runId });
   const publisher = new Publisher(deps.mirror, o.target, { clock: deps.clock, logger: log, runId: o.run.runId });
-  const published = publishRun(publisher);
-  const failuresError = recordFailures(deps, o);
-  const summary = buildSummary(deps, o, published);
+  const published = await publishRun(publisher);
+  const failuresError = await recordFailures(deps, o);
+  const summary = await buildSummary(deps, o, published);
   let firstError = o.fatal ?? published.error ?? failuresError;
   if (firstError !== undefined) summary.status = 'failed';
   try {
-    deps.mirror.finishRun(o.run.runId, runColumns(summary, firstError !== undefined ? describeError(firstError) : null));
+    await deps.mirror.finishRun(o.run.runId, runColumns(summary, firstError !== undefined ? describeError(firstError) : null));
     // The run's own line is part of the archive: a run that changed something publishes it now
     // and records the head it leaves; the line of a run that changed nothing waits for the next
     // publication with changes, or the heartbeat (a quiet daemon adds no record every tick).
     // (Its failure is no failure of the run, recorded as it is: the line waits for the next publication.)
     if (published.error === undefined) {
-      if (!o.target.runsHeartbeatMs || changedAnything(deps, o.run.runId)) {
-        const own = publishRun(publisher, 'now');
+      if (!o.target.runsHeartbeatMs || (await changedAnything(deps, o.run.runId))) {
+        const own = await publishRun(publisher, 'now');
         if (own.error !== undefined) log.warn({ err: describeError(own.error) }, "could not publish the run's own line; the next publication exports it");
       } else {
-        const held = heldLines(deps, o.target.runsHeartbeatMs);
+        const held = await heldLines(deps, o.target.runsHeartbeatMs);
         if (held) summary.export.held = held;
       }
     }
-    const head = deps.mirror.ledgerHead();
-    deps.mirror.setRunLedgerHead(o.run.runId, head);
+    const head = await deps.mirror.ledgerHead();
+    await deps.mirror.setRunLedgerHead(o.run.runId, head);
     if (head) summary.export.head = head;
   } catch (err) {
     // A full disk or a damaged mirror: the run cannot be recorded, but the summary is still told.
@@ -66,8 +66,8 @@ export function completeRun(deps: SyncDeps, o: RunOutcome): RunSummary {
  *
  * @throws {@link MirrorUnusableError} when the mirror cannot be written
  */
-export function interruptRun(deps: Pick<SyncDeps, 'mirror'>, run: RunHandle, why: string): void {
-  deps.mirror.finishRun(run.runId, { status: 'interrupted', error: why });
+export async function interruptRun(deps: Pick<SyncDeps, 'mirror'>, run: RunHandle, why: string): Promise<void> {
+  await deps.mirror.finishRun(run.runId, { status: 'interrupted', error: why });
 }
 
 /** What publication did, or why it failed. */
@@ -78,20 +78,20 @@ interface Published {
 
 /**
  * Publishes every change not yet exported (this run's and any earlier run's); run lines alone
- * wait for their heartbeat unless `runLines` is `now`. Never throws.
+ * wait for their heartbeat unless `runLines` is `now`. Never rejects.
  */
-function publishRun(publisher: Publisher, runLines: 'hold' | 'now' = 'hold'): Published {
+async function publishRun(publisher: Publisher, runLines: 'hold' | 'now' = 'hold'): Promise<Published> {
   try {
-    return { exported: publisher.publish({ runLines }) };
+    return { exported: await publisher.publish({ runLines }) };
   } catch (err) {
     return { error: err }; // a damaged mirror arrives as MirrorUnusableError (the store converts it)
   }
 }
 
 /** Whether run `runId` changed any message or conversation (its change-log rows, in every process and attempt). */
-function changedAnything(deps: SyncDeps, runId: number): boolean {
+async function changedAnything(deps: SyncDeps, runId: number): Promise<boolean> {
   try {
-    const c = deps.mirror.runChanges(runId);
+    const c = await deps.mirror.runChanges(runId);
     return [c.messages, c.conversations].some((x) => x.inserted + x.updated + x.deleted > 0);
   } catch {
     return true; // an unusable mirror: publishing says why
@@ -99,17 +99,17 @@ function changedAnything(deps: SyncDeps, runId: number): boolean {
 }
 
 /** The run lines waiting when held ({@link RunSummary} `export.held`), or undefined when none waits or nothing is held. */
-function heldLines(deps: SyncDeps, heartbeatMs: number | undefined): RunSummary['export']['held'] {
+async function heldLines(deps: SyncDeps, heartbeatMs: number | undefined): Promise<RunSummary['export']['held']> {
   if (!heartbeatMs) return undefined;
-  const waiting = deps.mirror.pendingExport();
+  const waiting = await deps.mirror.pendingExport();
   if (waiting.oldestRunLineAt === undefined) return undefined;
   return { lines: waiting.runLines, until: new Date(heartbeatWindowEnd(Date.parse(waiting.oldestRunLineAt), heartbeatMs)).toISOString() };
 }
 
 /** Records the run's failures (replacing earlier records of the run). @returns the store's error, if any */
-function recordFailures(deps: SyncDeps, o: RunOutcome): unknown {
+async function recordFailures(deps: SyncDeps, o: RunOutcome): Promise<unknown> {
   try {
-    deps.mirror.recordFailures(o.run.runId, o.work?.failures ?? []);
+    await deps.mirror.recordFailures(o.run.runId, o.work?.failures ?? []);
     return undefined;
   } catch (err) {
     return err;
@@ -122,10 +122,10 @@ function recordFailures(deps: SyncDeps, o: RunOutcome): unknown {
  * committed, and those of a crashed daemon's run before it resumed, count too); if the mirror
  * cannot be read, the finished crawls' counts stand in.
  */
-function buildSummary(deps: SyncDeps, o: RunOutcome, published: Published): RunSummary {
+async function buildSummary(deps: SyncDeps, o: RunOutcome, published: Published): Promise<RunSummary> {
   const { failures, ...figures } = workFigures(o.work, o.run.scope, o.fatal !== undefined);
   try {
-    const changed = deps.mirror.runChanges(o.run.runId).messages;
+    const changed = (await deps.mirror.runChanges(o.run.runId)).messages;
     figures.messages = { ...figures.messages, ...changed };
   } catch {
     /* an unusable mirror: the error is reported by recording the run */

@@ -45,7 +45,7 @@ function targetOf(opts: RunOptions): RunTarget {
  */
 export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSummary> {
   const named = opts.conversationIds && opts.conversationIds.length > 0 ? new Set(opts.conversationIds) : undefined;
-  const run = startRun(deps, {
+  const run = await startRun(deps, {
     scope: named ? 'conversations' : 'workspace',
     refresh: opts.full ? 'full' : 'incremental',
     trigger: opts.trigger ?? 'cli',
@@ -56,7 +56,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
   // A first request sent ahead and not used by the run (a crawl that started past page 1) is
   // still part of what the run asked.
   if (opts.prefetched && !opts.prefetched.release() && work) work.tally = addTally(work.tally, opts.prefetched.tally);
-  return completeRun(deps, {
+  return await completeRun(deps, {
     run,
     target: targetOf(opts),
     work,

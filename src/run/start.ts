@@ -3,7 +3,8 @@
  * attempt of a job, or by a process that died, which left it `interrupted`).
  */
 import type { Logger } from 'pino';
-import { Mirror } from '../store/mirror.js';
+import type { Mirror } from '../store/mirror.js';
+import { openMirror } from '../store/open-mirror.js';
 import type { FileModes } from '../private-fs.js';
 import type { Clock } from '../clock.js';
 import type { SyncDeps } from '../sync/types.js';
@@ -17,8 +18,8 @@ export type RunDeps = Pick<SyncDeps, 'mirror' | 'clock' | 'logger'>;
  *
  * @throws {@link MirrorUnusableError} when the mirror cannot be written
  */
-export function startRun(deps: RunDeps, spec: RunSpec): RunHandle {
-  const runId = deps.mirror.startRun(spec);
+export async function startRun(deps: RunDeps, spec: RunSpec): Promise<RunHandle> {
+  const runId = await deps.mirror.startRun(spec);
   deps.logger.info({ run: runId, scope: spec.scope, refresh: spec.refresh, trigger: spec.trigger, account_id: spec.accountId }, 'run started');
   return { ...spec, runId, startedMs: deps.clock.now() };
 }
@@ -38,8 +39,8 @@ export interface EarlierRun {
  * @returns the run, or undefined when it has ended (and `evenIfEnded` is not set) or is unknown
  * @throws {@link MirrorUnusableError} when the mirror cannot be written
  */
-export function resumeRun(deps: RunDeps, spec: RunSpec, earlier: EarlierRun, o: { evenIfEnded?: boolean } = {}): RunHandle | undefined {
-  const state = deps.mirror.resumeRun(earlier.runId);
+export async function resumeRun(deps: RunDeps, spec: RunSpec, earlier: EarlierRun, o: { evenIfEnded?: boolean } = {}): Promise<RunHandle | undefined> {
+  const state = await deps.mirror.resumeRun(earlier.runId);
   if (state === 'ended' && o.evenIfEnded !== true) return undefined;
   if (state === 'resumed') deps.logger.info({ run: earlier.runId }, 'run left interrupted by a crash taken up again');
   return { ...spec, runId: earlier.runId, startedMs: earlier.startedMs ?? deps.clock.now() };
@@ -50,16 +51,16 @@ export function resumeRun(deps: RunDeps, spec: RunSpec, earlier: EarlierRun, o: 
  *
  * @throws {@link MirrorUnusableError} when the mirror cannot be written
  */
-export function openRun(deps: RunDeps, spec: RunSpec, earlier?: EarlierRun): RunHandle {
-  return (earlier && resumeRun(deps, spec, earlier)) || startRun(deps, spec);
+export async function openRun(deps: RunDeps, spec: RunSpec, earlier?: EarlierRun): Promise<RunHandle> {
+  return (earlier && (await resumeRun(deps, spec, earlier))) || (await startRun(deps, spec));
 }
 
 /**
  * Whether a run is still open (running, or interrupted and now reopened): work of a run that has
  * ended would change the mirror with nobody to publish or record it.
  */
-export function runIsOpen(mirror: Mirror, runId: number): boolean {
-  return mirror.resumeRun(runId) !== 'ended';
+export async function runIsOpen(mirror: Mirror, runId: number): Promise<boolean> {
+  return (await mirror.resumeRun(runId)) !== 'ended';
 }
 
 /**
@@ -70,8 +71,8 @@ export function runIsOpen(mirror: Mirror, runId: number): boolean {
  * @returns how many runs were marked
  * @throws {@link MirrorUnusableError} when the mirror cannot be written
  */
-export function sweepInterruptedRuns(mirror: Mirror, logger: Logger): number {
-  const n = mirror.markInterruptedRuns();
+export async function sweepInterruptedRuns(mirror: Mirror, logger: Logger): Promise<number> {
+  const n = await mirror.markInterruptedRuns();
   if (n) logger.warn({ runs: n }, 'runs left running by a dead process marked interrupted');
   return n;
 }
@@ -84,14 +85,15 @@ export function sweepInterruptedRuns(mirror: Mirror, logger: Logger): number {
  *
  * @param modes - modes of what opening creates (see `MirrorOptions.modes`)
  * @param clock - the mirror's time (runs, changes). @defaultValue the system clock
- * @throws what {@link Mirror.open} throws; {@link MirrorUnusableError} from the sweep
+ * @param target - the mirror (`CONVO_MIRROR_DB`), see {@link openMirror}
+ * @throws what {@link openMirror} throws; {@link MirrorUnusableError} from the sweep
  */
-export function openMirrorForRuns(file: string, modes: FileModes, logger: Logger, clock?: Clock): Mirror {
-  const mirror = Mirror.open(file, { modes, ...(clock ? { clock } : {}) });
+export async function openMirrorForRuns(target: string, modes: FileModes, logger: Logger, clock?: Clock): Promise<Mirror> {
+  const mirror = await openMirror(target, { modes, ...(clock ? { clock } : {}) });
   try {
-    sweepInterruptedRuns(mirror, logger);
+    await sweepInterruptedRuns(mirror, logger);
   } catch (err) {
-    mirror.close();
+    await mirror.close();
     throw err;
   }
   return mirror;

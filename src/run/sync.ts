@@ -44,7 +44,10 @@ export async function syncRun(deps: SyncDeps, run: RunHandle, opts: RunOptions):
   };
   // Publish what is committed every publishIntervalMs, so a long run reaches the exports progressively.
   const publisher = opts.publishIntervalMs === undefined ? undefined : new Publisher(deps.mirror, opts, { clock: deps.clock, logger, runId: run.runId });
-  const d: SyncDeps = { ...deps, logger, ...(publisher ? { afterCommit: () => void publisher.maybePublish() } : {}) };
+  const afterCommit = async (): Promise<void> => {
+    await publisher?.maybePublish();
+  };
+  const d: SyncDeps = { ...deps, logger, ...(publisher ? { afterCommit } : {}) };
   try {
     const result =
       run.scope === 'workspace' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds ?? [], wsOpts);
@@ -106,7 +109,7 @@ export async function crawlConversation(deps: SyncDeps, run: Pick<RunHandle, 'ru
   } catch (err) {
     if (o.signal?.aborted) return { kind: 'stopped', tally };
     const fatal = isFatal(err);
-    if (!fatal) forgetBaseline(deps, run.accountId, id);
+    if (!fatal) await forgetBaseline(deps, run.accountId, id);
     return { kind: 'failed', failure: { id, error: err as Error, tally }, fatal, tally };
   }
 }
@@ -115,9 +118,9 @@ export async function crawlConversation(deps: SyncDeps, run: Pick<RunHandle, 'ru
  * A conversation that failed is asked about again by the next incremental run, whatever its
  * change signal says (a failure of the mirror itself is reported by the run).
  */
-function forgetBaseline(deps: SyncDeps, accountId: string, id: string): void {
+async function forgetBaseline(deps: SyncDeps, accountId: string, id: string): Promise<void> {
   try {
-    deps.mirror.forgetCrawlBaseline(accountId, id);
+    await deps.mirror.forgetCrawlBaseline(accountId, id);
   } catch {
     /* the mirror's own failure is reported by the run */
   }

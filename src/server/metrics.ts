@@ -23,16 +23,17 @@ export interface MetricsOptions {
   /**
    * What waits for publication, read at each scrape: changes of messages and conversations
    * (`convo_mirror_export_lag_changes`) and run lines (`convo_mirror_export_held_run_lines`). A
-   * throw makes both samples `NaN` for that scrape and counts a collect error. Without it the gauges read 0.
+   * throw (or rejection, or a read slower than `collectTimeoutMs`) makes both samples `NaN` for that
+   * scrape and counts a collect error. Without it the gauges read 0.
    */
-  exportLag?: () => { changes: number; runLines: number };
+  exportLag?: () => { changes: number; runLines: number } | Promise<{ changes: number; runLines: number }>;
   /**
    * Jobs of the queue by state (`convo_mirror_queue_jobs{state}`), read at each scrape, e.g.
    * BullMQ's `queue.getJobCounts()`. Bounded by `collectTimeoutMs`; a failure or a timeout leaves
    * the gauge without samples for that scrape and counts a collect error.
    */
   queueJobCounts?: () => Promise<Record<string, number>>;
-  /** Longest wait for `queueJobCounts` at a scrape, ms. @defaultValue 1000 */
+  /** Longest wait for `exportLag` or `queueJobCounts` at a scrape, ms. @defaultValue 1000 */
   collectTimeoutMs?: number;
   /** Time source of `convo_mirror_last_success_timestamp_seconds`, epoch ms. @defaultValue `Date.now` */
   now?: () => number;
@@ -164,7 +165,7 @@ export class Metrics {
     const { exportLag, queueJobCounts } = this.o;
     if (exportLag) {
       try {
-        const lag = exportLag();
+        const lag = await withTimeout(Promise.resolve().then(exportLag), this.o.collectTimeoutMs ?? DEFAULT_COLLECT_TIMEOUT_MS, 'reading the export lag');
         this.exportLag.set(lag.changes);
         this.heldRunLines.set(lag.runLines);
       } catch (err) {

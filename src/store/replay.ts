@@ -4,7 +4,7 @@
  * An anonymous temporary SQLite database (SQLite deletes it on close; it spills to a file in the
  * temp directory when large), so the replay costs disk, not memory.
  */
-import { Database, type Db, type Statement } from './sqlite.js';
+import { Database, type Db, type Statement } from './sqlite/sqlite.js';
 
 /** A stream of the change log. */
 type Stream = 'messages' | 'conversations' | 'runs';
@@ -71,6 +71,22 @@ export class Replay {
   /** Runs `f` in one transaction (bulk inserts). */
   batch<T>(f: () => T): T {
     return this.db.transaction(f)();
+  }
+
+  /**
+   * Runs the async `f` in one transaction (bulk inserts while reading an async source, such as the
+   * mirror's streams); rolled back when `f` rejects. Nothing else may use the replay until it settles.
+   */
+  async batchAsync<T>(f: () => Promise<T>): Promise<T> {
+    this.db.exec('BEGIN');
+    try {
+      const result = await f();
+      this.db.exec('COMMIT');
+      return result;
+    } catch (err) {
+      if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      throw err;
+    }
   }
 
   /** Adds a line; false when its seq is already there (a line exported twice). */

@@ -203,7 +203,7 @@ export interface ExportChange {
   line: string | null;
 }
 
-/** Options of {@link Mirror.open}. */
+/** Options of `openMirror` (`lock`, `modes`, `onPlanCommit` and `onLockAttempt` concern the SQLite engine only). */
 export interface MirrorOptions {
   /** Time source for `*_at` columns. @defaultValue the system clock */
   clock?: Clock;
@@ -262,3 +262,92 @@ export interface MirrorOptions {
  * `'immutable'`, `'shared'` or `'private-copy'` (see {@link MirrorOptions.readonly}).
  */
 export type MirrorAccess = 'read-write' | 'immutable' | 'shared' | 'private-copy';
+
+/** What the last complete crawl of a conversation left; see `Mirror.crawlState`. */
+export interface CrawlState {
+  messageCount: number | null;
+  crawledSignal: string | null;
+  raw: string | null;
+}
+
+/**
+ * Which conversations {@link Conversations.list} (`Mirror.listConversations`) returns. Every field
+ * is optional; an empty filter lists every live conversation of every account.
+ */
+export interface ConversationFilter {
+  /** Only these accounts (compared case-insensitively); undefined or empty = every account. */
+  accountIds?: readonly string[] | undefined;
+  /** Only conversations whose served `status` (as text) is one of these; undefined or empty = any. */
+  statuses?: readonly string[] | undefined;
+  /**
+   * Only conversations whose served update time ({@link ConversationSummary.updatedAt}) is at or
+   * after this instant, ms since the epoch; conversations without a readable time are left out.
+   * Undefined = no bound.
+   */
+  sinceMs?: number | undefined;
+  /** Tombstoned (deleted upstream) conversations too. @defaultValue false */
+  includeDeleted?: boolean | undefined;
+  /** At most this many rows (a whole number >= 0); undefined = all of them. */
+  limit?: number | undefined;
+}
+
+/** One conversation as `convo-mirror conversations` lists it. */
+export interface ConversationSummary {
+  accountId: string;
+  id: string;
+  /** The served object's `status` as text (JSON text when not a string); null when absent. */
+  status: string | null;
+  /**
+   * When the API last updated the conversation, as served: its `updated_at`, else
+   * `last_activity_at`, else `last_message_at` (the timestamp fields the change signal knows), as
+   * text; null when it has none (e.g. a conversation synced by id and not listed yet).
+   */
+  updatedAt: string | null;
+  /** Live (not tombstoned) messages the mirror holds for it. */
+  messages: number;
+  /** End of its last complete crawl (`last_synced_at`, ISO 8601 UTC); null when none completed. */
+  lastSyncedAt: string | null;
+  /** When it was tombstoned (deleted upstream); null while live. */
+  deletedAt: string | null;
+}
+
+/** What {@link Conversations.list} returns: the rows, and how many match the filter in all. */
+export interface ConversationListing {
+  rows: ConversationSummary[];
+  /** Conversations matching the filter, `limit` aside (`total - rows.length` were cut). */
+  total: number;
+}
+
+/** Rows a run wrote to the change log, by stream and op. */
+export interface RunChanges {
+  messages: { inserted: number; updated: number; deleted: number };
+  conversations: { inserted: number; updated: number; deleted: number };
+}
+
+/** What a genesis record of a migrated export directory covers: everything published before the ledger. */
+export interface LedgerGenesis {
+  /** The last batch published (the genesis record's id). */
+  batch_id: number;
+  /** When it was published (the genesis record's time). */
+  published_at: string;
+  /** The exported watermark. */
+  last_seq: number;
+}
+
+/** A message or conversation row: its key, the record as served (JSON), tombstoned or not. */
+export interface RecordRow {
+  account_id: string;
+  conversation_id: string;
+  id: string;
+  raw: string | null;
+  deleted: number;
+}
+
+/** A `message_history` row: the version replaced by the update `seq`. */
+export interface HistoryRow {
+  seq: number;
+  account_id: string;
+  conversation_id: string;
+  id: string;
+  raw: string;
+}

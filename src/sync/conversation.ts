@@ -20,7 +20,8 @@ import type { Logger } from 'pino';
 import { DriftError, ListedButNotFoundError, NotFoundError, PageRunawayError } from '../errors.js';
 import type { SyncDeps, SyncOptions } from './types.js';
 import { newTally, type RequestTally } from '../api/client.js';
-import { checkComplete, checkPage, planCrawl, type CrawlStart, type PageVerdict } from './crawl-plan.js';
+import { checkComplete, checkPage, planCrawl, type CrawlFacts, type CrawlPlan, type CrawlPolicy, type CrawlStart, type PageVerdict } from './crawl-plan.js';
+import type { Mirror } from '../store/mirror.js';
 
 /** Outcome of one conversation. */
 export interface ConversationResult {
@@ -71,6 +72,12 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     const { crawlLock, ...alone } = deps;
     return crawlLock(`${opts.accountId}/${conversationId}`, () => syncConversation(alone, conversationId, opts));
   }
+  // No other writer (another process on a shared mirror) crawls this conversation meanwhile.
+  return deps.mirror.withConversationLock(opts.accountId, conversationId, () => crawlConversation(deps, conversationId, opts));
+}
+
+/** {@link syncConversation}, once it holds the conversation's locks. */
+async function crawlConversation(deps: SyncDeps, conversationId: string, opts: SyncOptions): Promise<ConversationResult> {
   const { mirror } = deps;
   const { accountId } = opts;
   const c: Crawl = { deps, id: conversationId, opts, log: deps.logger.child({ conversation_id: conversationId }), result: newResult(conversationId, opts) };
@@ -78,14 +85,10 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
   const maxRestarts = opts.maxRestarts ?? 5;
   let incremental = opts.incremental === true;
   // What the last complete crawl left (read once: only this crawl writes this conversation now).
-  const state = incremental ? mirror.crawlState(accountId, conversationId) : undefined;
+  const state = incremental ? await mirror.crawlState(accountId, conversationId) : undefined;
   for (;;) {
-    const facts = {
-      checkpoint: mirror.loadCheckpoint(accountId, conversationId),
-      state,
-      messageIdAt: (position: number) => mirror.messageIdAt(accountId, conversationId, position),
-    };
-    const plan = planCrawl(facts, {
+    const checkpoint = await mirror.loadCheckpoint(accountId, conversationId);
+    const plan = await planWithMirror(mirror, accountId, conversationId, { checkpoint, state }, {
       incremental,
       changeField: opts.changeField,
       resume: opts.resume,
@@ -103,12 +106,12 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
     let verdict: PageVerdict;
     try {
       verdict = await crawlPages(c, plan);
-      if (verdict.ok) return completeCrawl(c);
+      if (verdict.ok) return await completeCrawl(c);
     } catch (err) {
       return await onCrawlFailure(c, err);
     }
     result.restarts++;
-    mirror.resetCrawl(accountId, conversationId);
+    await mirror.resetCrawl(accountId, conversationId);
     if (verdict.earlierPagesChanged) {
       // Earlier pages changed (a deletion or an edit of history): crawl the whole conversation.
       incremental = false;
@@ -123,6 +126,31 @@ export async function syncConversation(deps: SyncDeps, conversationId: string, o
       });
     }
     log.warn({ reason: verdict.reason, restart: result.restarts }, 'pages shifted during the crawl, restarting from page 1');
+  }
+}
+
+/**
+ * {@link planCrawl} (pure, synchronous) with the mirror's facts: it asks for at most one message id
+ * (the incremental boundary's), which is read here only when the plan asks for it, then planned
+ * again with it.
+ */
+async function planWithMirror(mirror: Mirror, accountId: string, conversationId: string, facts: Omit<CrawlFacts, 'messageIdAt'>, policy: CrawlPolicy): Promise<CrawlPlan> {
+  const known = new Map<number, string | undefined>();
+  for (;;) {
+    let wanted: number | undefined;
+    const plan = planCrawl(
+      {
+        ...facts,
+        messageIdAt: (position) => {
+          if (known.has(position)) return known.get(position);
+          wanted ??= position;
+          return undefined;
+        },
+      },
+      policy,
+    );
+    if (wanted === undefined) return plan;
+    known.set(wanted, await mirror.messageIdAt(accountId, conversationId, wanted));
   }
 }
 
@@ -146,7 +174,7 @@ async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
   if (plan.discard) {
     const { checkpoint, ageMs } = plan.discard;
     log.info({ page: checkpoint.nextPage, age_ms: ageMs, full: opts.resume === false }, 'discarding checkpoint: crawling from page 1');
-    mirror.resetCrawl(accountId, id);
+    await mirror.resetCrawl(accountId, id);
   }
   if (plan.resume && result.restarts === 0) {
     result.resumed = true;
@@ -154,7 +182,7 @@ async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
   }
   const seen = new Set<string>(plan.resume?.seenIds);
   if (plan.boundary) {
-    for (const m of mirror.seedIncrementalCrawl(accountId, id, plan.boundary.position)) seen.add(m);
+    for (const m of await mirror.seedIncrementalCrawl(accountId, id, plan.boundary.position)) seen.add(m);
     result.crawl = 'incremental';
   }
   let lastTotal = plan.lastTotal;
@@ -163,8 +191,8 @@ async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
     const ids = page.data.map((m) => m.id);
     const verdict = checkPage({ page: page.page, ids, totalCount: page.meta.total_count }, { plan, lastTotal, seen });
     if (!verdict.ok) return verdict;
-    const counts = mirror.commitMessagesPage(accountId, id, page, runId);
-    deps.afterCommit?.();
+    const counts = await mirror.commitMessagesPage(accountId, id, page, runId);
+    await deps.afterCommit?.();
     for (const m of ids) seen.add(m);
     lastTotal = page.meta.total_count;
     result.inserted += counts.inserted;
@@ -180,10 +208,10 @@ async function crawlPages(c: Crawl, plan: CrawlStart): Promise<PageVerdict> {
 }
 
 /** Completes a crawl that saw every message: tombstones what no page served, records the count. */
-function completeCrawl(c: Crawl): ConversationResult {
+async function completeCrawl(c: Crawl): Promise<ConversationResult> {
   const { opts, result } = c;
-  const done = c.deps.mirror.completeCrawl(opts.accountId, c.id, opts.runId, opts.changeField);
-  c.deps.afterCommit?.();
+  const done = await c.deps.mirror.completeCrawl(opts.accountId, c.id, opts.runId, opts.changeField);
+  await c.deps.afterCommit?.();
   result.deleted += done.deleted;
   result.messageCount = done.messageCount;
   if (opts.progress) opts.progress.messagesDeleted += done.deleted;
@@ -202,7 +230,7 @@ async function onCrawlFailure(c: Crawl, err: unknown): Promise<ConversationResul
   const { deps, id, opts, result } = c;
   const { mirror } = deps;
   if (err instanceof NotFoundError) {
-    if (!mirror.hasConversation(opts.accountId, id)) {
+    if (!(await mirror.hasConversation(opts.accountId, id))) {
       // Never mirrored (e.g. a mistyped --conversation id): nothing to tombstone; say so.
       throw new NotFoundError(`conversation ${id} not found: ${err.message}; nothing was mirrored`, err, { context: { conversation_id: id }, cause: err });
     }
@@ -210,8 +238,8 @@ async function onCrawlFailure(c: Crawl, err: unknown): Promise<ConversationResul
       const why = opts.named ? 'it is in the mirror (only a workspace sync whose complete listing no longer shows it tombstones it)' : 'the conversation list shows it';
       throw new ListedButNotFoundError(id, err, why);
     }
-    const gone = mirror.tombstoneConversation(opts.accountId, id, opts.runId);
-    deps.afterCommit?.();
+    const gone = await mirror.tombstoneConversation(opts.accountId, id, opts.runId);
+    await deps.afterCommit?.();
     result.status = 'deleted';
     result.deleted += gone.messages;
     if (opts.progress) opts.progress.messagesDeleted += gone.messages;
@@ -222,7 +250,7 @@ async function onCrawlFailure(c: Crawl, err: unknown): Promise<ConversationResul
     // Keep what was committed (nothing is removed on a failure), but not the checkpoint: a
     // resumed crawl would take its page bound from where this one stopped, and a conversation
     // that never ends would grow by a tenth every run.
-    mirror.resetCrawl(opts.accountId, id);
+    await mirror.resetCrawl(opts.accountId, id);
   }
   throw err;
 }

@@ -18,10 +18,10 @@ export interface SyncDeps {
   crawlLock?: <T>(key: string, task: () => Promise<T>) => Promise<T>;
   /**
    * Called after each transaction the sync commits (a list page, a message page, a completed crawl,
-   * a tombstone), between transactions: the run layer publishes progressively from it. Must not
-   * throw.
+   * a tombstone), and awaited before the crawl or listing that committed it goes on: the run layer
+   * publishes progressively from it. Must not throw or reject.
    */
-  afterCommit?: () => void;
+  afterCommit?: () => void | Promise<void>;
 }
 
 /** Live counters a progress bar or log line reads while a sync runs. */

@@ -234,13 +234,19 @@ export interface ListingResult {
  *   what was listed so far; then nothing is confirmed and nothing is re-checked.
  */
 export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hooks: ListHooks = {}): Promise<ListingResult> {
+  // No other writer (another process on a shared mirror) lists this workspace meanwhile.
+  return deps.mirror.withListingLock(opts.accountId, () => listWorkspaceAlone(deps, opts, hooks));
+}
+
+/** {@link listWorkspace}, once it holds the workspace's listing lock. */
+async function listWorkspaceAlone(deps: SyncDeps, opts: WorkspaceOptions, hooks: ListHooks): Promise<ListingResult> {
   const log = deps.logger;
   const maxPasses = opts.maxListPasses ?? 5;
   const seen = new Set<string>();
   const out: ListingResult = { passes: 0, confirmed: false, seen: [], recheck: [], inserted: 0, updated: 0, tally: hooks.tally ?? newTally() };
   const stopped = () => hooks.stopped?.() === true || opts.signal?.aborted === true;
   // An incremental listing may stop early when the last complete one found the list ordered.
-  const known = opts.confirmListing === false ? deps.mirror.listOrder(opts.accountId) : undefined;
+  const known = opts.confirmListing === false ? await deps.mirror.listOrder(opts.accountId) : undefined;
   let lastPass = new Set<string>();
   try {
     while (out.passes < maxPasses && !stopped()) {
@@ -253,12 +259,12 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
       if (pass.stoppedEarly) {
         out.confirmed = true;
         out.stoppedEarly = true;
-        out.retry = deps.mirror.unsettledConversationIds(opts.accountId).filter((id) => !seen.has(id));
+        out.retry = (await deps.mirror.unsettledConversationIds(opts.accountId)).filter((id) => !seen.has(id));
         break;
       }
       if ((out.passes === 1 && pass.consistent && opts.confirmListing === false) || (out.passes > 1 && pass.fresh === 0 && seen.size >= pass.lastTotal)) {
         out.confirmed = true;
-        recordOrder(deps, opts, out, pass, known);
+        await recordOrder(deps, opts, out, pass, known);
         break;
       }
     }
@@ -271,7 +277,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
     if (out.confirmed && !out.stoppedEarly) {
       // Mirrored conversations the final pass no longer shows: check each again, even if it was
       // crawled already (it may have been deleted since); a 404 tombstones it.
-      out.recheck = deps.mirror.liveConversationIdsNotIn(opts.accountId, lastPass);
+      out.recheck = await deps.mirror.liveConversationIdsNotIn(opts.accountId, lastPass);
     }
   } catch (err) {
     // Credentials, a wrong base URL (the client's ConfigError for a 404 of the list), an unusable mirror.
@@ -288,7 +294,7 @@ export async function listWorkspace(deps: SyncDeps, opts: WorkspaceOptions, hook
  * field, newest first, and the newest signal seen (the next incremental listing's threshold);
  * logs when that changes.
  */
-function recordOrder(deps: SyncDeps, opts: WorkspaceOptions, out: ListingResult, pass: PassResult, before: ListOrder | undefined): void {
+async function recordOrder(deps: SyncDeps, opts: WorkspaceOptions, out: ListingResult, pass: PassResult, before: ListOrder | undefined): Promise<void> {
   const field = out.changeField;
   if (!field || !pass.order) return;
   // A time later than when the pass began is not trusted as the threshold (a bogus future date
@@ -303,7 +309,7 @@ function recordOrder(deps: SyncDeps, opts: WorkspaceOptions, out: ListingResult,
     at: new Date(deps.clock.now()).toISOString(),
     ...(pass.order.why ? { why: pass.order.why } : {}),
   };
-  deps.mirror.recordListOrder(opts.accountId, order);
+  await deps.mirror.recordListOrder(opts.accountId, order);
   if (order.ordered && before?.ordered !== true) {
     deps.logger.info({ field }, 'the conversation list is ordered by its change signal, newest first: incremental listings stop once past what changed');
   } else if (!order.ordered && before?.ordered !== false) {
@@ -346,7 +352,7 @@ async function listPass(
   const pass: PassResult = { ids: new Set(), fresh: 0, lastTotal: 0, consistent: false, stoppedEarly: false, duplicate: false, startedMs: deps.clock.now() };
   let tracker: OrderTracker | undefined;
   const totals = new Set<number>();
-  const take = (page: Page<Conversation>): void => storePage(deps, opts, hooks, { out, seen, pass, totals }, page);
+  const take = (page: Page<Conversation>): Promise<void> => storePage(deps, opts, hooks, { out, seen, pass, totals }, page);
   // Pages beyond what the first page declared are the list growing while we page, or a list
   // that never ends: they are held back until the pass ends within its bound, so a runaway
   // list stores and crawls nothing it invented past its own total.
@@ -359,30 +365,30 @@ async function listPass(
       tracker = orderTracker(out, shared.known);
     }
     if (page.page > declared) held.push(page);
-    else take(page);
-    if (tracker && observeOrder(deps, opts, tracker, page, shared.known)) {
+    else await take(page);
+    if (tracker && (await observeOrder(deps, opts, tracker, page, shared.known))) {
       pass.stoppedEarly = true;
       break;
     }
     if (stopped()) break;
   }
-  if (!stopped() && !pass.stoppedEarly) for (const page of held) take(page);
+  if (!stopped() && !pass.stoppedEarly) for (const page of held) await take(page);
   pass.consistent = totals.size <= 1 && !pass.duplicate && pass.ids.size >= pass.lastTotal;
   if (tracker) pass.order = { ordered: tracker.ordered, newest: tracker.newest, why: tracker.why };
   return pass;
 }
 
 /** Stores one page of a pass (one transaction) and reports its ids: new ones to `onNewId`. */
-function storePage(
+async function storePage(
   deps: SyncDeps,
   opts: WorkspaceOptions,
   hooks: ListHooks,
   at: { out: ListingResult; seen: Set<string>; pass: PassResult; totals: Set<number> },
   page: Page<Conversation>,
-): void {
+): Promise<void> {
   const { out, seen, pass, totals } = at;
-  const counts = deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
-  deps.afterCommit?.();
+  const counts = await deps.mirror.upsertConversations(opts.accountId, page, opts.runId);
+  await deps.afterCommit?.();
   out.inserted += counts.inserted;
   out.updated += counts.updated;
   totals.add(page.meta.total_count);
@@ -423,11 +429,11 @@ function orderTracker(out: ListingResult, known: ListOrder | undefined): OrderTr
  * @returns true when the pass may stop: two pages in a row (the second is the overlap for ties)
  *   held only conversations older than everything the last complete listing saw
  */
-function observeOrder(deps: SyncDeps, opts: WorkspaceOptions, tracker: OrderTracker, page: Page<Conversation>, known: ListOrder | undefined): boolean {
+async function observeOrder(deps: SyncDeps, opts: WorkspaceOptions, tracker: OrderTracker, page: Page<Conversation>, known: ListOrder | undefined): Promise<boolean> {
   const wasOrdered = tracker.ordered;
   tracker.observe(page.raw);
   if (wasOrdered && !tracker.ordered && known?.ordered) {
-    deps.mirror.recordListOrder(opts.accountId, { ...known, ordered: false, at: new Date(deps.clock.now()).toISOString(), ...(tracker.why ? { why: tracker.why } : {}) });
+    await deps.mirror.recordListOrder(opts.accountId, { ...known, ordered: false, at: new Date(deps.clock.now()).toISOString(), ...(tracker.why ? { why: tracker.why } : {}) });
     deps.logger.warn({ field: known.field, why: tracker.why }, 'the conversation list is no longer ordered by its change signal: this listing reads every page, and so will the next ones');
   }
   return tracker.olderPages >= 2;
@@ -621,7 +627,7 @@ class Crawler {
       this.fail(id, err as Error, tally);
       // Ask the API about it again next run, whatever its change signal says.
       try {
-        this.deps.mirror.forgetCrawlBaseline(this.opts.accountId, id);
+        await this.deps.mirror.forgetCrawlBaseline(this.opts.accountId, id);
       } catch (e) {
         if (isFatal(e)) this.stop(e);
       }

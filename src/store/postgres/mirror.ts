@@ -26,6 +26,7 @@ import type { Conversation, Message, Page } from '../../api/schemas.js';
 import { systemClock, isoNow, type Clock } from '../../clock.js';
 import { StoreError } from '../../errors.js';
 import { parsePostgresTarget, type PostgresTarget } from '../../../config/db-url.js';
+import type { Mirror } from '../mirror.js';
 import type {
   Checkpoint,
   ConversationFilter,
@@ -106,7 +107,7 @@ export interface PostgresMirrorOptions {
  * `MirrorDatabaseError` (code `DB_UNREACHABLE`, `DB_AUTH`, `DB_MISSING`, `DB_PRIVILEGE`) when the
  * database cannot be reached or used, naming `CONVO_MIRROR_DB` and its masked URL.
  */
-export class PostgresMirror {
+export class PostgresMirror implements Mirror {
   /** The engine holding this mirror. */
   readonly engine = 'postgres' as const;
   /** The target as any output shows it: the URL with its password masked. */

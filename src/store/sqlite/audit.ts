@@ -3,24 +3,9 @@
  * facts an export line is built from. Read-only.
  */
 import type { Db, Statement } from './sqlite.js';
+import type { HistoryRow, RecordRow } from '../types.js';
 
-/** A message or conversation row: its key, the record as served (JSON), tombstoned or not. */
-export interface RecordRow {
-  account_id: string;
-  conversation_id: string;
-  id: string;
-  raw: string | null;
-  deleted: number;
-}
 
-/** A `message_history` row: the version replaced by the update `seq`. */
-export interface HistoryRow {
-  seq: number;
-  account_id: string;
-  conversation_id: string;
-  id: string;
-  raw: string;
-}
 
 /** Typed statements of the deep check's reads. */
 export class AuditReads {

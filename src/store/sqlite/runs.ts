@@ -3,7 +3,7 @@
  * failed in a run). Each method is one statement or runs inside the caller's transaction.
  */
 import type { Db, Statement } from './sqlite.js';
-import type { LedgerHead, RunFailureRecord, RunFigures, RunStart } from './types.js';
+import type { LedgerHead, RunFailureRecord, RunFigures, RunStart } from '../types.js';
 
 /** The `runs` columns {@link RunFigures} may set, in the order they are written. */
 const FIGURE_COLUMNS = [

@@ -5,14 +5,14 @@
  * transaction; none opens one itself.
  */
 import type { Db, Statement } from './sqlite.js';
-import { PER_PAGE, type Message, type Page } from '../api/schemas.js';
+import { PER_PAGE, type Message, type Page } from '../../api/schemas.js';
 import type { ChangeLog, NewChange } from './change-log.js';
 import { MultiRowStatements, ROWS_PER_STATEMENT, valuesList } from './multi-row.js';
 
 /** A lone UTF-16 surrogate: SQLite stores it as bytes that read back as U+FFFD, so such an id is not looked up by its text read back. */
 const LONE_SURROGATE = /\p{Cs}/u;
-import { zeroCounts } from './conversations.js';
-import type { ChangeOp, Checkpoint, WriteCounts } from './types.js';
+import { zeroCounts } from '../values.js';
+import type { ChangeOp, Checkpoint, WriteCounts } from '../types.js';
 
 type Crawl = [accountId: string, conversationId: string];
 type MessageKey = [accountId: string, conversationId: string, id: string];

@@ -21,13 +21,13 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { StoreError, describeError } from '../errors.js';
-import { createPrivateFile, fsyncDir, PRIVATE_MODES, type FileModes } from '../private-fs.js';
+import { StoreError, describeError } from '../../errors.js';
+import { createPrivateFile, fsyncDir, PRIVATE_MODES, type FileModes } from '../../private-fs.js';
 import { fileState, sameState } from './files.js';
 import { writerIsLive } from './lock.js';
-import { Mirror } from './mirror.js';
+import { readConsistent } from '../open-mirror.js';
 import { openConnection, type Connection } from './open.js';
-import type { MirrorAccess } from './types.js';
+import type { MirrorAccess } from '../types.js';
 
 /** Copies of an `'immutable'` open made before giving up on a file that keeps changing. */
 export const BACKUP_ATTEMPTS = 3;
@@ -223,7 +223,7 @@ export async function backupMirror(source: string, dest: string, o: BackupOption
       }
       if (changed) throw new BackupFailed(`cannot back up the mirror ${src}: it changed during each of ${BACKUP_ATTEMPTS} copies (a writer kept starting); try again`);
       fsyncDir(path.dirname(out));
-      const check = Mirror.readConsistent(out, (m) => ({ problems: m.quickCheck(), head: m.ledgerHead(), watermark: m.exportWatermark() }));
+      const check = await readConsistent(out, async (m) => ({ problems: await m.quickCheck(), head: await m.ledgerHead(), watermark: await m.exportWatermark() }));
       if (check.problems.length > 0) {
         throw new BackupFailed(`the backup ${out} failed its check (PRAGMA quick_check: ${check.problems.slice(0, 3).join('; ')}); it was removed`);
       }

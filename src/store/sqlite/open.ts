@@ -8,12 +8,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Database, sqliteUri, type Db } from './sqlite.js';
-import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError } from '../errors.js';
-import { createPrivateFile, mkdirPrivate, PRIVATE_MODES } from '../private-fs.js';
+import { asMirrorError, isCorruptionCode, MirrorUnusableError, StoreError } from '../../errors.js';
+import { createPrivateFile, mkdirPrivate, PRIVATE_MODES } from '../../private-fs.js';
 import { checkSchema, migrate } from './schema.js';
 import { acquireWriterLock, writerIsLive } from './lock.js';
 import { fileState, privateCopy, removePrivateCopy, sameState, type FileState } from './files.js';
-import type { MirrorAccess, MirrorOptions } from './types.js';
+import type { MirrorAccess, MirrorOptions } from '../types.js';
 
 /** An open connection to a mirror file, before the facade wraps it. */
 export interface Connection {
@@ -41,7 +41,7 @@ export const WRITER_CACHE_KIB = 8192;
 const OPEN_ATTEMPTS = 3;
 
 /**
- * Opens the mirror at `file` (see {@link Mirror.open} for what a writer and a read-only open do,
+ * Opens the mirror at `file` (see `SqliteMirror.open` for what a writer and a read-only open do,
  * and what they throw) and returns `wrap`'s result for the connection.
  */
 export function openConnection<M>(file: string, opts: MirrorOptions, wrap: Wrap<M>): M {

@@ -9,7 +9,7 @@
  */
 import type { Db, Statement } from './sqlite.js';
 import { MultiRowStatements, valuesList } from './multi-row.js';
-import type { ChangeOp, ChangeStream, ExportChange } from './types.js';
+import type { ChangeOp, ChangeStream, ExportChange, RunChanges } from '../types.js';
 
 /** A change to append: a change-log row's facts (its seq, day and legacy line come later). */
 export type NewChange = Pick<ExportChange, 'stream' | 'op' | 'account_id' | 'conversation_id' | 'record_id' | 'synced_at'> & {
@@ -18,11 +18,6 @@ export type NewChange = Pick<ExportChange, 'stream' | 'op' | 'account_id' | 'con
   record: string;
 };
 
-/** Rows a run wrote to the change log, by stream and op. */
-export interface RunChanges {
-  messages: { inserted: number; updated: number; deleted: number };
-  conversations: { inserted: number; updated: number; deleted: number };
-}
 
 /** Appends change-log rows (call inside the transaction that changes the record); counts a run's. */
 export class ChangeLog {

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { StoreError } from '../errors.js';
+import { StoreError } from '../../errors.js';
 import { writerIsLive } from './lock.js';
 
 

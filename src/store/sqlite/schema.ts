@@ -3,7 +3,7 @@
  * {@link MIGRATIONS} have run. A writer migrates at open; a read-only open only checks.
  */
 import type { Db } from './sqlite.js';
-import { StoreError } from '../errors.js';
+import { StoreError } from '../../errors.js';
 import { MIGRATIONS } from './migrations.js';
 
 export { MIGRATIONS } from './migrations.js';

@@ -5,18 +5,9 @@
  * the files and the records' format; this owns what was published.
  */
 import type { Db, Statement } from './sqlite.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, PendingExport, PublishedFile } from './types.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile } from '../types.js';
 
 
-/** What a genesis record of a migrated export directory covers: everything published before the ledger. */
-export interface LedgerGenesis {
-  /** The last batch published (the genesis record's id). */
-  batch_id: number;
-  /** When it was published (the genesis record's time). */
-  published_at: string;
-  /** The exported watermark. */
-  last_seq: number;
-}
 
 /** Change-log rows read in one call when a batch is exported, at most. */
 const READ_CHUNK = 1000;

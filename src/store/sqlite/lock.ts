@@ -15,8 +15,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Database, type Db } from './sqlite.js';
-import { StoreError } from '../errors.js';
-import { createPrivateFile, PRIVATE_MODES, writeNewPrivateFile, type FileModes } from '../private-fs.js';
+import { StoreError } from '../../errors.js';
+import { createPrivateFile, PRIVATE_MODES, writeNewPrivateFile, type FileModes } from '../../private-fs.js';
 
 interface Owner {
   pid: number;

@@ -5,23 +5,10 @@
  * transaction; none opens one itself.
  */
 import type { Db, Statement } from './sqlite.js';
-import type { Conversation, Page } from '../api/schemas.js';
+import type { Conversation, Page } from '../../api/schemas.js';
 import type { ChangeLog } from './change-log.js';
-import type { ChangeOp, WriteCounts } from './types.js';
-
-/** Row counts starting at zero. */
-export const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
-
-/** The change signal `field` of a conversation's served object (JSON), as a string; null when absent. */
-export function signalOf(raw: string | null, field: string): string | null {
-  if (raw === null) return null;
-  try {
-    const v = (JSON.parse(raw) as Record<string, unknown>)[field];
-    return v === undefined || v === null ? null : typeof v === 'string' ? v : JSON.stringify(v);
-  } catch {
-    return null;
-  }
-}
+import { signalOf, zeroCounts } from '../values.js';
+import type { ChangeOp, ConversationFilter, ConversationListing, ConversationSummary, CrawlState, WriteCounts } from '../types.js';
 
 type Key = [accountId: string, id: string];
 interface StoredConversation {
@@ -34,60 +21,6 @@ interface CrawlStateRow {
   raw: string | null;
 }
 
-/** What the last complete crawl of a conversation left; see `Mirror.crawlState`. */
-export interface CrawlState {
-  messageCount: number | null;
-  crawledSignal: string | null;
-  raw: string | null;
-}
-
-/**
- * Which conversations {@link Conversations.list} (`Mirror.listConversations`) returns. Every field
- * is optional; an empty filter lists every live conversation of every account.
- */
-export interface ConversationFilter {
-  /** Only these accounts (compared case-insensitively); undefined or empty = every account. */
-  accountIds?: readonly string[] | undefined;
-  /** Only conversations whose served `status` (as text) is one of these; undefined or empty = any. */
-  statuses?: readonly string[] | undefined;
-  /**
-   * Only conversations whose served update time ({@link ConversationSummary.updatedAt}) is at or
-   * after this instant, ms since the epoch; conversations without a readable time are left out.
-   * Undefined = no bound.
-   */
-  sinceMs?: number | undefined;
-  /** Tombstoned (deleted upstream) conversations too. @defaultValue false */
-  includeDeleted?: boolean | undefined;
-  /** At most this many rows (a whole number >= 0); undefined = all of them. */
-  limit?: number | undefined;
-}
-
-/** One conversation as `convo-mirror conversations` lists it. */
-export interface ConversationSummary {
-  accountId: string;
-  id: string;
-  /** The served object's `status` as text (JSON text when not a string); null when absent. */
-  status: string | null;
-  /**
-   * When the API last updated the conversation, as served: its `updated_at`, else
-   * `last_activity_at`, else `last_message_at` (the timestamp fields the change signal knows), as
-   * text; null when it has none (e.g. a conversation synced by id and not listed yet).
-   */
-  updatedAt: string | null;
-  /** Live (not tombstoned) messages the mirror holds for it. */
-  messages: number;
-  /** End of its last complete crawl (`last_synced_at`, ISO 8601 UTC); null when none completed. */
-  lastSyncedAt: string | null;
-  /** When it was tombstoned (deleted upstream); null while live. */
-  deletedAt: string | null;
-}
-
-/** What {@link Conversations.list} returns: the rows, and how many match the filter in all. */
-export interface ConversationListing {
-  rows: ConversationSummary[];
-  /** Conversations matching the filter, `limit` aside (`total - rows.length` were cut). */
-  total: number;
-}
 
 /** Bound parameters of {@link LIST_SQL} and {@link COUNT_SQL}. */
 interface ListParams {
