@@ -158,32 +158,36 @@ describe('markInterruptedRuns on a mirror shared by several writers', () => {
         },
       },
     });
-    const b = await open();
-    const id = await a.startRun(RUN);
-    const k = BigInt.asUintN(64, BigInt(ownerLockKey(schema, a.instanceId!)));
-    const holders = await pgQuery<{ pid: number }>(
-      `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::bigint = $1 AND objid::bigint = $2`,
-      [(k >> 32n).toString(), (k & 0xffffffffn).toString()],
-    );
-    expect(holders).toHaveLength(1);
-    await pgQuery('SELECT pg_terminate_backend($1)', [holders[0]!.pid]);
-    await entered.promise; // a noticed the loss and waits at the failpoint: the gap is open
+    try {
+      const b = await open();
+      const id = await a.startRun(RUN);
+      const k = BigInt.asUintN(64, BigInt(ownerLockKey(schema, a.instanceId!)));
+      const holders = await pgQuery<{ pid: number }>(
+        `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND classid::bigint = $1 AND objid::bigint = $2`,
+        [(k >> 32n).toString(), (k & 0xffffffffn).toString()],
+      );
+      expect(holders).toHaveLength(1);
+      await pgQuery('SELECT pg_terminate_backend($1)', [holders[0]!.pid]);
+      await entered.promise; // a noticed the loss and waits at the failpoint: the gap is open
 
-    expect(events.map((e) => e.event)).toEqual(['lost']);
-    expect(events[0]).toMatchObject({ error: { code: 'OWNER_LOCK_LOST' } });
-    expect(await ownerLockHeld(a.instanceId!)).toBe(false);
-    expect(await a.markInterruptedRuns()).toBe(0); // its own: never
-    expect(await b.markInterruptedRuns()).toBe(1);
-    expect(await runLines(b, id)).toEqual([{ op: 'insert', status: 'interrupted' }]);
+      expect(events.map((e) => e.event)).toEqual(['lost']);
+      expect(events[0]).toMatchObject({ error: { code: 'OWNER_LOCK_LOST' } });
+      expect(await ownerLockHeld(a.instanceId!)).toBe(false);
+      expect(await a.markInterruptedRuns()).toBe(0); // its own: never
+      expect(await b.markInterruptedRuns()).toBe(1);
+      expect(await runLines(b, id)).toEqual([{ op: 'insert', status: 'interrupted' }]);
 
-    gate.resolve();
-    await until(() => ownerLockHeld(a.instanceId!), "a's owner lock taken again");
-    await until(async () => events.some((e) => e.event === 'retaken'), 'the retaken event');
-    expect(events.map((e) => e.event)).toEqual(['lost', 'retaken']);
-    expect(await a.resumeRun(id)).toBe('resumed');
-    expect(await ownerOf(id)).toBe(a.instanceId);
-    expect(await b.markInterruptedRuns()).toBe(0);
-    expect(await b.runStatus(id)).toBe('running');
+      gate.resolve();
+      await until(() => ownerLockHeld(a.instanceId!), "a's owner lock taken again");
+      await until(async () => events.some((e) => e.event === 'retaken'), 'the retaken event');
+      expect(events.map((e) => e.event)).toEqual(['lost', 'retaken']);
+      expect(await a.resumeRun(id)).toBe('resumed');
+      expect(await ownerOf(id)).toBe(a.instanceId);
+      expect(await b.markInterruptedRuns()).toBe(0);
+      expect(await b.runStatus(id)).toBe('running');
+    } finally {
+      gate.resolve(); // a failed expectation must not leave the retake (and the close) waiting
+    }
   });
 
   it('a run resumed by another writer becomes its own, swept only once that writer is gone', async () => {
