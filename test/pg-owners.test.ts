@@ -230,23 +230,30 @@ describe('a streamed read whose backend is terminated mid-stream fails with one 
   const uncaught: unknown[] = [];
   const onUncaught = (err: unknown) => void uncaught.push(err);
   const total = 1200; // more than one read of the stream (1,000 rows)
-  let m: PostgresMirror;
 
   beforeAll(async () => {
     process.on('uncaughtException', onUncaught);
-    m = await PostgresMirror.open(pgUrl(schema));
-    for (let p = 0; p < total / 100; p++) {
-      const objs = Array.from({ length: 100 }, (_, i) => ({ id: `m${String(p * 100 + i).padStart(5, '0')}`, content: 'x', created_at: '2026-01-15T10:00:00Z' }));
-      const page = { page: p + 1, data: objs, raw: objs, meta: { total_count: total, page: p + 1, per_page: 100, total_pages: total / 100 } } as unknown as Page<Message>;
-      await m.commitMessagesPage('acct', 'c1', page, null);
+    const m = await PostgresMirror.open(pgUrl(schema));
+    try {
+      for (let p = 0; p < total / 100; p++) {
+        const objs = Array.from({ length: 100 }, (_, i) => ({ id: `m${String(p * 100 + i).padStart(5, '0')}`, content: 'x', created_at: '2026-01-15T10:00:00Z' }));
+        const page = { page: p + 1, data: objs, raw: objs, meta: { total_count: total, page: p + 1, per_page: 100, total_pages: total / 100 } } as unknown as Page<Message>;
+        await m.commitMessagesPage('acct', 'c1', page, null);
+      }
+    } finally {
+      await m.close();
     }
   });
-  afterAll(async () => {
-    await m?.close();
-    process.off('uncaughtException', onUncaught);
-  });
+  afterAll(() => void process.off('uncaughtException', onUncaught));
 
-  /** Terminates the one backend (not ours) holding a lock on the mirror's `table`: the stream's. */
+  /**
+   * A read-only open (as `verify --deep`) with one connection: the stream gets the client the
+   * open's `SELECT 1` used, which nothing has checked out before (so no earlier checkout gave it
+   * an 'error' listener).
+   */
+  const reader = () => open({ readonly: true, poolMax: 1 });
+
+  /** Terminates the one backend (not ours) holding a lock on the mirror's `table` (the stream's), and waits until it is gone. */
   async function terminateStreamOf(table: string): Promise<void> {
     const pids = await pgQuery<{ pid: number }>(
       `SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'relation' AND relation = to_regclass($1) AND pid <> pg_backend_pid()`,
@@ -257,37 +264,47 @@ describe('a streamed read whose backend is terminated mid-stream fails with one 
     await until(async () => (await pgQuery('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pids[0]!.pid])).length === 0, 'the backend gone');
   }
 
-  /** Reads `it` to its end; how many items it gave, or what it rejected with. */
+  /** Reads `it` to its end; how many items it gave. */
   async function drain(it: AsyncIterator<unknown>): Promise<number> {
     let n = 0;
     while (!(await it.next()).done) n++;
     return n;
   }
 
-  it('verify --deep reads (streamRows)', async () => {
+  /** What reading `it` to its end rejects with. */
+  const failureOf = (it: AsyncIterator<unknown>) =>
+    drain(it).then(
+      (n) => new Error(`read ${n} more`),
+      (e: unknown) => e,
+    );
+
+  it('verify --deep reads (streamRows): a read after the loss, or a reader that stops after it', async () => {
+    const m = await reader();
     const it = m.auditRecords('messages')[Symbol.asyncIterator]();
     expect((await it.next()).done).toBe(false);
     await terminateStreamOf('messages');
-    const err = await drain(it).then(
-      (n) => new Error(`read ${n} more rows`),
-      (e: unknown) => e,
-    );
+    const err = await failureOf(it);
     expect(err).toMatchObject({ code: 'DB_UNREACHABLE' });
     expect((err as Error).message).toMatch(/^CONVO_MIRROR_DB \(.*\): the connection was lost/);
-    // The mirror goes on with new connections, and nothing reached the process as uncaught.
+    // The mirror goes on with a new connection.
     expect(await drain(m.auditRecords('messages')[Symbol.asyncIterator]())).toBe(total);
+
+    // A reader that stops after the loss is not left waiting for the cursor's close.
+    const again = m.auditRecords('messages')[Symbol.asyncIterator]();
+    expect((await again.next()).done).toBe(false);
+    await terminateStreamOf('messages');
     await pgQuery('SELECT 1');
+    await again.return!(undefined);
+    expect(await drain(m.auditRecords('messages')[Symbol.asyncIterator]())).toBe(total);
     expect(uncaught).toEqual([]);
   });
 
   it("the exporter's reads (chunksBetween)", async () => {
+    const m = await reader();
     const it = m.changeChunksOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })[Symbol.asyncIterator]();
     expect((await it.next()).done).toBe(false);
     await terminateStreamOf('change_log');
-    const err = await drain(it).then(
-      (n) => new Error(`read ${n} more chunks`),
-      (e: unknown) => e,
-    );
+    const err = await failureOf(it);
     expect(err).toMatchObject({ code: 'DB_UNREACHABLE' });
     expect((err as Error).message).toMatch(/^CONVO_MIRROR_DB \(.*\): the connection was lost/);
     let rows = 0;

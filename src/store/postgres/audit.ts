@@ -41,14 +41,11 @@ const STREAM_ROWS = 1000;
  */
 export async function* streamRows<T>(pool: Pick<pg.Pool, 'connect'>, text: string, values: unknown[] = []): AsyncGenerator<T> {
   const client = await checkout(pool);
-  // pg-cursor's close waits for the server's answer, which a lost connection never gives.
-  let lost = false;
+  // pg-cursor's close waits for the server's answer, which a lost connection never gives: it is
+  // raced with the connection's end (a promise rejected from then on).
   let onEnd!: () => void;
   const ended = new Promise<never>((_, reject) => {
-    onEnd = () => {
-      lost = true;
-      reject(new Error('Connection terminated before the cursor was closed'));
-    };
+    onEnd = () => reject(new Error('Connection terminated before the cursor was closed'));
   });
   ended.catch(() => {});
   client.once('end', onEnd);
@@ -67,7 +64,6 @@ export async function* streamRows<T>(pool: Pick<pg.Pool, 'connect'>, text: strin
     // After a failure the connection is destroyed with the client: no portal to close.
     if (failed === undefined) {
       try {
-        if (lost) throw new Error('Connection terminated before the cursor was closed');
         await Promise.race([cursor.close(), ended]);
       } catch (err) {
         failed = err instanceof Error ? err : new Error(String(err));
