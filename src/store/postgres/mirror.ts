@@ -18,7 +18,8 @@
  * Writers are many (daemons on several machines, a CLI sync): what SQLite's single-writer lock
  * gave for free is asked for explicitly. Each writer holds an owner lock for its whole life
  * (`owner-lock.ts`) and stamps its runs with its instance id, so a process starting up marks
- * `interrupted` only the runs whose process is gone ({@link PostgresMirror.markInterruptedRuns}). {@link PostgresMirror.withConversationLock} and
+ * `interrupted` only the runs whose process is gone ({@link PostgresMirror.markInterruptedRuns}).
+ * {@link PostgresMirror.withConversationLock} and
  * {@link PostgresMirror.withListingLock} hold session advisory locks; and every transaction that
  * writes a conversation's messages first locks the conversation's row, so its pages are applied
  * one after the other whoever writes them.
