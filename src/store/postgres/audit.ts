@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import Cursor from 'pg-cursor';
+import { checkout } from './connect.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
@@ -32,11 +33,22 @@ const STREAM_ROWS = 1000;
 
 /**
  * Streams the rows of one query through pg-cursor: a client is checked out of `pool` for the
- * stream and released in `finally` (also when the reader stops early; destroyed if the read
- * failed). One statement, so one snapshot.
+ * stream (with an `'error'` listener: see `checkout`, so a lost connection fails the read rather
+ * than the process) and released in `finally` (also when the reader stops early; destroyed if the
+ * read failed or the connection was lost). One statement, so one snapshot.
+ *
+ * @throws the driver's error when the connection is lost mid-stream (the mirror translates it)
  */
 export async function* streamRows<T>(pool: Pick<pg.Pool, 'connect'>, text: string, values: unknown[] = []): AsyncGenerator<T> {
-  const client = await pool.connect();
+  const client = await checkout(pool);
+  // pg-cursor's close waits for the server's answer, which a lost connection never gives: it is
+  // raced with the connection's end (a promise rejected from then on).
+  let onEnd!: () => void;
+  const ended = new Promise<never>((_, reject) => {
+    onEnd = () => reject(new Error('Connection terminated before the cursor was closed'));
+  });
+  ended.catch(() => {});
+  client.once('end', onEnd);
   const cursor = client.query(new Cursor<T>(text, values, { types: NUMBERS }));
   let failed: Error | undefined;
   try {
@@ -49,11 +61,15 @@ export async function* streamRows<T>(pool: Pick<pg.Pool, 'connect'>, text: strin
     failed = err instanceof Error ? err : new Error(String(err));
     throw err;
   } finally {
-    try {
-      await cursor.close();
-    } catch (err) {
-      failed ??= err instanceof Error ? err : new Error(String(err));
+    // After a failure the connection is destroyed with the client: no portal to close.
+    if (failed === undefined) {
+      try {
+        await Promise.race([cursor.close(), ended]);
+      } catch (err) {
+        failed = err instanceof Error ? err : new Error(String(err));
+      }
     }
+    client.removeListener('end', onEnd);
     client.release(failed);
   }
 }

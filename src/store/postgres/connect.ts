@@ -92,7 +92,7 @@ const LISTENING = new WeakSet<pg.PoolClient>();
  * and with no listener that is an uncaught exception that ends the process. The failure reaches
  * the caller through the query that fails instead.
  */
-export async function checkout(pool: pg.Pool): Promise<pg.PoolClient> {
+export async function checkout(pool: Pick<pg.Pool, 'connect'>): Promise<pg.PoolClient> {
   const client = await pool.connect();
   if (!LISTENING.has(client)) {
     LISTENING.add(client);

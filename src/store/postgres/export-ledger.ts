@@ -19,6 +19,7 @@
  */
 import type pg from 'pg';
 import { StoreError } from '../../errors.js';
+import { checkout } from './connect.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
@@ -230,8 +231,9 @@ export class ExportLedger {
    * rows and 8 MiB of payload (a larger payload alone), each chunk within one partition. An
    * open-ended `last` stops at the highest seq there is when the read starts.
    *
-   * One client is checked out from `pool` for the whole stream (released in `finally`, also when
-   * the reader stops early) and reads in one `REPEATABLE READ READ ONLY` transaction: one
+   * One client is checked out from `pool` for the whole stream (with an `'error'` listener: see
+   * `checkout`, so a lost connection fails the read rather than the process; released in
+   * `finally`, also when the reader stops early, destroyed after a failure) and reads in one `REPEATABLE READ READ ONLY` transaction: one
    * snapshot for the keys and the payloads. The keys and payload sizes come from a server-side
    * cursor (`DECLARE ... FETCH`, sorted by PostgreSQL, which spills to disk rather than memory);
    * each chunk's payloads are then read by seq on the same client, so memory holds one fetch of
@@ -240,7 +242,7 @@ export class ExportLedger {
    * interleave with the cursor's on the same client and snapshot.)
    */
   async *chunksBetween(pool: Connects, first: number, last: number): AsyncGenerator<ExportChange[]> {
-    const client = await pool.connect();
+    const client = await checkout(pool);
     let failed: Error | undefined;
     let open = false;
     try {

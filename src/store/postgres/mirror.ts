@@ -16,7 +16,10 @@
  * serialization failure or a deadlock (at most {@link TX_ATTEMPTS} times).
  *
  * Writers are many (daemons on several machines, a CLI sync): what SQLite's single-writer lock
- * gave for free is asked for explicitly. {@link PostgresMirror.withConversationLock} and
+ * gave for free is asked for explicitly. Each writer holds an owner lock for its whole life
+ * (`owner-lock.ts`) and stamps its runs with its instance id, so a process starting up marks
+ * `interrupted` only the runs whose process is gone ({@link PostgresMirror.markInterruptedRuns}).
+ * {@link PostgresMirror.withConversationLock} and
  * {@link PostgresMirror.withListingLock} hold session advisory locks; and every transaction that
  * writes a conversation's messages first locks the conversation's row, so its pages are applied
  * one after the other whoever writes them.
@@ -60,6 +63,7 @@ import { Runs } from './runs.js';
 import { ExportLedger } from './export-ledger.js';
 import { MirrorStatus } from './status.js';
 import { AuditReads } from './audit.js';
+import { OwnerLock, type OwnerLockEvent } from './owner-lock.js';
 
 /** Attempts of one transaction at most, when it must run again (see the module comment). */
 export const TX_ATTEMPTS = 5;
@@ -79,6 +83,11 @@ export interface PostgresHooks {
   beforeCommit?: (tx: { seqs: readonly number[]; synchronousCommit: string }) => Promise<void> | void;
   /** Called by the open's migration once it holds the migration lock (see `MigrateHooks.onLocked`). */
   onMigrationLocked?: () => Promise<void> | void;
+  /**
+   * Awaited before each try to take a lost owner lock again (`attempt` from 1): a test holds the
+   * gap between the loss and the retake open here (see `owner-lock.ts`).
+   */
+  beforeOwnerRetake?: (attempt: number) => Promise<void> | void;
 }
 
 /** Options of {@link PostgresMirror.open}. */
@@ -96,6 +105,16 @@ export interface PostgresMirrorOptions {
   connectTimeoutMs?: number;
   /** Called with the error of an idle pooled connection (see `PoolOptions.onIdleError`). */
   onIdleError?: (err: Error) => void;
+  /**
+   * Told what happens to a writer's owner lock after the open took it: its session was lost
+   * (`lost`), a try to take it again failed (`retry-failed`, retried with a growing wait up to 5 s),
+   * it is held again (`retaken`). Between `lost` and `retaken`, other processes sweeping runs
+   * ({@link PostgresMirror.markInterruptedRuns}) may judge this writer's runs dead and mark them
+   * `interrupted`. See `owner-lock.ts`.
+   * @defaultValue the errors of `lost` and `retry-failed` (`OwnerLockError`, code `OWNER_LOCK_LOST`)
+   *   go to {@link onIdleError}; `retaken` is dropped
+   */
+  onOwnerLock?: (event: OwnerLockEvent) => void;
   /** Test hooks. */
   hooks?: PostgresHooks;
 }
@@ -120,6 +139,12 @@ export class PostgresMirror implements Mirror {
   readonly schema: string;
   /** How many migrations this open applied (0 when the schema was current, or another process migrated it). */
   readonly migrated: number;
+  /**
+   * This writer's instance id: a random signed 64-bit integer as decimal text, fixed for the
+   * open's life, stamped on the runs it starts or resumes (`runs.owner`); undefined for a
+   * read-only open. Its owner lock is held from the open to {@link close} (see `owner-lock.ts`).
+   */
+  readonly instanceId: string | undefined;
 
   private readonly target: PostgresTarget;
   private readonly pool: pg.Pool;
@@ -132,6 +157,8 @@ export class PostgresMirror implements Mirror {
   private readonly clock: Clock;
   private readonly readOnly: boolean;
   private readonly hooks: PostgresHooks;
+  /** The writer's owner lock; undefined for a read-only open. */
+  private readonly owner: OwnerLock | undefined;
   private closed = false;
 
   private readonly changes: ChangeLog;
@@ -142,7 +169,7 @@ export class PostgresMirror implements Mirror {
   private readonly status: MirrorStatus;
   private readonly audit: AuditReads;
 
-  private constructor(target: PostgresTarget, pool: pg.Pool, lockPool: pg.Pool, opts: PostgresMirrorOptions, migrated: number) {
+  private constructor(target: PostgresTarget, pool: pg.Pool, lockPool: pg.Pool, opts: PostgresMirrorOptions, migrated: number, owner: OwnerLock | undefined) {
     this.target = target;
     this.location = target.shown;
     this.schema = target.schema;
@@ -153,6 +180,8 @@ export class PostgresMirror implements Mirror {
     this.access = this.readOnly ? 'shared' : 'read-write';
     this.hooks = opts.hooks ?? {};
     this.migrated = migrated;
+    this.owner = owner;
+    this.instanceId = owner?.id;
     const schema = target.schema;
     this.changes = new ChangeLog(schema);
     this.conversations = new Conversations(schema);
@@ -165,7 +194,9 @@ export class PostgresMirror implements Mirror {
 
   /**
    * Opens the mirror at `target`: connects (one `SELECT 1`), then a writer migrates the schema
-   * (creating it when missing; see `migrate`), a read-only open checks it is current.
+   * (creating it when missing; see `migrate`) and takes its owner lock (a random
+   * {@link instanceId}; one client of the lock pool holds it until {@link close}), a read-only
+   * open checks the schema is current.
    *
    * @param target - a `postgres://` or `postgresql://` URL (see `parsePostgresTarget`), or one parsed
    * @throws {@link ConfigError} naming `CONVO_MIRROR_DB` for a malformed URL
@@ -184,6 +215,7 @@ export class PostgresMirror implements Mirror {
     try {
       await checkConnection(pool, t);
       let migrated = 0;
+      let owner: OwnerLock | undefined;
       if (opts.readonly) {
         checkSchemaState(await readSchemaVersion(pool, t.schema), t.schema, t.shown, true);
       } else {
@@ -193,8 +225,16 @@ export class PostgresMirror implements Mirror {
           if (err instanceof CreateSchemaFailed) throw translateError(err.original, t, 'create-schema', t.schema);
           throw translateError(err, t, 'migrate');
         }
+        const onEvent =
+          opts.onOwnerLock ?? ((e: OwnerLockEvent) => (e.event === 'retaken' ? undefined : opts.onIdleError?.(e.error)));
+        try {
+          const beforeRetake = opts.hooks?.beforeOwnerRetake;
+          owner = await OwnerLock.take(lockPool, t.schema, { clock: opts.clock ?? systemClock, onEvent, location: t.shown, ...(beforeRetake ? { beforeRetake } : {}) });
+        } catch (err) {
+          throw translateError(err, t, 'query');
+        }
       }
-      return new PostgresMirror(t, pool, lockPool, opts, migrated);
+      return new PostgresMirror(t, pool, lockPool, opts, migrated, owner);
     } catch (err) {
       await Promise.all([pool.end(), lockPool.end()]).catch(() => {});
       throw err;
@@ -364,21 +404,32 @@ export class PostgresMirror implements Mirror {
 
   // ---------------------------------------------------------------- runs
 
-  /** Records the start of a run (status `running`); returns its id. */
+  /** This writer's instance id (only a writer gets this far: {@link write} refused a read-only open). */
+  private self(): string {
+    return this.owner!.id;
+  }
+
+  /** Records the start of a run (status `running`, owned by this writer: {@link instanceId}); returns its id. */
   startRun(run: RunStart): Promise<number> {
-    return this.write(() => this.runs.start(this.pool, run, this.now()));
+    return this.write(() => this.runs.start(this.pool, run, this.now(), this.self()));
   }
 
   /**
-   * Marks runs still `running` as `interrupted`, each with its `runs` change-log row, in one
-   * transaction. On a shared database every process's runs are seen: call it only when no other
-   * process can have a live run.
+   * Marks `interrupted` the runs still `running` whose process is gone, each with its `runs`
+   * change-log row, in one transaction: those whose owner (the writer that started or last
+   * resumed them) holds no owner lock any more (no session holds it in `pg_locks`: the process
+   * died, was killed or closed its mirror without ending them), and those with no owner. Runs of
+   * live writers, in this process or any other, are left running, and this writer's own runs are
+   * never marked. A writer whose owner-lock session was lost and not yet retaken counts as gone
+   * (see {@link PostgresMirrorOptions.onOwnerLock}). Safe to call at any time, from any number of
+   * processes at once (each run is marked once: its row is locked, and a run another sweep ended
+   * meanwhile is no longer `running`).
    *
    * @returns how many runs were marked
    */
   markInterruptedRuns(): Promise<number> {
     return this.tx(async (c, buf) => {
-      const ids = await this.runs.runningIds(c);
+      const ids = await this.runs.interruptibleIds(c, this.self());
       const now = this.now();
       for (const id of ids) await this.endRun(c, buf, id, { status: 'interrupted' }, now);
       return ids.length;
@@ -393,9 +444,14 @@ export class PostgresMirror implements Mirror {
     if (line) await this.changes.appendRun(c, buf, runId, line.accountId, line.record, line.endedAt);
   }
 
-  /** Resumes a run whose process died (see the interface); one transaction. */
+  /**
+   * Resumes a run whose process died (see the interface); one transaction. A run resumed from
+   * `interrupted` becomes this writer's (`owner` = {@link instanceId}); so does one still `running`
+   * whose owner is gone (its process died and no sweep has marked it yet), so that no sweep marks
+   * it while this writer carries on with it. A `running` run of a live writer keeps its owner.
+   */
   resumeRun(runId: number): Promise<'running' | 'resumed' | 'ended'> {
-    return this.tx((c) => this.runs.resume(c, runId));
+    return this.tx((c) => this.runs.resume(c, runId, this.self()));
   }
 
   /** What a run changed, counted from its committed change-log rows. */
@@ -741,14 +797,19 @@ export class PostgresMirror implements Mirror {
 
   /**
    * Cancels the waits for advisory locks (each rejects), then ends the pools, waiting for the
-   * clients in use (a running transaction, a held lock's `fn`) to come back. Idempotent.
+   * clients in use (a running transaction, a held lock's `fn`) to come back; a writer releases its
+   * owner lock once the work pool has ended (its last transactions are in), before the lock pool
+   * ends. A run still `running` then is left to the next sweep of any process
+   * ({@link markInterruptedRuns}). Idempotent.
    */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     const waiting = [...this.lockWaiters.values()];
     if (waiting.length > 0) await this.pool.query('SELECT pg_cancel_backend(p) FROM unnest($1::int[]) AS p', [waiting]).catch(() => {});
-    await Promise.all([this.pool.end(), this.lockPool.end()]);
+    await this.pool.end();
+    await this.owner?.close();
+    await this.lockPool.end();
   }
 }
 

@@ -6,13 +6,19 @@
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
+import { advisoryHeld64Sql, ownerLockKeySql, ownerLockPrefix } from './locks.js';
 import type { LedgerHead, RunFailureRecord, RunFigures, RunStart } from '../types.js';
 
 /**
  * The DDL of `runs` and `run_failures` in `schema` (statements, in order), for the engine's
- * migration list. Columns in SQLite's order (so `SELECT *` gives the same keys in the same order);
+ * migration list. Columns in SQLite's order (the reads name them in it, so they give the same keys in the same order);
  * numbers are `bigint` (SQLite's INTEGER), times ISO 8601 UTC `text` (they go byte for byte into
  * the run's export line), text keys `COLLATE "C"` (SQLite's BINARY order). `run_failures.ord` keeps the insertion order SQLite's rowid kept.
+ *
+ * One column SQLite has not, last: `owner`, the instance id of the writer (`PostgresMirror.instanceId`)
+ * that started or last resumed the run, whose owner lock tells whether its process lives (see
+ * {@link Runs.interruptibleIds}); NULL for none. Reads that give rows out ({@link Runs.last}) leave
+ * it out, so they give SQLite's keys.
  */
 export const RUNS_DDL = (schema: string): string[] => [
   `CREATE TABLE ${qualify(schema, 'runs')} (
@@ -44,7 +50,8 @@ export const RUNS_DDL = (schema: string): string[] => [
     refresh                text,            -- incremental | full
     trigger                text,            -- cli | schedule | on-demand | webhook
     ledger_batch_id        bigint,          -- the chain head when the run ended
-    ledger_hash            text
+    ledger_hash            text,
+    owner                  bigint           -- instance id of the writer that started or resumed it
   )`,
   `CREATE TABLE ${qualify(schema, 'run_failures')} (
     ord             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -58,6 +65,17 @@ export const RUNS_DDL = (schema: string): string[] => [
   )`,
   `CREATE INDEX run_failures_by_run ON ${qualify(schema, 'run_failures')} (run_id, ord)`,
 ];
+
+/**
+ * The columns of `runs` SQLite has, in its order: what {@link Runs.last} and
+ * {@link Runs.lineRecord} read (not `owner`, a random 64-bit id no JS number holds exactly).
+ */
+const RUN_COLUMNS = [
+  'id', 'mode', 'account_id', 'started_at', 'ended_at', 'status', 'list_passes', 'conversations_listed', 'conversations_synced',
+  'conversations_failed', 'conversations_deleted', 'conversations_inserted', 'conversations_updated', 'messages_served',
+  'messages_inserted', 'messages_updated', 'messages_deleted', 'requests', 'retries', 'rate_limited', 'export_lines',
+  'export_files', 'error', 'resumes', 'scope', 'refresh', 'trigger', 'ledger_batch_id', 'ledger_hash',
+].join(', ');
 
 /** The `runs` columns {@link RunFigures} may set, in the order they are written. */
 const FIGURE_COLUMNS = [
@@ -115,6 +133,10 @@ interface RunRow {
 export class Runs {
   private readonly runs: string;
   private readonly failures: string;
+  /** The bytes of owner lock names before the instance id (see `ownerLockPrefix`). */
+  private readonly ownerPrefix: Buffer;
+  /** SQL: the owner of the row `r` holds its owner lock ($2 is the prefix). */
+  private readonly ownerAlive: string;
   /** `UPDATE runs` texts by the figure columns they set (one per shape of figures). */
   private readonly finishers = new Map<string, string>();
 
@@ -122,36 +144,79 @@ export class Runs {
   constructor(schema: string) {
     this.runs = qualify(schema, 'runs');
     this.failures = qualify(schema, 'run_failures');
+    this.ownerPrefix = ownerLockPrefix(schema);
+    this.ownerAlive = advisoryHeld64Sql(ownerLockKeySql('$2', 'r.owner'));
   }
 
-  /** Inserts a `running` run (legacy `mode` = scope); returns its id. */
-  async start(q: Queryable, run: RunStart, now: string): Promise<number> {
+  /**
+   * Inserts a `running` run (legacy `mode` = scope) owned by the writer `owner` (an instance id,
+   * decimal text; null for none); returns its id.
+   */
+  async start(q: Queryable, run: RunStart, now: string, owner: string | null = null): Promise<number> {
     const r = await q.query<{ id: number }>({
-      text: `INSERT INTO ${this.runs} (mode, scope, refresh, trigger, account_id, started_at, status) VALUES ($1, $1, $2, $3, $4, $5, 'running') RETURNING id`,
-      values: [run.scope, run.refresh, run.trigger, run.accountId, now],
+      text: `INSERT INTO ${this.runs} (mode, scope, refresh, trigger, account_id, started_at, status, owner) VALUES ($1, $1, $2, $3, $4, $5, 'running', $6::bigint) RETURNING id`,
+      values: [run.scope, run.refresh, run.trigger, run.accountId, now, owner],
       types: NUMBERS,
     });
     return r.rows[0]!.id;
   }
 
-  /** Ids of the runs still `running`, oldest first. */
+  /** Ids of the runs still `running`, oldest first (whoever owns them). */
   async runningIds(q: Queryable): Promise<number[]> {
     const r = await q.query<{ id: number }>({ text: `SELECT id FROM ${this.runs} WHERE status = 'running' ORDER BY id`, types: NUMBERS });
     return r.rows.map((row) => row.id);
   }
 
   /**
-   * See `Mirror.resumeRun`. One conditional UPDATE first, so two processes resuming the same run
-   * at once resume it once (the second waits for the first's row lock, then finds it `running`);
-   * safe inside or outside a transaction.
+   * Ids of the runs still `running` whose process is gone, oldest first, each row locked until the
+   * transaction ends (call inside one): those with no owner, or whose owner's owner lock no session
+   * holds (`pg_locks`), never those of the writer `self` (an instance id, decimal text). A run
+   * whose owner changes meanwhile (a resume took it over) is judged by its new owner.
    */
-  async resume(q: Queryable, runId: number): Promise<'running' | 'resumed' | 'ended'> {
-    const r = await q.query({
-      text: `UPDATE ${this.runs} SET status = 'running', ended_at = NULL, error = NULL, resumes = resumes + 1 WHERE id = $1 AND status = 'interrupted'`,
-      values: [runId],
+  async interruptibleIds(q: Queryable, self: string): Promise<number[]> {
+    const r = await q.query<{ id: number }>({
+      text: `SELECT id FROM ${this.runs} r
+             WHERE status = 'running' AND owner IS DISTINCT FROM $1::bigint AND (owner IS NULL OR NOT ${this.ownerAlive})
+             ORDER BY id FOR UPDATE`,
+      values: [self, this.ownerPrefix],
+      types: NUMBERS,
     });
-    if (r.rowCount === 1) return 'resumed';
-    return (await this.status(q, runId)) === 'running' ? 'running' : 'ended';
+    return r.rows.map((row) => row.id);
+  }
+
+  /**
+   * See `Mirror.resumeRun`, for the writer `self` (an instance id, decimal text; null for none).
+   * A run resumed from `interrupted` gets `self` as its owner; so does a `running` one whose owner
+   * is gone (its process died and no sweep has marked it yet: the caller carries on with its work,
+   * so no sweep must mark it from under it).
+   *
+   * Inside a transaction (as the mirror calls it), the run's row is locked first, so two processes
+   * resuming the same run at once resume it once (the second waits for the first's row lock, then
+   * finds it `running`), and a concurrent sweep ({@link interruptibleIds}) either ends it first (it
+   * is then resumed) or sees its new owner. Outside one, the updates are conditional, so it is
+   * still resumed once.
+   */
+  async resume(q: Queryable, runId: number, self: string | null = null): Promise<'running' | 'resumed' | 'ended'> {
+    const r = await q.query<{ status: string; owned: boolean }>({
+      text: `SELECT status, (owner IS NOT DISTINCT FROM $1::bigint OR (owner IS NOT NULL AND ${this.ownerAlive})) AS owned
+             FROM ${this.runs} r WHERE id = $3 FOR UPDATE`,
+      values: [self, this.ownerPrefix, runId],
+    });
+    const row = r.rows[0];
+    if (row?.status === 'interrupted') {
+      const u = await q.query({
+        text: `UPDATE ${this.runs} SET status = 'running', ended_at = NULL, error = NULL, resumes = resumes + 1, owner = $2::bigint WHERE id = $1 AND status = 'interrupted'`,
+        values: [runId, self],
+      });
+      if (u.rowCount === 1) return 'resumed';
+      // Outside a transaction, another resumer came first (or the run ended meanwhile).
+      return (await this.status(q, runId)) === 'running' ? 'running' : 'ended';
+    }
+    if (row?.status !== 'running') return 'ended';
+    if (!row.owned && self !== null) {
+      await q.query({ text: `UPDATE ${this.runs} SET owner = $2::bigint WHERE id = $1 AND status = 'running'`, values: [runId, self] });
+    }
+    return 'running';
   }
 
   /** A run's status; undefined for an unknown id. */
@@ -192,7 +257,7 @@ export class Runs {
    * Two reads: call inside the transaction that records the end for a consistent pair.
    */
   async lineRecord(q: Queryable, runId: number, head: LedgerHead | null): Promise<{ accountId: string; endedAt: string; record: string } | undefined> {
-    const rows = await q.query<RunRow>({ text: `SELECT * FROM ${this.runs} WHERE id = $1`, values: [runId], types: NUMBERS });
+    const rows = await q.query<RunRow>({ text: `SELECT ${RUN_COLUMNS} FROM ${this.runs} WHERE id = $1`, values: [runId], types: NUMBERS });
     const r = rows.rows[0];
     if (!r) return undefined;
     const failures = await q.query<{ conversation_id: string; code: string; status: number | null; attempts: number | null }>({
@@ -249,9 +314,9 @@ export class Runs {
     });
   }
 
-  /** The last `limit` runs, newest first (every column, numbers as numbers). */
+  /** The last `limit` runs, newest first (every column SQLite has, in its order; numbers as numbers). */
   async last(q: Queryable, limit: number): Promise<Record<string, unknown>[]> {
-    const r = await q.query<Record<string, unknown>>({ text: `SELECT * FROM ${this.runs} ORDER BY id DESC LIMIT $1`, values: [limit], types: NUMBERS });
+    const r = await q.query<Record<string, unknown>>({ text: `SELECT ${RUN_COLUMNS} FROM ${this.runs} ORDER BY id DESC LIMIT $1`, values: [limit], types: NUMBERS });
     return r.rows;
   }
 
