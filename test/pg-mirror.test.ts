@@ -58,7 +58,7 @@ const cp = (c: { seenIds: Set<string> } | undefined) => (c ? { ...c, seenIds: [.
  * The scenario: every step's answer, in order, then the end state. The clock moves one second
  * before every step, so times are the same on both engines whatever each reads of it.
  */
-async function scenario(m: Engine, clock: TestClock): Promise<Record<string, unknown>> {
+async function scenario(m: Engine, clock: TestClock, startDeadRun: (run: Parameters<Engine['startRun']>[0]) => Promise<number>): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = {};
   const step = async (name: string, f: () => Awaitable<unknown>) => {
     clock.advance(1000);
@@ -114,7 +114,9 @@ async function scenario(m: Engine, clock: TestClock): Promise<Record<string, unk
   await step('failures', () => m.recordFailures(run, [{ id: 'c3', code: 'HTTP_ERROR', status: 500, attempts: 3, message: 'boom' }]));
   await step('finish', () => m.finishRun(run, { status: 'partial', conversations_failed: 1 }));
   await step('finish again', () => m.finishRun(run, { status: 'partial', conversations_failed: 1 }));
-  const second = await m.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'webhook', accountId: A });
+  // A run whose process is gone: SQLite's sweep marks every running run (the writer lock says no
+  // other process lives); PostgreSQL's only those whose writer holds no owner lock (test/pg-owners.test.ts).
+  const second = await startDeadRun({ scope: 'conversations', refresh: 'incremental', trigger: 'webhook', accountId: A });
   await step('interrupted', () => m.markInterruptedRuns());
   await step('resume', () => m.resumeRun(second));
   await step('statuses', async () => [await m.runStatus(run), await m.runEnded(run), await m.runStatus(second), await m.runStatus(999)]);
@@ -141,8 +143,15 @@ beforeAll(async () => {
   const c2 = testClock({ start });
   sqlite = await openMirror(':memory:', { clock: c1 });
   postgres = await PostgresMirror.open(pgUrl(schema), { clock: c2 });
-  sqliteOut = await scenario(sqlite as unknown as Engine, c1);
-  postgresOut = await scenario(postgres as unknown as Engine, c2);
+  sqliteOut = await scenario(sqlite as unknown as Engine, c1, async (run) => sqlite.startRun(run));
+  postgresOut = await scenario(postgres as unknown as Engine, c2, async (run) => {
+    const gone = await PostgresMirror.open(pgUrl(schema), { clock: c2 });
+    try {
+      return await gone.startRun(run);
+    } finally {
+      await gone.close();
+    }
+  });
 });
 afterAll(async () => {
   sqlite?.close();
