@@ -154,7 +154,7 @@ beforeAll(async () => {
   });
 });
 afterAll(async () => {
-  sqlite?.close();
+  await sqlite?.close();
   await postgres?.close();
 });
 
