@@ -107,7 +107,7 @@ describe('the witness, as publication writes it', () => {
     expect(await witnessed(wdir, h)).toHaveLength(1);
   });
 
-  it('a crash between the witness append and the mirror\'s record: the re-published batch is not witnessed twice', async () => {
+  it('a crash between the mirror\'s record and the witness append: the witness and the manifest never show a head the mirror has not recorded, and the next publication witnesses it once', async () => {
     const { signing, pub } = keys();
     const wdir = tempDir();
     const ws = FakeWorkspace.fromCounts([6, 30]);
@@ -117,6 +117,8 @@ describe('the witness, as publication writes it', () => {
     ws.appendMessages(ws.list()[1]!.id, 3);
     await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
     class Crash extends Error {}
+    const manifestBefore = fs.readFileSync(path.join(h.exportDir, 'manifest.json'));
+    // A crash before the mirror records the batch: nothing witnessed, the batch still planned.
     await expect(publishChanges(h.mirror, {
         exportDir: h.exportDir,
         signingKey: signing,
@@ -126,11 +128,26 @@ describe('the witness, as publication writes it', () => {
         },
       })).rejects.toThrow(Crash);
     const pending = (await h.mirror.pendingExportBatch())!;
+    expect(pending).toBeDefined();
+    expect(await witnessed(wdir, h)).toHaveLength(before);
+    // Re-published, then a crash once the mirror recorded it, before the witness line and manifest.
+    await expect(publishChanges(h.mirror, {
+        exportDir: h.exportDir,
+        signingKey: signing,
+        witnessDir: wdir,
+        failpoint: (p) => {
+          if (p === 'before-head') throw new Crash();
+        },
+      })).rejects.toThrow(Crash);
+    expect(await h.mirror.pendingExportBatch()).toBeUndefined();
+    expect((await h.mirror.ledgerHead())!.batch_id).toBe(pending);
+    expect(await witnessed(wdir, h)).toHaveLength(before);
+    expect(fs.readFileSync(path.join(h.exportDir, 'manifest.json')).equals(manifestBefore)).toBe(true);
+    // The next publication (nothing new to publish) witnesses the recorded head and publishes it.
+    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir });
+    expect(res.files).toEqual([]);
     const afterCrash = await witnessed(wdir, h);
     expect(afterCrash).toHaveLength(before + 1);
-    expect(afterCrash.at(-1)!.head!.batch_id).toBe(pending);
-    const res = await publishChanges(h.mirror, { exportDir: h.exportDir, signingKey: signing, witnessDir: wdir });
-    expect(res.resumed).toBe(true);
     expect(await h.mirror.ledgerHead()).toEqual({ batch_id: pending, hash: afterCrash.at(-1)!.head!.hash });
     // The same head (same batch and hash) is not appended again: one line per head.
     const heads = await witnessed(wdir, h);
@@ -139,7 +156,7 @@ describe('the witness, as publication writes it', () => {
     expect((await check(h, { mirror: h.mirror, publicKey: pub, witnessDir: wdir, deep: true })).problems).toEqual([]);
   });
 
-  it('a missing witness directory fails publication naming CONVO_MIRROR_WITNESS_DIR and the path, writing nothing; one removed mid-publication fails it too; the next publication with it present publishes the same batch', async () => {
+  it('a missing witness directory fails publication naming CONVO_MIRROR_WITNESS_DIR and the path, writing nothing; one removed mid-publication fails it before the manifest shows the new head; the next publication with it present witnesses that head', async () => {
     const ws = FakeWorkspace.fromCounts([6, 30]);
     const h = await pool.start({ workspace: ws });
     await h.sync();
@@ -159,9 +176,11 @@ describe('the witness, as publication writes it', () => {
     expect(fs.existsSync(wdir)).toBe(false);
     expect(await h.mirror.pendingExportBatch()).toBeUndefined();
 
-    // Present at the start, gone before the head is witnessed (the disk unmounted): the batch's
-    // files and record are written, the publication fails, the batch stays planned.
+    // Present at the start, gone before the head is witnessed (the disk unmounted): the batch is
+    // published and recorded, the publication fails before the manifest shows its head; the next
+    // publication with the directory present witnesses that head.
     fs.mkdirSync(wdir);
+    const manifestBefore = fs.readFileSync(path.join(h.exportDir, 'manifest.json'));
     await expect(publishChanges(h.mirror, {
         exportDir: h.exportDir,
         witnessDir: wdir,
@@ -169,12 +188,13 @@ describe('the witness, as publication writes it', () => {
           if (p === 'before-ledger') fs.rmSync(wdir, { recursive: true });
         },
       })).rejects.toThrow(/^CONVO_MIRROR_WITNESS_DIR: the witness directory .* does not exist/);
-    const planned = (await h.mirror.pendingExportBatch())!;
-    expect(planned).toBeDefined();
+    expect(await h.mirror.pendingExportBatch()).toBeUndefined();
+    const planned = (await h.mirror.ledgerHead())!.batch_id;
+    expect(fs.readFileSync(path.join(h.exportDir, 'manifest.json')).equals(manifestBefore)).toBe(true);
     const record = fs.readFileSync(path.join(h.exportDir, '_ledger', `${String(planned).padStart(12, '0')}.json`));
     fs.mkdirSync(wdir);
     const res = await publishChanges(h.mirror, { exportDir: h.exportDir, witnessDir: wdir });
-    expect(res.resumed).toBe(true);
+    expect(res.files).toEqual([]);
     expect((await h.mirror.ledgerHead())!.batch_id).toBe(planned);
     expect(fs.readFileSync(path.join(h.exportDir, '_ledger', `${String(planned).padStart(12, '0')}.json`)).equals(record)).toBe(true);
     expect((await witnessed(wdir, h)).map((x) => x.head!.batch_id)).toEqual([planned]);

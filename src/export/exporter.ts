@@ -35,8 +35,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, Mirror, PublishedFile } from '../store/mirror.js';
-import { ExportError, type ConfigError } from '../errors.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, Mirror, PublishedFile, PublisherLease } from '../store/mirror.js';
+import { ExportError, StoreError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, mkdirPrivate, type FileModes } from '../private-fs.js';
 import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName } from './paths.js';
@@ -106,12 +106,22 @@ export interface ExportOptions {
   /**
    * Test hook (a failpoint): called at `point` with the absolute path of the file being published.
    * Whatever it throws propagates unchanged and nothing is cleaned up, so the files on disk stay as
-   * a crash at that point would leave them. At `before-ledger` and `before-record` a promise it
+   * a crash at that point would leave them. At `before-ledger`, `before-record` and `before-head` a promise it
    * returns is awaited (the hook may use the mirror); at `before-rename` it must be synchronous.
    * Never set in production.
    */
   failpoint?: (point: ExportFailpoint, file: string) => void | Promise<void>;
+  /**
+   * How long to wait for the mirror's publisher lock while another process publishes, ms; then
+   * the call publishes nothing and returns {@link ExportResult.busy} (the changes stay in the
+   * change log for the next publication). Polled every {@link PUBLISHER_POLL_MS}.
+   * @defaultValue 30000
+   */
+  publisherWaitMs?: number;
 }
+
+/** How often a publisher waiting for the publisher lock asks again, ms. */
+export const PUBLISHER_POLL_MS = 250;
 
 /** What one {@link publishChanges} call published. */
 export interface ExportResult {
@@ -127,6 +137,13 @@ export interface ExportResult {
   head: LedgerHead | undefined;
   /** Run lines left waiting by {@link ExportOptions.runsHeartbeatMs} (0 when nothing was held). */
   held: number;
+  /**
+   * Set when this call published nothing because of another publisher: `'busy'` when another
+   * process held the publisher lock for all of {@link ExportOptions.publisherWaitMs}; `'fenced'`
+   * when this call lost the lock and another publisher recorded a batch first (its data files and
+   * batch record are byte for byte the other's; no head, witness line or manifest was written).
+   */
+  busy?: 'busy' | 'fenced';
 }
 
 /**
@@ -179,7 +196,54 @@ async function heldRunLines(mirror: Mirror, heartbeatMs: number | undefined, now
  *   re-publishes the same batch
  */
 export async function publishChanges(mirror: Mirror, opts: ExportOptions): Promise<ExportResult> {
-  return oneAtATime(mirror, () => publishAlone(mirror, opts));
+  return oneAtATime(mirror, async () => {
+    const lease = await publisherLease(mirror, opts);
+    if (!lease) {
+      opts.logger?.info({ waited_ms: opts.publisherWaitMs ?? 30_000 }, 'another process is publishing this mirror: the changes go out with its next publication');
+      return { ...(await nothingPublished(mirror)), busy: 'busy' };
+    }
+    try {
+      return await publishAlone(mirror, opts, lease);
+    } catch (err) {
+      if (!(err instanceof PublisherLockLost || (err instanceof StoreError && err.code === 'LEDGER_FENCED'))) throw err;
+      opts.logger?.warn({ err: err.message }, 'publication fenced: another publisher recorded this batch first; nothing more was written');
+      return { ...(await nothingPublished(mirror)), busy: 'fenced' };
+    } finally {
+      await lease.release();
+    }
+  });
+}
+
+/** The mirror's publisher lock, waiting up to {@link ExportOptions.publisherWaitMs} for it. */
+async function publisherLease(mirror: Mirror, opts: ExportOptions): Promise<PublisherLease | undefined> {
+  const clock = opts.clock ?? systemClock;
+  const until = clock.now() + (opts.publisherWaitMs ?? 30_000);
+  for (;;) {
+    const lease = await mirror.tryPublisherLock();
+    if (lease || clock.now() >= until) return lease;
+    await clock.sleep(Math.min(PUBLISHER_POLL_MS, until - clock.now()));
+  }
+}
+
+/** The result of a call that published nothing: the mirror's head and watermark as they are. */
+async function nothingPublished(mirror: Mirror): Promise<ExportResult> {
+  return { files: [], lines: 0, watermark: await mirror.exportWatermark(), resumed: false, head: await mirror.ledgerHead(), held: 0 };
+}
+
+/**
+ * Throws when the publisher lock is known lost: checked before each step other processes see
+ * (the batch record, the head). The compare-and-set of the head catches what this cannot (a
+ * process that has not heard yet).
+ */
+function assertLeaseHeld(lease: PublisherLease): void {
+  if (lease.lost) throw new PublisherLockLost();
+}
+
+/** Thrown by {@link assertLeaseHeld}; {@link publishChanges} turns it into a `'fenced'` result. */
+class PublisherLockLost extends ExportError {
+  constructor() {
+    super('publication stopped: the publisher lock was lost (its database session ended); another process publishes now', {});
+  }
 }
 
 /**
@@ -204,7 +268,7 @@ async function oneAtATime<T>(mirror: Mirror, f: () => Promise<T>): Promise<T> {
 }
 
 /** {@link publishChanges}, once no other publication of the mirror runs in this process. */
-async function publishAlone(mirror: Mirror, opts: ExportOptions): Promise<ExportResult> {
+async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: PublisherLease): Promise<ExportResult> {
   assertSafeExportDir(opts.exportDir, mirror.localFile);
   const clock = opts.clock ?? systemClock;
   const dir = path.resolve(opts.exportDir);
@@ -218,7 +282,7 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions): Promise<Export
   assertOwnedBy(dir, mirrorId);
   if (opts.witnessDir !== undefined) assertWitnessUsable(opts.witnessDir, mirrorId, dir);
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
-  await migrateToLedger(mirror, target, mirrorId, opts);
+  await migrateToLedger(mirror, target, mirrorId, opts, lease);
 
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
   const held = await heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
@@ -226,25 +290,32 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions): Promise<Export
   if (!plan) {
     const head = await mirror.ledgerHead();
     const watermark = await mirror.exportWatermark();
+    assertLeaseHeld(lease);
     publishHead(target, mirrorId, head, watermark, opts);
     if (held > 0) opts.logger?.debug({ run_lines: held }, 'run lines held: nothing changed; they go out with the next changes or at the heartbeat');
     return { files: [], lines: 0, watermark, resumed: false, head, held };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
-  // 2. The data files, 3. the batch record, 4. the witness line and the manifest, 5. the records in SQLite.
+  // 2. The data files, 3. the batch record, 4. the records in the mirror (the head moves by
+  // compare-and-set from the head the record chains on), 5. the witness line and the manifest.
+  // Data files and record are the same bytes whoever writes them; the head moves only once the
+  // mirror recorded it, so a fenced publisher never shows an older head.
   const files = await writeBatchFiles(mirror, target, plan, opts.maxLinesPerFile ?? 100_000);
   await opts.failpoint?.('before-ledger', path.join(dir, recordPath(plan.id)));
+  assertLeaseHeld(lease);
   const entry = publishRecord(target, batchBody(mirrorId, plan, files, await mirror.ledgerHead()), opts.signingKey);
   const head = { batch_id: entry.batch_id, hash: entry.hash };
-  publishHead(target, mirrorId, head, plan.last_seq, opts);
-  await opts.failpoint?.('before-record', path.join(dir, MANIFEST));
+  await opts.failpoint?.('before-record', path.join(dir, recordPath(plan.id)));
   await mirror.recordPublication(plan, files, entry, isoNow(clock));
+  await opts.failpoint?.('before-head', path.join(dir, MANIFEST));
+  assertLeaseHeld(lease);
+  publishHead(target, mirrorId, head, plan.last_seq, opts);
   const lines = files.reduce((n, f) => n + f.lines, 0);
   opts.logger?.info({ batch: plan.id, files: files.length, lines, watermark: plan.last_seq, head: `${head.batch_id}:${head.hash}` }, 'exports published');
   if (plan.resumed) {
     // The interrupted batch is out; now publish what was committed since it was planned.
-    const rest = await publishAlone(mirror, opts);
+    const rest = await publishAlone(mirror, opts, lease);
     return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held };
   }
   return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0 };
@@ -333,7 +404,7 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
  * time is the last publication's, so a retry writes the same record); those files are made
  * read-only. Nothing to do once the ledger has a record.
  */
-async function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts: ExportOptions): Promise<void> {
+async function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts: ExportOptions, lease: PublisherLease): Promise<void> {
   const genesis = await mirror.ledgerGenesis();
   if (!genesis) return;
   const files = await mirror.publishedFiles();
@@ -355,8 +426,9 @@ async function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string,
     const failed = makeReadOnly(path.join(target.root, f.path));
     if (failed) opts.logger?.warn({ file: f.path, err: failed }, 'could not make a file published earlier read-only');
   }
-  publishHead(target, mirrorId, entry, await mirror.exportWatermark(), opts);
   await mirror.recordLedgerGenesis(entry, isoNow(opts.clock ?? systemClock));
+  assertLeaseHeld(lease);
+  publishHead(target, mirrorId, entry, await mirror.exportWatermark(), opts);
   opts.logger?.info({ files: files.length, head: `${entry.batch_id}:${entry.hash}` }, 'export directory migrated to the ledger: genesis record published');
 }
 

@@ -17,10 +17,12 @@ import { TEMP_DIR, isTempName, kindOf } from './paths.js';
  *   `.convo-mirror-tmp/`, not yet renamed into place (`file` is its final path);
  * - `before-ledger`: every data file of the batch is in place, its record is not written yet
  *   (`file` is the record's final path);
- * - `before-record`: the data files, the batch record, the witness line (with a witness) and the
- *   manifest are in place, nothing is recorded in SQLite yet (`file` is the manifest's path).
+ * - `before-record`: the data files and the batch record are in place, nothing is recorded in the
+ *   mirror yet (`file` is the record's path);
+ * - `before-head`: the batch is recorded in the mirror (its head moved), the witness line (with a
+ *   witness) and the manifest are not written yet (`file` is the manifest's path).
  */
-export type ExportFailpoint = 'before-rename' | 'before-ledger' | 'before-record';
+export type ExportFailpoint = 'before-rename' | 'before-ledger' | 'before-record' | 'before-head';
 
 /** Where a publication writes: the export root, its temp directory, modes, and the test hook. */
 export interface Target {

@@ -32,6 +32,7 @@ import type {
   ListOrder,
   MirrorAccess,
   PendingExport,
+  PublisherLease,
   PublishedFile,
   RecordRow,
   RunChanges,
@@ -60,6 +61,7 @@ export type {
   MirrorAccess,
   MirrorOptions,
   PendingExport,
+  PublisherLease,
   PublishedFile,
   RecordRow,
   RunChanges,
@@ -115,6 +117,17 @@ export interface Mirror {
    * process-wide writer lock already excludes every other writer, so `fn` just runs.
    */
   withListingLock<T>(accountId: string, fn: () => Promise<T>): Promise<T>;
+
+  /**
+   * Takes the mirror's publisher lock when it is free: one publisher at a time per mirror,
+   * whichever process it runs in. Resolves `undefined` when another process holds it.
+   *
+   * PostgreSQL: a session advisory lock on the mirror's schema (`pg_try_advisory_lock`) on a
+   * connection of its own; the lease is {@link PublisherLease.lost} when that session ends.
+   * SQLite: the process-wide writer lock already makes this process the only publisher, so the
+   * lease is always granted and never lost.
+   */
+  tryPublisherLock(): Promise<PublisherLease | undefined>;
 
   // ---------------------------------------------------------------- runs
 
@@ -350,7 +363,13 @@ export interface Mirror {
    * The same transaction prunes the payloads of the changes published (see `change_payloads`), so
    * the store stays near the size of what it mirrors.
    *
+   * Fenced: the ledger head moves only by compare-and-set from the head `entry` chains on
+   * (`entry.prev_hash`), so a publisher that stalled past losing its lock while another recorded
+   * a batch records nothing.
+   *
    * @param publishedAt - ISO 8601 UTC time recorded on the files, the entry and the batch
+   * @throws {@link StoreError} with code `LEDGER_FENCED` when the head is not the one `entry`
+   *   chains on, or the batch is no longer pending; nothing was changed
    */
   recordPublication(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], entry: LedgerEntry, publishedAt: string): Promise<void>;
 

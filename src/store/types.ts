@@ -101,6 +101,21 @@ export interface PublishedFile {
   batch_id: number;
 }
 
+/**
+ * The publisher lock of a mirror, held (see `Mirror.tryPublisherLock`). While held, no other
+ * process publishes this mirror's changes.
+ */
+export interface PublisherLease {
+  /**
+   * True once the lock is known to be gone (PostgreSQL: its session ended or failed). False does
+   * not prove it is still held: a process that stalled may not have heard yet, which is why the
+   * ledger head moves only by compare-and-set (`Mirror.recordPublication`).
+   */
+  readonly lost: boolean;
+  /** Releases the lock; idempotent, never rejects. */
+  release(): Promise<void>;
+}
+
 /** What waits above the exported watermark, by kind. */
 export interface PendingExport {
   /** Change-log rows of messages and conversations. */

@@ -44,6 +44,7 @@ import type {
   ListOrder,
   MirrorAccess,
   PendingExport,
+  PublisherLease,
   PublishedFile,
   RecordRow,
   RunChanges,
@@ -60,6 +61,7 @@ import { conversationLockKey, listingLockKey } from './locks.js';
 import { Messages } from './messages.js';
 import { checkSchemaState, CreateSchemaFailed, migrate, PG_SCHEMA_VERSION, readSchemaVersion } from './migrations.js';
 import { Runs } from './runs.js';
+import { tryPublisherLock } from './publisher-lock.js';
 import { ExportLedger } from './export-ledger.js';
 import { MirrorStatus } from './status.js';
 import { AuditReads } from './audit.js';
@@ -400,6 +402,20 @@ export class PostgresMirror implements Mirror {
    */
   withListingLock<T>(accountId: string, fn: () => Promise<T>): Promise<T> {
     return this.withAdvisoryLock(listingLockKey(this.schema, accountId), fn);
+  }
+
+  /**
+   * Takes the mirror's publisher lock (`pg_try_advisory_lock` on a key of the schema, on a
+   * connection of the lock pool held until release); undefined when another session holds it.
+   * See {@link tryPublisherLock} in `publisher-lock.ts` for what a lost lease means.
+   */
+  async tryPublisherLock(): Promise<PublisherLease | undefined> {
+    if (this.access !== 'read-write') throw new StoreError(`the mirror ${this.location} was opened read-only: it cannot publish`, { db: this.location });
+    try {
+      return await tryPublisherLock(this.lockPool, this.schema);
+    } catch (err) {
+      throw translateError(err, this.target, 'query');
+    }
   }
 
   // ---------------------------------------------------------------- runs

@@ -51,6 +51,7 @@ import type {
   ListOrder,
   MirrorAccess,
   MirrorOptions,
+  PublisherLease,
   PendingExport,
   PublishedFile,
   RecordRow,
@@ -60,6 +61,9 @@ import type {
   RunStart,
   WriteCounts,
 } from '../types.js';
+
+/** The lease of the only publisher a SQLite mirror can have (its writer). */
+const SOLE_PUBLISHER: PublisherLease = Object.freeze({ lost: false, release: async () => {} });
 
 /**
  * The SQLite mirror: one file, one writer process (the writer lock, `<file>.lock`). One instance
@@ -155,6 +159,11 @@ export class SqliteMirror implements Mirror {
   /** The writer lock already keeps every other writer out of this file: runs `fn`. */
   async withListingLock<T>(_accountId: string, fn: () => Promise<T>): Promise<T> {
     return fn();
+  }
+
+  /** The writer lock makes this process the mirror's only publisher: always granted, never lost. */
+  async tryPublisherLock(): Promise<PublisherLease | undefined> {
+    return SOLE_PUBLISHER;
   }
 
   /** Runs `f`, turning SQLite errors that make the mirror unusable into {@link MirrorUnusableError}. */
@@ -415,7 +424,19 @@ export class SqliteMirror implements Mirror {
   // The pages the pruned payloads freed go back to the file system (`PRAGMA incremental_vacuum`,
   // on a file with incremental auto-vacuum).
   async recordPublication(batch: Pick<ExportBatch, 'id' | 'last_seq'>, files: PublishedFile[], entry: LedgerEntry, publishedAt: string): Promise<void> {
-    this.writeTx(() => this.ledger.record(batch, files, entry, publishedAt));
+    this.writeTx(() => {
+      // The compare-and-set both engines make (one writer here, so it only ever catches a bug).
+      const head = this.ledger.head();
+      if ((head?.hash ?? null) !== entry.prev_hash) {
+        throw new StoreError(
+          `export batch ${batch.id} not recorded: the ledger head is ${head ? `${head.batch_id}:${head.hash}` : 'none'}, not the head its record chains on (${entry.prev_hash ?? 'none'}). Nothing was changed`,
+          { batch_id: batch.id },
+          undefined,
+          'LEDGER_FENCED',
+        );
+      }
+      this.ledger.record(batch, files, entry, publishedAt);
+    });
     this.write(() => this.db.pragma('incremental_vacuum'));
   }
 
