@@ -12,6 +12,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import { Writable } from 'node:stream';
+import { createLogger } from '../src/logger.js';
 import { FakeWorkspace, startFakeApi, type FakeApi } from '../src/fake-api/index.js';
 import { PG_SCHEMA_VERSION } from '../src/store/postgres/migrations.js';
 import { API_KEY, ACCOUNT_ID, cliEnv, tempDir } from './helpers.js';
@@ -278,6 +280,20 @@ describe('a usable PostgreSQL target: config, status and check show it masked; c
     );
     await pgQuery(`GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${s}" TO "${r}"`);
     expect(await rightsLine()).toMatchObject({ code: 0, line: expect.stringMatching(new RegExp(`^✓ rights: user "${r}" has USAGE on schema "${s}", owned by "${user}", and SELECT, INSERT, UPDATE, DELETE on its \\d+ tables$`)) as unknown });
+  });
+});
+
+describe('logs', () => {
+  it('a logged config.db shows a PostgreSQL target masked (a SQLite path as it is); the API key stays redacted', () => {
+    const lines: string[] = [];
+    const logger = createLogger({ level: 'info', destination: new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }) });
+    const db = urlWith({ schema: 'cmtest_logged' });
+    logger.info({ config: { db, apiKey: API_KEY } }, 'configured');
+    logger.info({ config: { db: '/var/lib/mirror.sqlite' } }, 'configured');
+    const [pg, sqlite] = lines.map((l) => JSON.parse(l) as { config: { db: string; apiKey?: string } });
+    expect(pg!.config).toEqual({ db: masked(db), apiKey: '[redacted]' });
+    expect(sqlite!.config.db).toBe('/var/lib/mirror.sqlite');
+    expect(lines.join('')).not.toContain(PASSWORD);
   });
 });
 
