@@ -108,3 +108,37 @@ export function parsePostgresTarget(value: string): PostgresTarget {
   shown.hash = '';
   return { url: url.href, schema, shown: shown.href };
 }
+
+/**
+ * A value of `CONVO_MIRROR_DB` as any output may show it: a SQLite path as given; a PostgreSQL URL
+ * in its masked form ({@link PostgresTarget.shown}); a PostgreSQL URL that does not parse with
+ * everything from the scheme up to its last `@`, and any query or fragment, masked (a password
+ * typed into it, however malformed, is never shown).
+ */
+export function dbShown(value: string): string {
+  if (!isPostgresUrl(value)) return value;
+  try {
+    return parsePostgresTarget(value).shown;
+  } catch {
+    const text = value.trim();
+    const at = text.lastIndexOf('@');
+    const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(text)?.[0] ?? '';
+    return (at < 0 ? text : `${scheme}***${text.slice(at)}`).replace(/([?#])[\s\S]*$/, '$1***');
+  }
+}
+
+/**
+ * Why `value` cannot be `CONVO_MIRROR_DB`, one line without the setting's name, or undefined when
+ * it can: a PostgreSQL URL must parse ({@link parsePostgresTarget}); any other value is a SQLite
+ * path, checked when it is opened.
+ */
+export function dbProblem(value: string): string | undefined {
+  if (!isPostgresUrl(value)) return undefined;
+  try {
+    parsePostgresTarget(value);
+    return undefined;
+  } catch (err) {
+    if (err instanceof ConfigError) return err.message.slice(err.variable.length + 2);
+    throw err;
+  }
+}

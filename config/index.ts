@@ -14,6 +14,7 @@ import { ConfigError } from '../src/errors.js';
 import { OTHER_KNOWN_VARIABLES } from './env-file.js';
 import { durationSetting } from './duration.js';
 import { hasDbPath } from './redis-url.js';
+import { dbProblem, dbShown } from './db-url.js';
 
 /** Log levels accepted by `LOG_LEVEL` / `--log-level` (pino's). */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -430,9 +431,15 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
   db: {
     env: 'CONVO_MIRROR_DB',
     flag: '--db <path>',
-    schema: z.string().min(1, 'must not be empty'),
+    schema: z
+      .string()
+      .min(1, 'must not be empty')
+      .superRefine((value, ctx) => {
+        const problem = dbProblem(value);
+        if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+      }),
     defaultValue: 'data/mirror.sqlite',
-    help: 'SQLite mirror',
+    help: 'SQLite mirror file, or a PostgreSQL URL postgres://user@host:port/db?schema=NAME',
     commands: [...MIRROR, 'backup'],
   },
   exportDir: {
@@ -717,10 +724,21 @@ function fieldValue(key: FieldKey, env: NodeJS.ProcessEnv, flags: ConfigFlags, r
     const issue = parsed.issue;
     // Never echo secrets: the fields marked secret, a Redis URL (it may carry a password), or a base URL's
     // user info (shown with it masked).
-    const shown = def.secret === true || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(key === 'baseUrl' ? maskUserInfo(String(raw)) : String(raw)).slice(0, 80)})`;
+    const shown = def.secret === true || key === 'redisUrl' ? '' : ` (got ${JSON.stringify(shownGiven(key, String(raw))).slice(0, 80)})`;
     throw new ConfigError(name, `${issue}${shown}`);
   }
   return parsed.value;
+}
+
+/**
+ * A given value of a non-secret field as a message or `config` may show it: a base or Redis URL
+ * with its user info, query and fragment masked ({@link maskUserInfo}); `CONVO_MIRROR_DB` with a
+ * PostgreSQL URL's password masked ({@link dbShown}); anything else as given.
+ */
+function shownGiven(key: FieldKey, raw: string): string {
+  if (key === 'baseUrl' || key === 'redisUrl') return maskUserInfo(raw);
+  if (key === 'db') return dbShown(raw);
+  return raw;
 }
 
 /** Where a setting's value comes from, as `convo-mirror config` says it; `unset` when from nowhere. */
@@ -759,7 +777,7 @@ export function settingReport(key: FieldKey, env: NodeJS.ProcessEnv, flags: Conf
   const source: SettingSource = flags[key] !== undefined ? 'flag' : fromEnvFile.has(def.env) ? '.env' : 'environment';
   const parsed = parseField(key, raw);
   if (parsed.ok) return { ...base, source, value: parsed.value };
-  const given = def.secret === true ? undefined : key === 'baseUrl' || key === 'redisUrl' ? maskUserInfo(String(raw)) : String(raw);
+  const given = def.secret === true ? undefined : shownGiven(key, String(raw));
   return { ...base, source, value: undefined, given, error: parsed.issue };
 }
 

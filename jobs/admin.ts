@@ -20,8 +20,10 @@ import {
   redisCause,
   redisConnection,
   redisProblem,
+  type ConversationJobData,
   type JobPolicy,
   type QueueSettings,
+  type WorkspaceJobData,
 } from './queue.js';
 
 /** How long one Redis command of a CLI command may go unanswered before it fails, ms. */
@@ -46,8 +48,48 @@ export type QueueStatus =
       counts: Record<string, number>;
       schedulers: { id: string; pattern?: string | undefined; tz?: string | undefined; next?: string | undefined }[];
       failed: { id?: string | undefined; name: string; conversation_id?: string | undefined; attempts: number; reason: string; failed_at?: string | undefined }[];
+      /** The daemons serving the prefix now: their workers connected to Redis ({@link DaemonWorker}). */
+      workers: DaemonWorker[];
+      /** The jobs running now, oldest first, at most {@link MAX_ACTIVE_SHOWN} ({@link ActiveJob}). */
+      active: ActiveJob[];
     }
   | { redis: string; error: string };
+
+/**
+ * A daemon's worker serving the queue, as Redis lists its connection (`CLIENT LIST`, read by
+ * BullMQ's `queue.getWorkers()`).
+ */
+export interface DaemonWorker {
+  /**
+   * The worker's name, `<hostname>:<pid>` (see `workerName` in bullmq-engine.ts); `unnamed` for a
+   * worker of a version that gave none.
+   */
+  name: string;
+  /** The address its connection comes from, as Redis sees it (`host:port`). */
+  addr?: string | undefined;
+  /** How long its connection has been open, seconds. */
+  connected_s?: number | undefined;
+}
+
+/** A job running now (BullMQ state `active`). */
+export interface ActiveJob {
+  id?: string | undefined;
+  /** The job's name (`sync-workspace`, `sync-conversation`...). */
+  name: string;
+  /** The name of the worker running it ({@link DaemonWorker.name}); undefined when it did not say. */
+  worker?: string | undefined;
+  account_id?: string | undefined;
+  conversation_id?: string | undefined;
+  /** When this attempt started (ISO 8601 UTC). */
+  started_at?: string | undefined;
+  /** How long this attempt has been running, ms (at the time of the read; never negative). */
+  running_ms?: number | undefined;
+  /** This attempt's number, from 1. */
+  attempt: number;
+}
+
+/** Active jobs `status` lists at most. */
+export const MAX_ACTIVE_SHOWN = 100;
 
 /** An error of the Redis connection (not answering, closed, refused), as ioredis and BullMQ word it. */
 function isConnectionError(err: unknown): boolean {
@@ -76,12 +118,15 @@ async function closeQueue(queue: Pick<Queue, 'close' | 'disconnect'>, lost: bool
 }
 
 /**
- * The queue's job counts, its schedulers with their next run, and the last 10 failed jobs (the
- * dead letter list). Read-only: writes nothing to Redis (not even BullMQ's queue metadata), so a
+ * The queue's job counts, its schedulers with their next run, the last 10 failed jobs (the dead
+ * letter list), the daemons serving the prefix (their workers' Redis connections: `CLIENT LIST`)
+ * and the jobs running now with the worker running each. Read-only: writes nothing to Redis (not even BullMQ's queue metadata), so a
  * prefix never used stays without a key. Never throws for an unreachable Redis (1.5 s probe) or
  * one that stops answering: returns why instead.
+ *
+ * @param now - the time active jobs' running times are measured to, epoch ms @defaultValue `Date.now`
  */
-export async function queueStatus(settings: QueueSettings): Promise<QueueStatus> {
+export async function queueStatus(settings: QueueSettings, now: () => number = Date.now): Promise<QueueStatus> {
   const redis = redisShown(settings.redisUrl);
   try {
     await assertRedisReachable(settings.redisUrl, 1500);
@@ -91,7 +136,7 @@ export async function queueStatus(settings: QueueSettings): Promise<QueueStatus>
   const queue = openQueue(settings, { readOnly: true, answerWithinMs: ANSWER_MS });
   let lost = false;
   try {
-    return { redis, prefix: settings.prefix, ...(await readQueue(queue)) };
+    return { redis, prefix: settings.prefix, ...(await readQueue(queue, settings.prefix, now)) };
   } catch (err) {
     lost = isConnectionError(err);
     if (!lost) throw err;
@@ -101,8 +146,8 @@ export async function queueStatus(settings: QueueSettings): Promise<QueueStatus>
   }
 }
 
-/** The figures of {@link queueStatus}, read (only read) from `queue`. */
-async function readQueue(queue: Queue): Promise<Omit<Extract<QueueStatus, { counts: unknown }>, 'redis' | 'prefix'>> {
+/** The figures of {@link queueStatus}, read (only read) from `queue`; `now` in epoch ms. */
+async function readQueue(queue: Queue, prefix: string, now: () => number): Promise<Omit<Extract<QueueStatus, { counts: unknown }>, 'redis' | 'prefix'>> {
   const counts = await queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed', 'waiting-children', 'prioritized');
   const schedulers = (await queue.getJobSchedulers()).map((j) => ({
     id: j.key,
@@ -118,7 +163,39 @@ async function readQueue(queue: Queue): Promise<Omit<Extract<QueueStatus, { coun
     reason: j.failedReason,
     failed_at: j.finishedOn ? new Date(j.finishedOn).toISOString() : undefined,
   }));
-  return { counts, schedulers, failed };
+  const workers = workersOf(prefix, await queue.getWorkers());
+  const at = now();
+  const active = (await queue.getActive(0, MAX_ACTIVE_SHOWN - 1))
+    .map((j): ActiveJob => {
+      const data = j.data as (Partial<WorkspaceJobData> & Partial<ConversationJobData>) | undefined;
+      return {
+        id: j.id,
+        name: j.name,
+        worker: j.processedBy,
+        account_id: data?.accountId,
+        conversation_id: data?.conversationId,
+        started_at: j.processedOn ? new Date(j.processedOn).toISOString() : undefined,
+        running_ms: j.processedOn ? Math.max(0, at - j.processedOn) : undefined,
+        attempt: j.attemptsMade + 1,
+      };
+    })
+    .sort((a, b) => (b.running_ms ?? 0) - (a.running_ms ?? 0));
+  return { counts, schedulers, failed, workers, active };
+}
+
+/**
+ * The workers of `getWorkers()` (one Redis connection each, named `<prefix>:<queue>:w:<name>`, or
+ * `<prefix>:<queue>` for a worker without a name), by name.
+ */
+function workersOf(prefix: string, clients: Record<string, string>[]): DaemonWorker[] {
+  const named = `${prefix}:${Buffer.from(QUEUE_NAME).toString('base64')}:w:`;
+  return clients
+    .map((c) => {
+      const raw = c.rawname ?? '';
+      const age = Number(c.age);
+      return { name: raw.startsWith(named) ? raw.slice(named.length) : 'unnamed', addr: c.addr, connected_s: Number.isFinite(age) ? age : undefined };
+    })
+    .sort((a, b) => a.name.localeCompare(b.name));
 }
 
 /** How one awaited job ended. */

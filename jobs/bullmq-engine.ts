@@ -7,6 +7,7 @@
  * a connection that waits to reconnect (BullMQ issue #4656), so the running jobs are tracked here,
  * and every close is bounded, then cut.
  */
+import os from 'node:os';
 import { UnrecoverableError, Worker, type Job, type Queue } from 'bullmq';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
@@ -89,7 +90,7 @@ export async function bullmqEngine(ctx: EngineContext): Promise<DaemonEngine> {
       if (removed.length > 0) logger.info({ schedulers: removed }, 'removed the job schedulers of workspaces no longer configured');
       worker = await startWorker(config, logger, stopReconnecting, (job, token) => jobs.track(processJob(depsOf(deps, job), job, token)));
     },
-    describe: () => ({ redis: where, prefix: config.queuePrefix }),
+    describe: () => ({ redis: where, prefix: config.queuePrefix, worker: workerName() }),
     async stop(graceMs, abort, abortWaitMs) {
       if (!worker) return { forced: false, abandoned: 0 };
       return drainWorker(worker, jobs, { graceMs, abortWaitMs, abort }, logger);
@@ -162,11 +163,22 @@ interface BullWorker {
 }
 
 /**
- * The worker: one per daemon, `config.concurrency` jobs at a time, its events logged (the same
- * error at most once per 10 s: while Redis is away each connection fails every second).
+ * The name of this process's worker, `<hostname>:<pid>`: BullMQ names the worker's Redis
+ * connection after it (so `status` lists the daemons serving a prefix, from `CLIENT LIST`) and
+ * stamps it on each job it runs (`job.processedBy`).
+ */
+export function workerName(): string {
+  return `${os.hostname()}:${process.pid}`;
+}
+
+/**
+ * The worker: one per daemon, named {@link workerName}, `config.concurrency` jobs at a time, its
+ * events logged (the same error at most once per 10 s: while Redis is away each connection fails
+ * every second).
  */
 async function startWorker(config: Config, logger: Logger, stopReconnecting: () => boolean, processor: (job: Job, token?: string) => Promise<unknown>): Promise<BullWorker> {
   const worker = new Worker(QUEUE_NAME, processor, {
+    name: workerName(),
     connection: redisConnection(config.redisUrl, { stopReconnecting }),
     prefix: config.queuePrefix,
     concurrency: config.concurrency,

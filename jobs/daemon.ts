@@ -211,6 +211,8 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
       return { changes: waiting.data, runLines: waiting.runLines };
     },
     queueJobCounts: () => (engine ? engine.jobCounts() : Promise.resolve({})),
+    // PostgreSQL: its pools' connections (no query); SQLite has none.
+    dbPools: () => mirror.poolStats(),
   });
   const limiters = daemonLimiters(config, logger);
   // A 429 makes every worker of the BullMQ queue back off (when all workspaces share one key).
@@ -276,8 +278,9 @@ function workspaceClients(config: Config, logger: Logger, metrics: Metrics, sign
 /**
  * Starts the HTTP server (health, readiness, metrics) on `config.httpHost:config.httpPort`, or on
  * `override`; none when the port is 0 (or `override` is false). `/readyz` checks that Redis answers
- * a PING on the queue's connection (BullMQ mode), that the mirror answers a read, that a workspace
- * passed its check, and that the daemon is in phase `ready` (else it names the phase).
+ * a PING on the queue's connection (BullMQ mode), that the mirror answers a round trip
+ * (`Mirror.ping`: PostgreSQL a `SELECT 1`), that a workspace passed its check, and that the daemon
+ * is in phase `ready` (else it names the phase).
  *
  * @throws {@link ConfigError} naming CONVO_MIRROR_HTTP_PORT when the port is taken or not allowed,
  *   or CONVO_MIRROR_HTTP_HOST when the interface does not exist here
@@ -288,7 +291,8 @@ async function startHttp(config: Config, logger: Logger, res: Resources, overrid
   const port = override?.port ?? config.httpPort;
   const checks: ReadinessCheck[] = [
     ...res.engine.checks,
-    { name: 'mirror', check: () => res.mirror.mirrorId() },
+    // A round trip to the database (PostgreSQL: SELECT 1; its failure names CONVO_MIRROR_DB, password masked).
+    { name: 'mirror', check: () => res.mirror.ping() },
     { name: 'api', check: () => res.checks.assertReady() },
     {
       name: 'daemon',

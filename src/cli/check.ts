@@ -4,7 +4,8 @@
  * conversation list, then the first page of one listed conversation's messages, no retries) it
  * proves that the base URL answers, the key is accepted and the account is reachable; then that the
  * workspaces file reads, the signing key loads, the mirror file and the export directory can be
- * written (nothing is created: see src/writable.ts); in BullMQ mode, that Redis answers on its
+ * written (nothing is created: see src/writable.ts), or for a PostgreSQL mirror that the database
+ * answers, the state of the mirror's schema and the role's rights there (reads only); in BullMQ mode, that Redis answers on its
  * database; with `--daemon`, that the daemon's HTTP address can be listened on. One line per check
  * with a mark (✓ passed, ! passed with a warning, ✗ failed) and the reason; `--json` for scripts.
  * It writes nothing and never shows a secret. Settings given but ignored are warned about on stderr.
@@ -25,7 +26,7 @@ import { witnessDirProblem } from '../export/witness.js';
 import { createLogger } from '../logger.js';
 import { listenAddress, tryListen } from '../server/listen.js';
 import { DEFAULT_ACCOUNT } from '../store/mirror.js';
-import { mirrorFileOf } from '../store/open-mirror.js';
+import { inspectPostgres, mirrorFileOf, WRITER_TABLE_PRIVILEGES, type PostgresInspection } from '../store/open-mirror.js';
 import { whyNotWritable } from '../writable.js';
 import { EXIT, settle, verdictOf, worstExit, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
@@ -36,7 +37,8 @@ import { selectWorkspaces } from './sync.js';
 export interface CheckOutcome {
   /**
    * What was checked: `workspaces`, `api`, `messages` (with several workspaces, `api <account>`,
-   * `messages <account>`), `signing key`, `mirror`, `exports`, `redis`, `http`.
+   * `messages <account>`), `signing key`, `mirror` (with a PostgreSQL mirror also `schema` and
+   * `rights`), `exports`, `redis`, `http`.
    */
   name: string;
   /** True when it passed, with or without a {@link CheckOutcome.warning}. */
@@ -164,8 +166,74 @@ function checkPath(name: string, variable: string, target: string, kind: 'file' 
   return { name, ok: false, detail: `${variable}: cannot write ${target}: ${why}`, code: EXIT.CONFIG };
 }
 
-// A PostgreSQL mirror is no file to write: the database's own checks come with its engine.
-const checkMirror: Check = ({ config }) => (mirrorFileOf(config.db) === undefined ? [] : [checkPath('mirror', CONFIG_FIELDS.db.env, config.db, 'file')]);
+/**
+ * The mirror: a SQLite file can be written; a PostgreSQL database is checked by
+ * {@link checkPostgres}.
+ */
+const checkMirror: Check = ({ config }) => (mirrorFileOf(config.db) === undefined ? checkPostgres(config.db) : [checkPath('mirror', CONFIG_FIELDS.db.env, config.db, 'file')]);
+
+/** An identifier as SQL quotes it. */
+const ident = (s: string): string => `"${s.replace(/"/g, '""')}"`;
+
+/**
+ * A PostgreSQL mirror (reads only, nothing created): `mirror`, the server answers and takes the
+ * credentials; `schema`, the mirror's schema is current, or will be created or migrated by the
+ * first writer, or cannot be used (newer than this code, someone else's tables); `rights`, the
+ * role may do what a writer will do there: create the schema (CREATE on the database) when it is
+ * missing; else USAGE on it, CREATE on it when a migration is pending, and SELECT, INSERT, UPDATE,
+ * DELETE on its tables. A failure names the GRANT that fixes it.
+ */
+async function checkPostgres(target: string): Promise<CheckOutcome[]> {
+  let found: PostgresInspection;
+  try {
+    found = await inspectPostgres(target);
+  } catch (err) {
+    return [failed('mirror', err)];
+  }
+  const { schema, user, database, state, rights, currentVersion } = found;
+  const env = CONFIG_FIELDS.db.env;
+  const out = [passed('mirror', `PostgreSQL ${found.serverVersion} at ${found.shown} answers; user ${ident(user)}, database ${ident(database)} (${env})`)];
+  const bad = (name: string, detail: string): CheckOutcome => ({ name, ok: false, detail, code: EXIT.CONFIG });
+  const s = ident(schema);
+  // The schema.
+  if (!state.schemaExists) out.push(passed('schema', `${s} does not exist yet: the first sync or daemon creates it at version ${currentVersion}`));
+  else if (!found.versionRead) out.push(bad('schema', `${s} exists, but user ${ident(user)} may not read its version (see rights)`));
+  else if (state.version > currentVersion) out.push(bad('schema', `${s} is at version ${state.version}, newer than this convo-mirror knows (${currentVersion}): upgrade convo-mirror`));
+  else if (state.version === 0 && state.tables > 0) out.push(bad('schema', `${s} holds tables but no convo-mirror mirror: point ${env} at another schema (?schema=NAME)`));
+  else if (state.version === currentVersion) out.push(passed('schema', `${s} is at version ${state.version}, current`));
+  else out.push(passed('schema', `${s} is at version ${state.version} of ${currentVersion}: the first sync or daemon migrates it`));
+  // The rights a writer needs there.
+  const u = ident(user);
+  if (!state.schemaExists) {
+    out.push(
+      rights.createOnDatabase
+        ? passed('rights', `user ${u} may create schema ${s} (CREATE on database ${ident(database)})`)
+        : bad('rights', `user ${u} may not create the mirror's schema ${s} in database ${ident(database)}: GRANT CREATE ON DATABASE ${ident(database)} TO ${u}, or create the schema with that user as its owner`),
+    );
+    return out;
+  }
+  const owner = rights.schemaOwner !== undefined ? `, owned by ${ident(rights.schemaOwner)}` : '';
+  if (rights.usageOnSchema !== true) {
+    out.push(bad('rights', `user ${u} lacks USAGE on schema ${s}${owner}: GRANT USAGE ON SCHEMA ${s} TO ${u}`));
+    return out;
+  }
+  const migrates = found.versionRead && state.version < currentVersion;
+  if (migrates && rights.createOnSchema !== true) {
+    out.push(bad('rights', `user ${u} lacks CREATE on schema ${s}${owner}, which migrating it needs: GRANT CREATE ON SCHEMA ${s} TO ${u}, or run the first sync as the owner`));
+    return out;
+  }
+  if (rights.tablesLacking.length > 0) {
+    const n = rights.tablesLacking.length;
+    const list = rights.tablesLacking.slice(0, 5).join(', ') + (n > 5 ? ` and ${n - 5} more` : '');
+    out.push(
+      bad('rights', `user ${u} lacks ${rights.privilegesLacking.join(', ')} on ${n} table${n === 1 ? '' : 's'} of schema ${s} (${list}): GRANT ${WRITER_TABLE_PRIVILEGES.join(', ')} ON ALL TABLES IN SCHEMA ${s} TO ${u}`),
+    );
+    return out;
+  }
+  const create = rights.createOnSchema === true ? ' and CREATE' : '';
+  out.push(passed('rights', `user ${u} has USAGE${create} on schema ${s}${owner}, and ${WRITER_TABLE_PRIVILEGES.join(', ')} on its ${rights.tables} tables`));
+  return out;
+}
 
 /** The export directory: not the mirror's own directory (nor a root), and writable. */
 const checkExports: Check = ({ config }) => {
@@ -265,7 +333,7 @@ export function addCheckCommand(program: Command, setExit: SetExit): void {
   const cmd = program
     .command('check')
     .description(
-      'Check the configuration: the API answers and accepts the key (at most two requests per workspace), the workspaces file reads, the signing key loads, the mirror and exports can be written, Redis answers; with --daemon, the HTTP port can be listened on. Writes nothing; exit 0 only when all pass',
+      'Check the configuration: the API answers and accepts the key (at most two requests per workspace), the workspaces file reads, the signing key loads, the mirror and exports can be written (a PostgreSQL mirror: the database answers, its schema version, the rights of its user), Redis answers; with --daemon, the HTTP port can be listened on. Writes nothing; exit 0 only when all pass',
     )
     .option('--daemon', "also check what the daemon needs: its HTTP address (CONVO_MIRROR_HTTP_HOST, CONVO_MIRROR_HTTP_PORT) can be listened on; check takes the daemon's flags")
     .option('--account <id>', 'only this configured workspace (repeatable), as sync and daemon take it', (v: string, prev: string[] = []) => [...prev, v])

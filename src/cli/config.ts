@@ -2,13 +2,14 @@
  * `convo-mirror config [--json]`: the effective settings, one per line, each with where it came
  * from (`flag`, `environment`, `.env`, `default`, or `unset`). Secrets (the API key, the webhook
  * secret, the admin password, a workspaces file's key variables) show only as set or unset; a URL's
- * user info is masked. It requires nothing (no base URL, no key), writes nothing and connects
+ * user info is masked, and so is the password of a PostgreSQL `CONVO_MIRROR_DB`. It requires nothing (no base URL, no key), writes nothing and connects
  * nowhere: no mirror, no directory, no Redis. A malformed value is shown with what is wrong with
  * it, and the exit code is then 2. A setting given but ignored in the configuration chosen (the
  * admin password with the local scheduler...) is shown with why (config/ignored.ts).
  */
 import type { Command } from 'commander';
 import { CONFIG_FIELDS, flagName, maskUserInfo, settingReport, workspaceKeyVariables, type ConfigFlags, type FieldKey, type SettingReport, type SettingSource } from '../../config/index.js';
+import { dbShown } from '../../config/db-url.js';
 import { envFileNames } from '../../config/env-file.js';
 import { ignoredSettings } from '../../config/ignored.js';
 import { ConfigError } from '../errors.js';
@@ -38,6 +39,7 @@ function shownValue(key: FieldKey, value: unknown): string | number | boolean | 
   if (typeof value === 'number' || typeof value === 'boolean') return value;
   if (key === 'listParams') return new URLSearchParams(value as [string, string][]).toString();
   if (Array.isArray(value)) return value.join(',');
+  if (key === 'db') return dbShown(String(value));
   return key === 'baseUrl' || key === 'redisUrl' ? maskUserInfo(String(value)) : String(value);
 }
 

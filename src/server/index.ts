@@ -15,7 +15,7 @@ import { settlesWithin } from '../clock.js';
 import { Metrics, withTimeout } from './metrics.js';
 import { webhookPlugin, type WebhookOptions } from './webhooks.js';
 
-export { Metrics, withTimeout, type MetricsOptions, RUN_DURATION_BUCKETS, DEFAULT_COLLECT_TIMEOUT_MS } from './metrics.js';
+export { Metrics, withTimeout, type MetricsOptions, type DbPoolFigures, RUN_DURATION_BUCKETS, DEFAULT_COLLECT_TIMEOUT_MS } from './metrics.js';
 export { resolvePointer, ReplayCache, webhookPlugin, WEBHOOK_BODY_LIMIT, DEFAULT_TIMESTAMP_TOLERANCE_MS, MAX_REMEMBERED_IDS, type RefusalClass, type WebhookAccepted, type WebhookOptions } from './webhooks.js';
 
 /** Default of {@link ServerDeps.checkTimeoutMs}: 1000 ms. */

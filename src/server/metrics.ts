@@ -18,6 +18,20 @@ export const RUN_DURATION_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800
 /** Default of {@link MetricsOptions.collectTimeoutMs}: 1000 ms. */
 export const DEFAULT_COLLECT_TIMEOUT_MS = 1000;
 
+/** One database connection pool, counted now (the shape of the store's `PoolStats`). */
+export interface DbPoolFigures {
+  /** The pool's name, e.g. `queries` or `locks`. */
+  pool: string;
+  /** Connections open. */
+  total: number;
+  /** Open connections not checked out. */
+  idle: number;
+  /** Callers waiting for a connection. */
+  waiting: number;
+  /** Connections at most. */
+  max: number;
+}
+
 /** Options of {@link Metrics}. */
 export interface MetricsOptions {
   /**
@@ -33,6 +47,12 @@ export interface MetricsOptions {
    * the gauge without samples for that scrape and counts a collect error.
    */
   queueJobCounts?: () => Promise<Record<string, number>>;
+  /**
+   * The mirror's database connection pools now (`convo_mirror_db_pool_connections{pool,state}` and
+   * `convo_mirror_db_pool_max{pool}`), read at each scrape from counters in memory (e.g.
+   * `Mirror.poolStats()`); undefined (an engine without pools, SQLite) or absent: no samples.
+   */
+  dbPools?: () => readonly DbPoolFigures[] | undefined;
   /** Longest wait for `exportLag` or `queueJobCounts` at a scrape, ms. @defaultValue 1000 */
   collectTimeoutMs?: number;
   /** Time source of `convo_mirror_last_success_timestamp_seconds`, epoch ms. @defaultValue `Date.now` */
@@ -65,8 +85,12 @@ export interface MetricsOptions {
  *   `enqueue`'s) for a conversation the API answers 404 and the mirror never had: completed without
  *   a run.
  * - `convo_mirror_queue_jobs{state}`: jobs in the queue by state (at scrape time).
- * - `convo_mirror_collect_errors_total{collector}`: scrapes where `export_lag` or `queue_jobs`
- *   could not be read.
+ * - `convo_mirror_db_pool_connections{pool,state}`: the PostgreSQL mirror's connections by pool
+ *   (`queries`, `locks`) and state: `total` open, `idle` among them, `waiting` callers waiting for
+ *   one (at scrape time; absent for a SQLite mirror).
+ * - `convo_mirror_db_pool_max{pool}`: connections each pool may open at most.
+ * - `convo_mirror_collect_errors_total{collector}`: scrapes where `export_lag`, `queue_jobs` or
+ *   `db_pool` could not be read.
  */
 export class Metrics {
   /** Runs already counted (the last 10,000), so a run reported twice is counted once. */
@@ -87,6 +111,8 @@ export class Metrics {
   private readonly notFound: Counter<'account_id'>;
   private readonly queueJobs: Gauge<'state'>;
   private readonly collectErrors: Counter<'collector'>;
+  private readonly dbPoolConnections: Gauge<'pool' | 'state'>;
+  private readonly dbPoolMax: Gauge<'pool'>;
 
   constructor(private readonly o: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -104,6 +130,8 @@ export class Metrics {
     this.heldRunLines = new Gauge({ name: 'convo_mirror_export_held_run_lines', help: 'Run lines waiting for the next publication with changes, or the heartbeat', registers });
     this.notFound = new Counter({ name: 'convo_mirror_conversations_not_found_total', help: 'On-demand jobs for a conversation the API answers 404 and the mirror never had (no run recorded)', labelNames: ['account_id'], registers });
     this.queueJobs = new Gauge({ name: 'convo_mirror_queue_jobs', help: 'Jobs in the queue by state', labelNames: ['state'], registers });
+    this.dbPoolConnections = new Gauge({ name: 'convo_mirror_db_pool_connections', help: "The mirror database's connections by pool and state: total open, idle, waiting callers", labelNames: ['pool', 'state'], registers });
+    this.dbPoolMax = new Gauge({ name: 'convo_mirror_db_pool_max', help: "Connections each of the mirror database's pools may open at most", labelNames: ['pool'], registers });
     this.collectErrors = new Counter({ name: 'convo_mirror_collect_errors_total', help: 'Scrapes where a gauge read at scrape time could not be read', labelNames: ['collector'], registers });
   }
 
@@ -160,9 +188,21 @@ export class Metrics {
     return this.registry.metrics();
   }
 
-  /** Reads the export lag and the queue's job counts into their gauges. Never throws. */
+  /** Reads the export lag, the queue's job counts and the database pools into their gauges. Never throws. */
   private async readSources(): Promise<void> {
-    const { exportLag, queueJobCounts } = this.o;
+    const { exportLag, queueJobCounts, dbPools } = this.o;
+    if (dbPools) {
+      this.dbPoolConnections.reset();
+      this.dbPoolMax.reset();
+      try {
+        for (const p of dbPools() ?? []) {
+          for (const state of ['total', 'idle', 'waiting'] as const) this.dbPoolConnections.set({ pool: p.pool, state }, p[state]);
+          this.dbPoolMax.set({ pool: p.pool }, p.max);
+        }
+      } catch (err) {
+        this.collectFailed('db_pool', err);
+      }
+    }
     if (exportLag) {
       try {
         const lag = await withTimeout(Promise.resolve().then(exportLag), this.o.collectTimeoutMs ?? DEFAULT_COLLECT_TIMEOUT_MS, 'reading the export lag');

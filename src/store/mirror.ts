@@ -75,6 +75,23 @@ export type {
 } from './types.js';
 export { signalOf } from './values.js';
 
+/** One connection pool of an engine ({@link Mirror.poolStats}), counted now. */
+export interface PoolStats {
+  /**
+   * Which pool: `queries` (every read and write) or `locks` (the sessions holding advisory locks:
+   * the owner lock, conversation and listing locks) for PostgreSQL.
+   */
+  pool: string;
+  /** Connections open (idle or checked out). */
+  total: number;
+  /** Open connections not checked out. */
+  idle: number;
+  /** Callers waiting for a connection (all checked out and `max` reached). */
+  waiting: number;
+  /** Connections at most. */
+  max: number;
+}
+
 /** The engines a mirror can live in. */
 export type MirrorEngine = 'sqlite' | 'postgres';
 
@@ -422,6 +439,22 @@ export interface Mirror {
 
   /** Row counts for `status`. */
   counts(): Promise<Record<string, number>>;
+
+  /**
+   * A cheap round trip to the storage, for readiness probes (`/readyz`): PostgreSQL a `SELECT 1` on
+   * a pooled connection (waiting for one when all are busy), SQLite a read of the mirror's id.
+   *
+   * @throws `MirrorDatabaseError` (PostgreSQL: the database cannot be reached or used, naming
+   *   `CONVO_MIRROR_DB` with its password masked), {@link MirrorUnusableError} (SQLite), or
+   *   {@link StoreError} once the mirror is closed
+   */
+  ping(): Promise<void>;
+
+  /**
+   * The engine's connection pools now, for metrics; undefined for an engine without one (SQLite).
+   * Reads counters in memory: no query.
+   */
+  poolStats(): PoolStats[] | undefined;
 
   /**
    * The engine's check of its storage (SQLite: `PRAGMA quick_check` of the whole file, every page

@@ -9,6 +9,8 @@ import type { Mirror, MirrorOptions } from './mirror.js';
 import { SqliteMirror } from './sqlite/mirror.js';
 import { openPostgresMirror } from './postgres/mirror.js';
 
+export { inspectPostgres, WRITER_TABLE_PRIVILEGES, type PostgresInspection, type PostgresRights } from './postgres/inspect.js';
+
 /** Whether `target` names a PostgreSQL database (`postgres://…` or `postgresql://…`) rather than a SQLite file. */
 export function isPostgresTarget(target: string): boolean {
   return /^postgres(ql)?:\/\//i.test(target);

@@ -29,7 +29,7 @@ import type { Conversation, Message, Page } from '../../api/schemas.js';
 import { systemClock, isoNow, type Clock } from '../../clock.js';
 import { StoreError } from '../../errors.js';
 import { parsePostgresTarget, type PostgresTarget } from '../../../config/db-url.js';
-import type { Mirror } from '../mirror.js';
+import type { Mirror, PoolStats } from '../mirror.js';
 import type {
   Checkpoint,
   ConversationFilter,
@@ -780,6 +780,17 @@ export class PostgresMirror implements Mirror {
   /** Row counts for `status`. */
   counts(): Promise<Record<string, number>> {
     return this.snapshot((c) => this.status.counts(c));
+  }
+
+  /** A `SELECT 1` on a connection of the query pool (see `Mirror.ping`). */
+  async ping(): Promise<void> {
+    await this.guard(() => this.pool.query('SELECT 1'));
+  }
+
+  /** Both pools' counters (see `Mirror.poolStats`): `queries` and `locks`. */
+  poolStats(): PoolStats[] {
+    const of = (pool: string, p: pg.Pool): PoolStats => ({ pool, total: p.totalCount, idle: p.idleCount, waiting: p.waitingCount, max: p.options.max ?? 0 });
+    return [of('queries', this.pool), of('locks', this.lockPool)];
   }
 
   /**

@@ -508,6 +508,16 @@ export class SqliteMirror implements Mirror {
     return this.guard(() => this.status.counts());
   }
 
+  /** A read of the mirror's id (see `Mirror.ping`). */
+  async ping(): Promise<void> {
+    await this.mirrorId();
+  }
+
+  /** No connection pool: one connection for the process. */
+  poolStats(): undefined {
+    return undefined;
+  }
+
   async quickCheck(): Promise<string[]> {
     try {
       const rows = this.db.pragma('quick_check') as { quick_check: string }[];
