@@ -1,21 +1,25 @@
 /**
  * Exporter: change log → JSONL change files and the ledger's batch records (design: src/export/).
  *
- * Exactly-once by construction:
- * 1. A batch is *planned* in SQLite first: its seq range `(watermark, max(seq)]`, its time and
- *    whether it is gzipped are fixed before any file is written, so a re-run after a crash
- *    re-publishes the very same lines under the same names.
+ * Exactly-once by construction, whichever process publishes:
+ * 0. One publisher at a time per mirror: the mirror's publisher lock (`Mirror.tryPublisherLock`;
+ *    PostgreSQL: an advisory lock), waited for up to `publisherWaitMs`.
+ * 1. A batch is *planned* in the mirror first: its seq range `(watermark, max(seq)]`, its time and
+ *    whether it is gzipped are fixed before any file is written, so a re-run after a crash, or
+ *    another publisher taking over, re-publishes the very same lines under the same names.
  * 2. Each data file is written to a temp file in `<dir>/.convo-mirror-tmp/`, fsynced, renamed into
  *    place (same filesystem), and its directory fsynced. File names derive from the seq range they
  *    hold, so re-publishing yields the same names and bytes.
  * 3. The batch record (`_ledger/<batch>.json`: its files with size, line count and SHA-256, its seq
  *    range, mirror, run, time, and the hash of the previous record; signed when a key is given) is
  *    published the same way; it is deterministic too, so a re-publication writes it once.
- * 4. The signed head (src/export/head.ts: the chain head, the watermark, the time, signed when a
- *    key is given) is appended to the witness file when `witnessDir` is set (src/export/witness.ts),
- *    then published as `manifest.json`, the same way as the files.
- * 5. Only then, in one transaction, the files and the ledger entry are recorded, the batch marked
- *    published and the exported watermark advanced.
+ * 4. In one transaction, the files and the ledger entry are recorded, the batch marked published
+ *    and the exported watermark advanced; the head moves only by compare-and-set from the head the
+ *    record chains on, so a publisher that stalled past losing its lock records nothing (fenced).
+ * 5. Only then the signed head (src/export/head.ts: the chain head, the watermark, the time, signed
+ *    when a key is given) is appended to the witness file when `witnessDir` is set
+ *    (src/export/witness.ts) and published as `manifest.json`: neither ever shows a head the mirror
+ *    has not recorded, nor goes back to an older one.
  * Publication costs what the batch holds: nothing written before is read or rewritten (except the
  * small manifest, and the last line of the witness file, read back).
  *
