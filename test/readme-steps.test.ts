@@ -4,12 +4,14 @@
  *
  * - `<!-- test: runs against the local fake -->`: run here, every block of a file in order, in one
  *   temporary working directory (so `data/` is the examples' own), against the standalone fake on a
- *   free port. `4010` and `9464` in the text become free ports (the daemon gets
- *   `CONVO_MIRROR_HTTP_PORT`), `npx convo-mirror` runs the built CLI (a shim first on `PATH`; the
- *   real npx is run once below), and the queue prefix is a random one removed afterwards. A line
+ *   free port. `4010`, `9464` and `9465` (a second daemon's) in the text become free ports (the daemon gets
+ *   `CONVO_MIRROR_HTTP_PORT`), a `postgres://` URL becomes the test server's with a new schema
+ *   of the file's (`test/pg.ts`; dropped afterwards), `npx convo-mirror` runs the built CLI (a shim first on `PATH`; the
+ *   real npx is run once below), and the queue prefix is a random one removed afterwards (one a block exports is put under it). A line
  *   ending in `&` starts in the background and waits for its ready line (the fake's `listening on`,
  *   the daemon's `daemon ready`); `kill -TERM %N` stops the Nth background command of the block and
- *   expects exit 0; `export A=B ...` sets variables for the lines after it; every other line runs
+ *   expects exit 0; `export A=B ...` sets variables for the lines after it (a value in quotes loses
+ *   them, as in sh; no spaces inside); every other line runs
  *   in `sh` and must exit 0 within 60 s. Placeholders are filled from earlier output: `<id>` from
  *   the last `conversations` listing, `<id 1>`/`<id 2>` from `fake-api --accounts 2`, `<head>` from
  *   the last `ledger head` printed.
@@ -24,6 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLI, ROOT, assertBuilt, closedPort, killLeftovers, runCommand, startCommand, waitFor, within, type Started } from './children.js';
 import { cleanupPrefix, randomPrefix, redisUrl } from './redis.js';
 import { docBlocks, docFiles, type DocBlock } from './doc-blocks.js';
+import { dropSchema, pgUrl, randomSchema } from './pg.js';
 
 const RUN = 'runs against the local fake';
 const NOT_RUN = /^not run \((.+)\)$/;
@@ -44,8 +47,8 @@ interface Seen {
   head?: string;
 }
 
-/** `line` with its ports and placeholders filled. @throws when a placeholder has no value yet */
-function filled(line: string, ports: { fake: number; http: number }, seen: Seen): string {
+/** `line` with its ports, PostgreSQL URLs and placeholders filled. @throws when a placeholder has no value yet */
+function filled(line: string, ports: { fake: number; http: number; http2: number }, seen: Seen, pg: (url: string) => string): string {
   const value = (name: string, v: string | undefined): string => {
     if (v === undefined) throw new Error(`no value for ${name} yet in: ${line}`);
     return v;
@@ -53,6 +56,8 @@ function filled(line: string, ports: { fake: number; http: number }, seen: Seen)
   return line
     .replaceAll('4010', String(ports.fake))
     .replaceAll('9464', String(ports.http))
+    .replaceAll('9465', String(ports.http2))
+    .replace(/postgres(ql)?:\/\/[^\s'"]+/g, (url) => pg(url))
     .replace(/<id 1>/g, () => value('<id 1>', seen.accounts[0]))
     .replace(/<id 2>/g, () => value('<id 2>', seen.accounts[1]))
     .replace(/<id>/g, () => value('<id>', seen.id))
@@ -82,10 +87,12 @@ function npxShim(): string {
 
 const made: string[] = [];
 const prefixes: string[] = [];
+const schemas: string[] = [];
 beforeAll(assertBuilt);
 afterAll(async () => {
   await killLeftovers();
   for (const p of prefixes) await cleanupPrefix(redisUrl(), p);
+  for (const s of schemas) await dropSchema(s);
   for (const d of made) fs.rmSync(d, { recursive: true, force: true });
 });
 
@@ -96,7 +103,19 @@ async function runFile(file: string, blocks: DocBlock[]): Promise<string[]> {
   made.push(cwd, shim);
   const prefix = randomPrefix('docs');
   prefixes.push(prefix);
-  const ports = { fake: await closedPort(), http: await closedPort() };
+  const ports = { fake: await closedPort(), http: await closedPort(), http2: await closedPort() };
+  // Each PostgreSQL URL of the file: the test server, with a new schema (the same for every line naming that URL).
+  const pgTargets = new Map<string, string>();
+  const pg = (url: string): string => {
+    let target = pgTargets.get(url);
+    if (target === undefined) {
+      const schema = randomSchema('docs');
+      schemas.push(schema);
+      target = pgUrl(schema);
+      pgTargets.set(url, target);
+    }
+    return target;
+  };
   const env: NodeJS.ProcessEnv = {
     PATH: `${shim}:${process.env.PATH}`,
     HOME: process.env.HOME,
@@ -113,12 +132,16 @@ async function runFile(file: string, blocks: DocBlock[]): Promise<string[]> {
     const jobs: Started[] = [];
     for (const raw of commandsOf(block.body)) {
       const where = `${block.file}:${block.line}: ${raw}`;
-      const line = filled(raw, ports, seen);
+      const line = filled(raw, ports, seen, pg);
       const kill = /^kill -TERM %(\d+)$/.exec(line);
       if (line.startsWith('export ')) {
         for (const pair of line.slice('export '.length).trim().split(/\s+/)) {
           const eq = pair.indexOf('=');
-          env[pair.slice(0, eq)] = pair.slice(eq + 1);
+          const name = pair.slice(0, eq);
+          const value = pair.slice(eq + 1).replace(/^(['"])(.*)\1$/, '$2');
+          // A block's own queue prefix stays under the file's random one (removed afterwards).
+          env[name] = name === 'CONVO_MIRROR_QUEUE_PREFIX' ? `${prefix}-${value}` : value;
+          if (name === 'CONVO_MIRROR_QUEUE_PREFIX') prefixes.push(env[name]);
         }
       } else if (kill) {
         const job = jobs[Number(kill[1]) - 1];

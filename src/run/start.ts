@@ -81,7 +81,8 @@ export async function sweepInterruptedRuns(mirror: Mirror, logger: Logger): Prom
  * Opens the mirror for writing, as a process that records runs does once at start-up (`sync`, the
  * daemon): takes the writer lock, then marks the runs a dead process left `running` as interrupted
  * ({@link sweepInterruptedRuns}; with the lock held, none of them can be live). The mirror is
- * closed again when the sweep fails.
+ * closed again when the sweep fails. An open that migrated the mirror logs `migrated the mirror`
+ * (PostgreSQL: of a fleet's daemons starting together on a new schema, only the one that did it).
  *
  * @param modes - modes of what opening creates (see `MirrorOptions.modes`)
  * @param clock - the mirror's time (runs, changes). @defaultValue the system clock
@@ -89,7 +90,11 @@ export async function sweepInterruptedRuns(mirror: Mirror, logger: Logger): Prom
  * @throws what {@link openMirror} throws; {@link MirrorUnusableError} from the sweep
  */
 export async function openMirrorForRuns(target: string, modes: FileModes, logger: Logger, clock?: Clock): Promise<Mirror> {
-  const mirror = await openMirror(target, { modes, ...(clock ? { clock } : {}) });
+  const mirror = await openMirror(target, {
+    modes,
+    ...(clock ? { clock } : {}),
+    onMigrated: (m) => logger.info({ migrations: m.applied, schema_version: m.version }, 'migrated the mirror'),
+  });
   try {
     await sweepInterruptedRuns(mirror, logger);
   } catch (err) {

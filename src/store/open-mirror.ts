@@ -8,6 +8,7 @@ import type { Clock } from '../clock.js';
 import type { Mirror, MirrorOptions } from './mirror.js';
 import { SqliteMirror } from './sqlite/mirror.js';
 import { openPostgresMirror } from './postgres/mirror.js';
+import { PG_SCHEMA_VERSION } from './postgres/migrations.js';
 
 export { inspectPostgres, WRITER_TABLE_PRIVILEGES, type PostgresInspection, type PostgresRights } from './postgres/inspect.js';
 
@@ -31,16 +32,19 @@ export function mirrorFileOf(target: string): string | undefined {
  * SQLite file (or `:memory:`), opened as `SqliteMirror.open` says.
  *
  * @param target - a SQLite file path, `:memory:`, or a PostgreSQL URL
- * @param opts - see {@link MirrorOptions} (`lock`, `modes` and the test hooks concern SQLite only)
+ * @param opts - see {@link MirrorOptions} (`lock`, `modes` and the test hooks concern SQLite only,
+ *   `onMigrated` PostgreSQL only)
  * @throws {@link StoreError} or {@link MirrorUnusableError} naming the target when it cannot be
  *   opened (see `SqliteMirror.open` for a file)
  */
 export async function openMirror(target: string, opts: MirrorOptions = {}): Promise<Mirror> {
   if (isPostgresTarget(target)) {
-    return openPostgresMirror(target, {
+    const m = await openPostgresMirror(target, {
       ...(opts.clock ? { clock: opts.clock } : {}),
       ...(opts.readonly ? { readonly: true } : {}),
     });
+    if (m.migrated > 0) opts.onMigrated?.({ applied: m.migrated, version: PG_SCHEMA_VERSION });
+    return m;
   }
   return SqliteMirror.open(target, opts);
 }

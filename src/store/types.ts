@@ -270,6 +270,13 @@ export interface MirrorOptions {
    * `BEGIN EXCLUSIVE` waits for it). Never set in production.
    */
   onLockAttempt?: () => void;
+  /**
+   * Called once a writer's open applied migrations, with how many (`applied`) and the schema
+   * version reached (`version`); not called when the schema was current, nor when another process
+   * migrated it meanwhile (a fleet's daemons starting together migrate once: one of them is told).
+   * PostgreSQL only for now (a SQLite file has one writer, which migrates under its lock).
+   */
+  onMigrated?: (m: { applied: number; version: number }) => void;
 }
 
 /**
