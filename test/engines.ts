@@ -30,8 +30,13 @@ export interface EngineFixture {
    * engine only (`lock`, `modes`, the SQLite hooks) are ignored by the other, as `openMirror` does.
    */
   open(opts?: MirrorOptions, target?: string): Promise<Mirror>;
-  /** A fresh, empty target (`CONVO_MIRROR_DB`): a new SQLite file, or a PostgreSQL URL with an empty schema. */
+  /**
+   * A fresh, empty target (`CONVO_MIRROR_DB`): a new SQLite file, or a PostgreSQL URL with an
+   * empty schema, which may be one an earlier test used (emptied) that holds an empty mirror.
+   */
   target(): string;
+  /** A target where nothing exists yet (no file; no schema), for what opening a missing mirror does. */
+  absentTarget(): string;
   /** Whether anything exists at `target` (the SQLite file; the PostgreSQL schema). */
   exists(target: string): Promise<boolean>;
   /**
@@ -58,6 +63,7 @@ function sqliteFixture(): EngineFixture {
   return {
     name: 'sqlite',
     target,
+    absentTarget: target,
     async open(opts = {}, at = target()) {
       const m = await openMirror(at, opts);
       opened.push(m);
@@ -169,16 +175,23 @@ function postgresFixture(): EngineFixture {
   let seed: Seed | undefined;
   const opened: Mirror[] = [];
 
-  const target = (): string => {
+  /** A schema name never handed out before in this file (registered for the drop in `afterAll`). */
+  const newSchema = (): string => {
     if (base === undefined) {
       const file = path.basename(expect.getState().testPath ?? 'pg', '.test.ts');
       base = randomSchema(file.slice(0, 12));
     }
-    let schema = free.pop();
-    if (schema === undefined) {
-      schema = `${base}_${pgSchemas.length}`;
-      pgSchemas.push(schema);
-    }
+    const schema = `${base}_${pgSchemas.length}`;
+    pgSchemas.push(schema);
+    return schema;
+  };
+  const target = (): string => {
+    const schema = free.pop() ?? newSchema();
+    used.push(schema);
+    return pgUrl(schema);
+  };
+  const absentTarget = (): string => {
+    const schema = newSchema();
     used.push(schema);
     return pgUrl(schema);
   };
@@ -189,6 +202,7 @@ function postgresFixture(): EngineFixture {
   return {
     name: 'postgres',
     target,
+    absentTarget,
     exists,
     async open(opts = {}, at = target()) {
       const schema = schemaOf(at);
