@@ -67,6 +67,7 @@ function sqliteFixture(): EngineFixture {
     async open(opts = {}, at = target()) {
       const m = await openMirror(at, opts);
       opened.push(m);
+      if (m.engine !== 'sqlite') throw new Error(`the sqlite fixture opened a ${m.engine} mirror at ${at}`);
       return m;
     },
     exists: (at) => Promise.resolve(fs.existsSync(at)),
@@ -209,6 +210,7 @@ function postgresFixture(): EngineFixture {
       const fresh = !(await exists(at));
       const m = await openMirror(at, opts);
       opened.push(m);
+      if (m.engine !== 'postgres') throw new Error(`the postgres fixture opened a ${m.engine} mirror at ${at}`);
       if (fresh && !opts.readonly) {
         pristine.add(schema);
         // The rows a migration seeds, read once per file before any test wrote (the same DDL seeds every schema alike).

@@ -38,14 +38,25 @@ export async function historyRows(m: Mirror): Promise<HistoryRow[]> {
   return out;
 }
 
-/** Ids of the live messages of a conversation, by position (0, 1, ... until a position holds none). */
-export async function liveIdsByPosition(m: Mirror, conversationId: string, accountId = ACCOUNT_ID): Promise<string[]> {
-  const out: string[] = [];
-  for (;;) {
-    const id = await m.messageIdAt(accountId, conversationId, out.length);
-    if (id === undefined) return out;
-    out.push(id);
+/**
+ * The positions of the live messages of a conversation (id → position), found through
+ * `messageIdAt` from position 0 on until every live message is found (positions may have gaps:
+ * e.g. a page that served an id twice keeps its last position).
+ */
+export async function livePositions(m: Mirror, conversationId: string, accountId = ACCOUNT_ID): Promise<Map<string, number>> {
+  const live = (await records(m, 'messages')).filter((r) => r.account_id === accountId && r.conversation_id === conversationId && r.deleted === 0).length;
+  const out = new Map<string, number>();
+  // A gap wider than every live message plus 1,000 positions would be a bug of its own: stop there.
+  for (let p = 0; out.size < live && p < 2 * live + 1000; p++) {
+    const id = await m.messageIdAt(accountId, conversationId, p);
+    if (id !== undefined) out.set(id, p);
   }
+  return out;
+}
+
+/** Ids of the live messages of a conversation, by position. */
+export async function liveIdsByPosition(m: Mirror, conversationId: string, accountId = ACCOUNT_ID): Promise<string[]> {
+  return [...(await livePositions(m, conversationId, accountId)).entries()].sort((a, b) => a[1] - b[1]).map(([id]) => id);
 }
 
 /** A message row as tests compare it: `position` for a live message (undefined for a tombstoned one). */
@@ -62,7 +73,7 @@ export interface MessageRow {
  */
 export async function messageRows(m: Mirror, conversationId: string, accountId = ACCOUNT_ID): Promise<MessageRow[]> {
   const rows = (await records(m, 'messages')).filter((r) => r.account_id === accountId && r.conversation_id === conversationId);
-  const order = new Map((await liveIdsByPosition(m, conversationId, accountId)).map((id, i) => [id, i]));
+  const order = await livePositions(m, conversationId, accountId);
   const out = rows.map((r) => ({ id: r.id, raw: r.raw ?? '', deleted: r.deleted !== 0, position: r.deleted === 0 ? order.get(r.id) : undefined }));
   const key = (r: MessageRow) => (r.position === undefined ? Number.MAX_SAFE_INTEGER : r.position);
   return out.sort((a, b) => key(a) - key(b) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
