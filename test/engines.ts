@@ -222,10 +222,11 @@ function postgresFixture(): EngineFixture {
     async cleanup() {
       for (const m of opened.splice(0)) await m.close(); // closing twice is a no-op
       const schemas = used.splice(0);
+      if (schemas.length === 0) return;
       await withClient(async (c) => {
         for (const s of schemas) {
-          const exists = (await c.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [s])).rowCount === 1;
-          if (!exists) {
+          const present = (await c.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [s])).rowCount === 1;
+          if (!present) {
             free.push(s);
           } else if (seed !== undefined && pristine.has(s)) {
             await resetSchema(c, s, seed);
