@@ -15,9 +15,10 @@ import { systemClock, type Clock } from '../src/clock.js';
 import { FakeWorkspace, startFakeApi, type FakeApi, type FakeApiOptions } from '../src/fake-api/index.js';
 import { runSync, type RunOptions, type RunSummary } from '../src/run/index.js';
 import type { SyncDeps } from '../src/sync/types.js';
-import { sqlAll, sqlGet } from './sql.js';
+import { sqlAll } from './sql.js';
 import { publishChanges, type ExportFailpoint } from '../src/export/exporter.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
+import type { EngineFixture } from './engines.js';
 
 export const API_KEY = 'test-key-5f0c1d2e';
 export const ACCOUNT_ID = '3d6f0a52-8c1e-4b7a-9f20-6e5d4c3b2a10';
@@ -39,6 +40,7 @@ export interface Harness {
   mirror: Mirror;
   deps: SyncDeps;
   dir: string;
+  /** The mirror's target (`CONVO_MIRROR_DB`): its SQLite file, or with `opts.engine` postgres its URL. */
   dbPath: string;
   exportDir: string;
   /** Runs a recorded sync with the harness's mirror and exports. */
@@ -54,14 +56,19 @@ export interface HarnessOptions {
   client?: Partial<ApiClientOptions>;
   fake?: Partial<FakeApiOptions>;
   clock?: Clock;
+  /**
+   * The engine of the mirror (test/engines.ts): a fresh target of it, opened through the fixture
+   * (so the fixture's `cleanup` closes and gives it back). @defaultValue a SQLite file in the harness's temp dir
+   */
+  engine?: EngineFixture;
 }
 
-/** Starts the fake API on a free 127.0.0.1 port and opens a mirror in a temp dir. */
+/** Starts the fake API on a free 127.0.0.1 port and opens a mirror (by default in a temp dir). */
 export async function harness(opts: HarnessOptions): Promise<Harness> {
   const withAccount = opts.withAccount ?? true;
   const fake = await startFakeApi({ workspace: opts.workspace, apiKey: API_KEY, ...(withAccount ? { accountId: ACCOUNT_ID } : {}), ...opts.fake });
   const dir = tempDir();
-  const dbPath = path.join(dir, 'mirror.sqlite');
+  const dbPath = opts.engine ? opts.engine.target() : path.join(dir, 'mirror.sqlite');
   const exportDir = path.join(dir, 'exports');
   const clock = opts.clock ?? systemClock;
   const logger = quietLogger();
@@ -75,7 +82,7 @@ export async function harness(opts: HarnessOptions): Promise<Harness> {
     logger,
     ...opts.client,
   });
-  const mirror = await openMirror(dbPath, { clock });
+  const mirror = opts.engine ? await opts.engine.open({ clock }, dbPath) : await openMirror(dbPath, { clock });
   const deps: SyncDeps = { api, mirror, logger, clock };
   return {
     fake,
@@ -327,7 +334,8 @@ export async function syncThenCrashPublication(h: Harness, point: ExportFailpoin
     thrown = err;
   }
   if (!(thrown instanceof PublicationCrash)) throw new Error(`the publication did not reach its ${point} failpoint: ${String(thrown)}`);
-  const batch = sqlGet<{ id: number; first_seq: number; last_seq: number }>(h.mirror, `SELECT id, first_seq, last_seq FROM export_batches WHERE published_at IS NULL`);
-  if (!batch) throw new Error('no batch was left planned');
-  return batch;
+  // The batch left planned and unpublished, as the next plan resumes it (that changes nothing).
+  const batch = (await h.mirror.pendingExportBatch()) === undefined ? undefined : await h.mirror.planExportBatch(null, new Date(0).toISOString());
+  if (!batch?.resumed) throw new Error('no batch was left planned');
+  return { id: batch.id, first_seq: batch.first_seq, last_seq: batch.last_seq };
 }

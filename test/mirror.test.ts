@@ -1,13 +1,15 @@
 /**
- * The SQLite mirror: migrations, opening foreign or newer files, edits with history, skipping
- * unchanged rows, and the runs table. Real SQLite files in temp dirs; syncs go over real HTTP to the fake.
+ * The mirror: migrations, opening foreign or newer files, edits with history, skipping unchanged
+ * rows, set-wise page commits, reading batches for export, and the runs table. What concerns a
+ * SQLite file runs on real SQLite files in temp dirs; the rest is the conformance suite at the end,
+ * run on every engine (test/engines.ts). Syncs go over real HTTP to the fake.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import type { ExportChange, HistoryRow, Mirror } from '../src/store/mirror.js';
+import type { ExportChange, Mirror } from '../src/store/mirror.js';
 import { openMirror, readConsistent } from '../src/store/open-mirror.js';
 import { MIGRATIONS } from '../src/store/sqlite/migrations.js';
 import { StoreError } from '../src/errors.js';
@@ -15,11 +17,12 @@ import type { Clock } from '../src/clock.js';
 import { exportLine } from '../src/export/lines.js';
 import { publishChanges, verifyExports } from '../src/export/exporter.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
-import { ACCOUNT_ID, harness, quietLogger, mirrorEqualsFake, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harness, quietLogger, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 import { sweepInterruptedRuns } from '../src/run/index.js';
 import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
 import { testClock } from './clock.js';
 import { engines } from './engines.js';
+import { historyRows, maxSeq, messageRows, mirrorMatchesFake, runRow } from './mirror-reads.js';
 
 const open: Harness[] = [];
 const dirs: string[] = [];
@@ -310,122 +313,7 @@ describe('migration 8: a lean mirror', () => {
   });
 });
 
-// SQLite only: compares the rows and history tables themselves (sql.ts).
-describe('edits and unchanged rows', () => {
-  it('an edited message gives one update change-log row, its old version in message_history, and a new updated_at', async () => {
-    const clock = movingClock();
-    const ws = FakeWorkspace.fromCounts([40, 130]);
-    const h = await start({ workspace: ws, clock });
-    await h.sync();
-    const conv = ws.list()[1]!;
-    const msg = conv.messages[117]!;
-    const oldRaw = JSON.stringify(msg);
-    type Row = { raw: string; content: string; updated_at: string; first_seen_at: string; deleted_at: string | null; position: number };
-    const get = () =>
-      sqlGet<Row>(h.mirror, `SELECT raw, content, updated_at, first_seen_at, deleted_at, position FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`, ACCOUNT_ID, conv.id, msg.id)!;
-    const before = get();
-    expect(before.raw).toBe(oldRaw);
-    const others = sqlAll(h.mirror, `SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`, msg.id);
-
-    clock.advance(HOUR);
-    ws.editMessage(conv.id, msg.id, 'Edited: the refund went through ✅\nsecond line');
-    const s2 = await h.sync();
-    expect(s2.messages.updated).toBe(1);
-    expect(s2.messages.inserted).toBe(0);
-    expect(mirrorEqualsFake(h.mirror, ws).ok).toBe(true);
-
-    const after = get();
-    expect(after.raw).toBe(JSON.stringify(msg));
-    expect(after.content).toBe('Edited: the refund went through ✅\nsecond line');
-    expect(after.updated_at).not.toBe(before.updated_at);
-    expect(after.updated_at > before.updated_at).toBe(true);
-    expect(after.first_seen_at).toBe(before.first_seen_at);
-    expect(after.position).toBe(117);
-    expect(after.deleted_at).toBeNull();
-
-    const updates = (await allChanges(h.mirror)).filter((c) => c.stream === 'messages' && c.op === 'update');
-    expect(updates.length).toBe(1);
-    expect(updates[0]!.record_id).toBe(msg.id);
-    expect(updates[0]!.conversation_id).toBe(conv.id);
-    // Published and recorded: the payload is pruned, the export line is the copy.
-    expect(updates[0]!.record).toBeNull();
-    const exported = readExportLines(h.exportDir, 'messages').filter((l) => l.seq === updates[0]!.seq);
-    expect(exported).toEqual([expect.objectContaining({ op: 'update', id: msg.id, content: 'Edited: the refund went through ✅\nsecond line' })]);
-
-    const hist = sqlAll(h.mirror, `SELECT account_id, conversation_id, id, raw, valid_from, valid_to, replaced_by_seq FROM message_history`);
-    expect(hist).toEqual([
-      { account_id: ACCOUNT_ID, conversation_id: conv.id, id: msg.id, raw: oldRaw, valid_from: before.updated_at, valid_to: after.updated_at, replaced_by_seq: updates[0]!.seq },
-    ]);
-    // nothing else was rewritten
-    expect(sqlAll(h.mirror, `SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`, msg.id)).toEqual(others);
-    // the conversation's last_activity_at moved: one conversation update
-    const convUpdates = sqlAll(h.mirror, `SELECT record_id FROM change_log WHERE stream = 'conversations' AND op = 'update'`);
-    expect(convUpdates).toEqual([{ record_id: conv.id }]);
-
-    // editing it again keeps both earlier versions
-    const secondRaw = JSON.stringify(msg);
-    ws.editMessage(conv.id, msg.id, 'Edited twice');
-    clock.advance(HOUR);
-    await h.sync();
-    const hist2 = sqlAll<{ raw: string }>(h.mirror, `SELECT raw FROM message_history WHERE id = ? ORDER BY replaced_by_seq`, msg.id);
-    expect(hist2.map((r) => r.raw)).toEqual([oldRaw, secondRaw]);
-  });
-
-  it('a re-sync of unchanged data writes nothing but its run: change_log grows by its runs line only, updated_at stays', async () => {
-    const clock = movingClock();
-    const ws = FakeWorkspace.fromCounts([0, 5, 101, 230]);
-    const h = await start({ workspace: ws, clock });
-    await h.sync({ full: true });
-    const snap = async () => ({
-      messages: sqlAll(h.mirror, `SELECT conversation_id, id, updated_at, first_seen_at, raw, position FROM messages ORDER BY conversation_id, id`),
-      conversations: sqlAll(h.mirror, `SELECT id, raw, updated_at, first_seen_at, message_count FROM conversations ORDER BY id`),
-      changes: sqlAll(h.mirror, `SELECT count(*) AS n FROM change_log WHERE stream <> 'runs'`),
-      history: (await h.mirror.counts()).message_history,
-    });
-    const s1 = await snap();
-    expect(s1.changes).toEqual([{ n: 4 + 336 }]);
-    expect((await h.mirror.counts()).change_log).toBe(4 + 336 + 1);
-    clock.advance(HOUR);
-    const s = await h.sync({ full: true });
-    expect(s.messages).toMatchObject({ inserted: 0, updated: 0, deleted: 0, served: 336 });
-    expect(s.conversations).toMatchObject({ inserted: 0, updated: 0 });
-    expect(await snap()).toEqual(s1);
-    expect((await h.mirror.counts()).change_log).toBe(4 + 336 + 2); // one line per run
-  });
-  it('a message whose position shifted (an earlier one was deleted) keeps its updated_at and logs no change', async () => {
-    const clock = movingClock();
-    const ws = FakeWorkspace.fromCounts([150]);
-    const h = await start({ workspace: ws, clock });
-    await h.sync();
-    const conv = ws.list()[0]!;
-    const read = () =>
-      new Map(
-        sqlAll<{ id: string; position: number; updated_at: string; deleted_at: string | null }>(h.mirror, `SELECT id, position, updated_at, deleted_at FROM messages`).map((r) => [
-          r.id,
-          r,
-        ]),
-      );
-    const before = read();
-    const victim = conv.messages[0]!.id;
-    ws.deleteMessage(conv.id, victim);
-    clock.advance(HOUR);
-    await h.sync();
-    const after = read();
-    for (const [i, m] of conv.messages.entries()) {
-      expect(after.get(m.id)!.position).toBe(i);
-      expect(before.get(m.id)!.position).toBe(i + 1);
-      expect(after.get(m.id)!.updated_at).toBe(before.get(m.id)!.updated_at);
-    }
-    expect(after.get(victim)!.deleted_at).not.toBeNull();
-    const msgChanges = sqlAll(h.mirror, `SELECT op, count(*) AS n FROM change_log WHERE stream = 'messages' GROUP BY op ORDER BY op`);
-    expect(msgChanges).toEqual([
-      { op: 'delete', n: 1 },
-      { op: 'insert', n: 150 },
-    ]);
-  });
-});
-
-// SQLite only: the rows, seq counter and multi-row statements of the file (sql.ts); the behaviour is in the conformance suite below.
+// SQLite only: the seq counter of the file (sqlite_sequence); the behaviour of page commits is in the conformance suite below.
 describe('set-wise page commits', () => {
   const msg = (conversationId: string, id: string, content: string) => ({
     id,
@@ -441,49 +329,13 @@ describe('set-wise page commits', () => {
     raw: objs,
     meta: { current_page: n, total_pages: Math.max(1, Math.ceil(total / 100)), total_count: total },
   });
-  type Row = { id: string; position: number; raw: string; first_seen_at: string; updated_at: string; deleted_at: string | null };
-  const rows = (m: Mirror) => new Map(sqlAll<Row>(m, `SELECT id, position, raw, first_seen_at, updated_at, deleted_at FROM messages`).map((r) => [r.id, r]));
+  const rows = (m: Mirror) => new Map(sqlAll<{ id: string; position: number; raw: string }>(m, `SELECT id, position, raw FROM messages`).map((r) => [r.id, r]));
   const changeRows = (m: Mirror) =>
     sqlAll<{ seq: number; op: string; record_id: string; record: string }>(
       m,
       `SELECT l.seq, l.op, l.record_id, p.record FROM change_log l JOIN change_payloads p USING (seq) WHERE l.stream = 'messages' ORDER BY l.seq`,
     );
 
-  it('one page mixing new, unchanged, moved, edited and re-served tombstoned messages: the counts, rows, changes and history of one-by-one upserts', async () => {
-    const clock = movingClock();
-    const m = await openTracked(dbFile(), clock);
-    const C = 'c1';
-    const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((id) => msg(C, id, `text of ${id}`)) as Record<string, unknown>[];
-    expect(await m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!, d!]), null)).toEqual({ inserted: 4, updated: 0, unchanged: 0, deleted: 0 });
-    await m.completeCrawl(ACCOUNT_ID, C, null);
-    const t1 = rows(m);
-    clock.advance(HOUR);
-    // d is no longer served: tombstoned by the complete crawl.
-    await m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!]), null);
-    expect((await m.completeCrawl(ACCOUNT_ID, C, null)).deleted).toBe(1);
-    clock.advance(HOUR);
-    const a2 = { ...a!, content: 'edited a' };
-    const before = changeRows(m).at(-1)!.seq;
-    // b moved to 0 (unchanged), a edited (position 1), c unchanged, d served again, e new.
-    expect(await m.commitMessagesPage(ACCOUNT_ID, C, page([b!, a2, c!, d!, e!]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 2, deleted: 0 });
-    const now = new Date(clock.now()).toISOString();
-    const t3 = rows(m);
-    expect(t3.get('b')).toEqual({ ...t1.get('b'), position: 0 });
-    expect(t3.get('c')).toEqual(t1.get('c'));
-    expect(t3.get('a')).toEqual({ ...t1.get('a'), position: 1, raw: JSON.stringify(a2), updated_at: now });
-    expect(t3.get('d')).toEqual({ ...t1.get('d'), position: 3, updated_at: now, deleted_at: null });
-    expect(t3.get('e')).toEqual({ id: 'e', position: 4, raw: JSON.stringify(e), first_seen_at: now, updated_at: now, deleted_at: null });
-    // Changes in page order with consecutive seqs, each with its record.
-    const changes = changeRows(m).filter((r) => r.seq > before);
-    expect(changes).toEqual([
-      { seq: before + 1, op: 'update', record_id: 'a', record: JSON.stringify(a2) },
-      { seq: before + 2, op: 'insert', record_id: 'd', record: JSON.stringify(d) },
-      { seq: before + 3, op: 'insert', record_id: 'e', record: JSON.stringify(e) },
-    ]);
-    expect(sqlAll(m, `SELECT id, raw, valid_from, valid_to, replaced_by_seq FROM message_history`)).toEqual([
-      { id: 'a', raw: JSON.stringify(a), valid_from: t1.get('a')!.updated_at, valid_to: now, replaced_by_seq: before + 1 },
-    ]);
-  });
 
   it('a page of more than 100 messages is written whole, and its seqs continue above every seq ever handed out', async () => {
     const m = await openTracked(dbFile(), movingClock());
@@ -502,102 +354,354 @@ describe('set-wise page commits', () => {
     objs.forEach((o, i) => expect(stored.get(o.id)).toMatchObject({ position: i, raw: JSON.stringify(o) }));
     expect(sqlValue(m, `SELECT seq FROM sqlite_sequence WHERE name = 'change_log'`)).toBe(top + 751);
   });
+});
 
-  it('pages of any size are written whole and in order, whatever pieces the multi-row statements take', async () => {
-    const m = await openTracked(dbFile(), movingClock());
+// SQLite only: the single-writer lock file has no twin in a server database.
+describe('writer lock', () => {
+  it('refuses a second writer on the same file while the first holds it, and releases on close', async () => {
+    const file = path.join(tempDir(), 'locked.sqlite');
+    const first = await openTracked(file);
+    try {
+      await expect(openMirror(file)).rejects.toThrowError(new RegExp(`the mirror ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is in use by process ${process.pid}`));
+      // Readers take no lock.
+      const reader = await openMirror(file, { lock: false });
+      await reader.close();
+    } finally {
+      await first.close();
+    }
+    const again = await openTracked(file);
+    await again.close();
+  });
+});
+
+// ------------------------------------------------------------------ conformance: every engine
+
+describe.each(engines)('store behaviour ($name)', (engine) => {
+  afterEach(() => engine.cleanup());
+  const startOn = (opts: HarnessOptions): Promise<Harness> => start({ ...opts, engine });
+
+  const msg = (id: string, content = `text of ${id}`) => ({ id, content, visibility: 'public', sender: { id: 'u1', name: 'Ana', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' });
+  const page = (objs: Record<string, unknown>[], n = 1, total = objs.length): Page<Message> => ({
+    page: n,
+    data: objs as unknown as Message[],
+    raw: objs,
+    meta: { current_page: n, total_pages: Math.max(1, Math.ceil(total / 100)), total_count: total },
+  });
+  const conversations = (ids: string[]): Page<Conversation> => {
+    const objs = ids.map((id) => ({ id, subject: `about ${id}` }));
+    return { page: 1, data: objs as unknown as Conversation[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: ids.length } };
+  };
+  /** The message change rows above `after`, as the exporter reads them. */
+  const messageChanges = async (m: Mirror, after = 0) => (await allChanges(m)).filter((c) => c.stream === 'messages' && c.seq > after);
+  /** `n` messages with ids `<prefix>0000`, `<prefix>0001`, ... */
+  const many = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => msg(`${prefix}${String(i).padStart(4, '0')}`));
+
+  /** Runs `f` on another writer of `target` that then goes away (a process that died): SQLite's without the writer lock. */
+  async function elsewhere<T>(target: string, f: (m: Mirror) => Promise<T>): Promise<T> {
+    const o = await engine.open({ lock: false }, target);
+    try {
+      return await f(o);
+    } finally {
+      await o.close();
+    }
+  }
+
+  /** The results of `steps`, run one after the other (a mirror's streamed reads take no other call meanwhile). */
+  async function sequentially<T>(steps: (() => Promise<T>)[]): Promise<T[]> {
+    const out: T[] = [];
+    for (const step of steps) out.push(await step());
+    return out;
+  }
+
+  /** SQLite only: a message row's timestamps (no method returns them). */
+  const stamps = (m: Mirror, conversationId: string, id: string) =>
+    engine.name === 'sqlite'
+      ? sqlGet<{ first_seen_at: string; updated_at: string }>(m, `SELECT first_seen_at, updated_at FROM messages WHERE conversation_id = ? AND id = ?`, conversationId, id)
+      : undefined;
+
+  // ---------------------------------------------------------------- page commits
+
+  it('pages of any size are written whole and in order, each message once, with consecutive seqs, and the same page again writes nothing', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    let top = 0;
     for (const n of [1, 2, 3, 7, 46, 63, 64, 65, 99, 100, 101, 163, 250]) {
       const conv = `n${n}`;
-      const objs = Array.from({ length: n }, (_, i) => msg(conv, `${conv}-${i}`, `body ${i}`));
-      const before = sqlValue(m, `SELECT coalesce(max(seq), 0) FROM change_log`);
-      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: n, updated: 0, unchanged: 0 });
-      const changes = changeRows(m).filter((r) => r.seq > before);
-      expect(changes.map((r) => r.record_id)).toEqual(objs.map((o) => o.id));
-      expect(changes.map((r) => r.seq)).toEqual(objs.map((_, i) => before + 2 + i)); // before + 1: the conversation's own row
-      const stored = sqlAll<{ id: string; position: number }>(m, `SELECT id, position FROM messages WHERE conversation_id = ? ORDER BY position`, conv);
-      expect(stored).toEqual(objs.map((o, i) => ({ id: o.id, position: i })));
-      // The same page again: every message found, nothing written.
-      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toMatchObject({ inserted: 0, updated: 0, unchanged: n });
+      const objs = Array.from({ length: n }, (_, i) => msg(`${conv}-${i}`, `body ${i} ✅ "quoted" \\ \u2028`));
+      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toEqual({ inserted: n, updated: 0, unchanged: 0, deleted: 0 });
+      const changes = await messageChanges(m, top);
+      expect(changes.map((c) => [c.op, c.record_id, c.conversation_id])).toEqual(objs.map((o) => ['insert', o.id, conv]));
+      expect(changes.map((c) => c.record)).toEqual(objs.map((o) => JSON.stringify(o)));
+      // top + 1: the conversation's own row (the page made it); then one seq per message, in page order.
+      expect(changes.map((c) => c.seq)).toEqual(objs.map((_, i) => top + 2 + i));
+      top = Math.max(top, ...changes.map((c) => c.seq));
+      for (const i of [0, n - 1]) expect(await m.messageIdAt(ACCOUNT_ID, conv, i)).toBe(objs[i]!.id);
+      expect(await m.messageIdAt(ACCOUNT_ID, conv, n)).toBeUndefined();
+      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toEqual({ inserted: 0, updated: 0, unchanged: n, deleted: 0 });
+      expect(await messageChanges(m, top)).toEqual([]);
     }
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 13, messages: 1 + 2 + 3 + 7 + 46 + 63 + 64 + 65 + 99 + 100 + 101 + 163 + 250 });
   });
 
-  it('an id holding a lone surrogate is found again on the next crawl: no false insert, no rewritten updated_at', async () => {
-    const clock = movingClock();
-    const m = await openTracked(dbFile(), clock);
-    // SQLite keeps such an id as bytes that read back as U+FFFD: looked up by the text read back, it would never match.
-    const objs = [msg('c1', 'm\ud800', 'lone'), msg('c1', 'm\udc00x', 'lone too'), msg('c1', 'ok', 'fine')];
-    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toMatchObject({ inserted: 3 });
-    const first = sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`);
-    clock.advance(HOUR);
-    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toEqual({ inserted: 0, updated: 0, unchanged: 3, deleted: 0 });
-    expect(sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`)).toEqual(first);
-    expect(changeRows(m)).toHaveLength(3);
-  });
-
-  it('a page that repeats an id is written one message at a time: the second copy updates the first', async () => {
-    const m = await openTracked(dbFile(), movingClock());
-    const x1 = msg('c1', 'x', 'one');
-    const x2 = msg('c1', 'x', 'two');
-    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('c1', 'y', 'y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
-    expect(changeRows(m).map((r) => [r.op, r.record_id])).toEqual([
+  it('a page that repeats an id is written one message at a time: the second copy updates the first, whose version goes to the history', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const x1 = msg('x', 'one');
+    const x2 = msg('x', 'two');
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
+    const changes = await messageChanges(m);
+    expect(changes.map((c) => [c.op, c.record_id])).toEqual([
       ['insert', 'x'],
       ['insert', 'y'],
       ['update', 'x'],
     ]);
-    expect(rows(m).get('x')).toMatchObject({ raw: JSON.stringify(x2), position: 2 });
-    expect(sqlAll(m, `SELECT id, raw FROM message_history`)).toEqual([{ id: 'x', raw: JSON.stringify(x1) }]);
+    expect(await historyRows(m)).toEqual([{ seq: changes[2]!.seq, account_id: ACCOUNT_ID, conversation_id: 'c1', id: 'x', raw: JSON.stringify(x1) }]);
+    expect((await messageRows(m, 'c1')).map((r) => [r.id, r.position, r.raw])).toEqual([
+      ['y', 1, JSON.stringify(msg('y'))],
+      ['x', 2, JSON.stringify(x2)],
+    ]);
   });
-});
 
-// SQLite only: checked against a reference query and the payload table (sql.ts).
-describe('reading a batch for export', () => {
-  const msg = (id: string) => ({ id, content: `text of ${id}`, visibility: 'public', sender: { id: 'u1', name: 'Ana', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' });
-  const page = (ids: string[], n = 1): Page<Message> => {
-    const objs = ids.map(msg);
-    return { page: n, data: objs as unknown as Message[], raw: objs, meta: { current_page: n, total_pages: 1, total_count: ids.length } };
-  };
-  const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(4, '0')}`);
-
-  it('gives every row of the batch once, in file order (stream, account, day, seq), across interleaved accounts, days, seq gaps and partitions longer than a read', async () => {
+  it('one page mixing new, unchanged, moved, edited and re-served tombstoned messages: the counts, rows, changes and history of one-by-one upserts', async () => {
     const clock = movingClock();
-    const m = await openTracked(dbFile(), clock);
-    // Day 1: accounts A and B interleaved page by page; a seq gap; a partition of 1,500 rows.
-    await m.commitMessagesPage('A', 'a1', page(ids('x', 60)), null);
-    await m.commitMessagesPage('B', 'b1', page(ids('y', 40)), null);
-    await m.commitMessagesPage('A', 'a1', page(ids('z', 30), 2), null);
-    sqlRun(m, `UPDATE sqlite_sequence SET seq = seq + 100 WHERE name = 'change_log'`);
-    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p + 2}`, page(ids(`p${p}-`, 100)), null);
+    const m = await engine.open({ clock });
+    const C = 'c1';
+    const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((id) => msg(id)) as Record<string, unknown>[];
+    expect(await m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!, d!]), null)).toEqual({ inserted: 4, updated: 0, unchanged: 0, deleted: 0 });
+    await m.completeCrawl(ACCOUNT_ID, C, null);
+    const t1 = new Map(['a', 'b', 'c', 'd'].map((id) => [id, stamps(m, C, id)]));
+    clock.advance(HOUR);
+    // d is no longer served: tombstoned by the complete crawl.
+    await m.commitMessagesPage(ACCOUNT_ID, C, page([a!, b!, c!]), null);
+    expect((await m.completeCrawl(ACCOUNT_ID, C, null)).deleted).toBe(1);
+    clock.advance(HOUR);
+    const a2 = { ...a!, content: 'edited a' };
+    const before = (await messageChanges(m)).at(-1)!.seq;
+    // b moved to 0 (unchanged), a edited (position 1), c unchanged, d served again, e new.
+    expect(await m.commitMessagesPage(ACCOUNT_ID, C, page([b!, a2, c!, d!, e!]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 2, deleted: 0 });
+    expect((await messageRows(m, C)).map((r) => [r.id, r.position, r.raw, r.deleted])).toEqual([
+      ['b', 0, JSON.stringify(b), false],
+      ['a', 1, JSON.stringify(a2), false],
+      ['c', 2, JSON.stringify(c), false],
+      ['d', 3, JSON.stringify(d), false],
+      ['e', 4, JSON.stringify(e), false],
+    ]);
+    if (engine.name === 'sqlite') {
+      // SQLite only: the rows' timestamps: moved or unchanged rows keep theirs.
+      const now = new Date(clock.now()).toISOString();
+      expect(stamps(m, C, 'b')).toEqual(t1.get('b'));
+      expect(stamps(m, C, 'c')).toEqual(t1.get('c'));
+      expect(stamps(m, C, 'a')).toEqual({ ...t1.get('a'), updated_at: now });
+      expect(stamps(m, C, 'd')).toEqual({ ...t1.get('d'), updated_at: now });
+      expect(stamps(m, C, 'e')).toEqual({ first_seen_at: now, updated_at: now });
+      expect(sqlAll(m, `SELECT id, valid_from, valid_to FROM message_history`)).toEqual([{ id: 'a', valid_from: t1.get('a')!.updated_at, valid_to: now }]);
+    }
+    // Changes in page order with consecutive seqs, each with its record.
+    expect((await messageChanges(m, before)).map((r) => ({ seq: r.seq, op: r.op, record_id: r.record_id, record: r.record }))).toEqual([
+      { seq: before + 1, op: 'update', record_id: 'a', record: JSON.stringify(a2) },
+      { seq: before + 2, op: 'insert', record_id: 'd', record: JSON.stringify(d) },
+      { seq: before + 3, op: 'insert', record_id: 'e', record: JSON.stringify(e) },
+    ]);
+    expect((await historyRows(m)).map((h) => ({ id: h.id, raw: h.raw, seq: h.seq }))).toEqual([{ id: 'a', raw: JSON.stringify(a), seq: before + 1 }]);
+  });
+
+  it('an id holding a lone surrogate is found again on the next crawl: no false insert, no rewritten updated_at', async () => {
+    const clock = movingClock();
+    const m = await engine.open({ clock });
+    // SQLite keeps such an id as bytes that read back as U+FFFD: looked up by the text read back, it would never match.
+    const objs = [msg('m\ud800', 'lone'), msg('m\udc00x', 'lone too'), msg('ok', 'fine')];
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toMatchObject({ inserted: 3 });
+    const first = engine.name === 'sqlite' ? sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`) : undefined;
+    clock.advance(HOUR);
+    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(objs), null)).toEqual({ inserted: 0, updated: 0, unchanged: 3, deleted: 0 });
+    // SQLite only: the rows' timestamps.
+    if (engine.name === 'sqlite') expect(sqlAll(m, `SELECT position, updated_at FROM messages ORDER BY position`)).toEqual(first);
+    expect(await messageChanges(m)).toHaveLength(3);
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 1, messages: 3 });
+  });
+
+  it('a complete crawl tombstones what its pages no longer serve, with delete rows; the checkpoint goes with it', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const served = ['a', 'b', 'c', 'd'].map((id) => msg(id));
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(served), null);
+    expect(await m.loadCheckpoint(ACCOUNT_ID, 'c1')).toMatchObject({ nextPage: 2, totalCount: 4, lastPageIds: ['a', 'b', 'c', 'd'] });
+    expect(await m.completeCrawl(ACCOUNT_ID, 'c1', null)).toEqual({ deleted: 0, messageCount: 4 });
+    expect(await m.loadCheckpoint(ACCOUNT_ID, 'c1')).toBeUndefined();
+    const top = Math.max(...(await allChanges(m)).map((c) => c.seq));
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([served[0]!, served[2]!]), null);
+    expect(await m.completeCrawl(ACCOUNT_ID, 'c1', null)).toEqual({ deleted: 2, messageCount: 2 });
+    expect((await messageChanges(m, top)).map((c) => [c.op, c.record_id])).toEqual([
+      ['delete', 'b'],
+      ['delete', 'd'],
+    ]);
+    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 1, messages: 2 });
+    expect(await m.crawlState(ACCOUNT_ID, 'c1')).toMatchObject({ messageCount: 2 });
+  });
+
+  // ---------------------------------------------------------------- edits and unchanged rows (syncs)
+
+  it('an edited message gives one update change-log row, its old version in message_history, and a new updated_at', async () => {
+    const clock = movingClock();
+    const ws = FakeWorkspace.fromCounts([40, 130]);
+    const h = await startOn({ workspace: ws, clock });
+    await h.sync();
+    const conv = ws.list()[1]!;
+    const message = conv.messages[117]!;
+    const oldRaw = JSON.stringify(message);
+    const get = async () => (await messageRows(h.mirror, conv.id)).find((r) => r.id === message.id)!;
+    expect((await get()).raw).toBe(oldRaw);
+    const before = stamps(h.mirror, conv.id, message.id);
+    // SQLite only: every other row's updated_at.
+    const othersOf = () => (engine.name === 'sqlite' ? sqlAll(h.mirror, `SELECT id, updated_at FROM messages WHERE id != ? ORDER BY id`, message.id) : undefined);
+    const others = othersOf();
+
+    clock.advance(HOUR);
+    ws.editMessage(conv.id, message.id, 'Edited: the refund went through ✅\nsecond line');
+    const s2 = await h.sync();
+    expect(s2.messages.updated).toBe(1);
+    expect(s2.messages.inserted).toBe(0);
+    expect((await mirrorMatchesFake(h.mirror, ws)).ok).toBe(true);
+
+    const after = await get();
+    expect(after.raw).toBe(JSON.stringify(message));
+    expect((JSON.parse(after.raw) as { content: string }).content).toBe('Edited: the refund went through ✅\nsecond line');
+    expect(after.position).toBe(117);
+    expect(after.deleted).toBe(false);
+    const afterStamps = stamps(h.mirror, conv.id, message.id);
+    if (engine.name === 'sqlite') {
+      expect(afterStamps!.updated_at > before!.updated_at).toBe(true);
+      expect(afterStamps!.first_seen_at).toBe(before!.first_seen_at);
+    }
+
+    const updates = (await allChanges(h.mirror)).filter((c) => c.stream === 'messages' && c.op === 'update');
+    expect(updates.length).toBe(1);
+    expect(updates[0]!.record_id).toBe(message.id);
+    expect(updates[0]!.conversation_id).toBe(conv.id);
+    // Published and recorded: the payload is pruned, the export line is the copy.
+    expect(updates[0]!.record).toBeNull();
+    const exported = readExportLines(h.exportDir, 'messages').filter((l) => l.seq === updates[0]!.seq);
+    expect(exported).toEqual([expect.objectContaining({ op: 'update', id: message.id, content: 'Edited: the refund went through ✅\nsecond line' })]);
+
+    expect(await historyRows(h.mirror)).toEqual([{ seq: updates[0]!.seq, account_id: ACCOUNT_ID, conversation_id: conv.id, id: message.id, raw: oldRaw }]);
+    if (engine.name === 'sqlite') {
+      // SQLite only: the version's validity, and that nothing else was rewritten.
+      expect(sqlAll(h.mirror, `SELECT valid_from, valid_to FROM message_history`)).toEqual([{ valid_from: before!.updated_at, valid_to: afterStamps!.updated_at }]);
+      expect(othersOf()).toEqual(others);
+    }
+    // the conversation's last_activity_at moved: one conversation update
+    expect((await allChanges(h.mirror)).filter((c) => c.stream === 'conversations' && c.op === 'update').map((c) => c.record_id)).toEqual([conv.id]);
+
+    // editing it again keeps both earlier versions
+    const secondRaw = JSON.stringify(message);
+    ws.editMessage(conv.id, message.id, 'Edited twice');
+    clock.advance(HOUR);
+    await h.sync();
+    expect((await historyRows(h.mirror)).filter((r) => r.id === message.id).map((r) => r.raw)).toEqual([oldRaw, secondRaw]);
+  });
+
+  it('a re-sync of unchanged data writes nothing but its run: change_log grows by its runs line only, updated_at stays', async () => {
+    const clock = movingClock();
+    const ws = FakeWorkspace.fromCounts([0, 5, 101, 230]);
+    const h = await startOn({ workspace: ws, clock });
+    await h.sync({ full: true });
+    const snap = async () => ({
+      messages: await sequentially(ws.list().map((c) => () => messageRows(h.mirror, c.id))),
+      conversations: (await h.mirror.listConversations({ includeDeleted: true })).rows.map(({ lastSyncedAt: _, ...row }) => row),
+      crawls: await sequentially(ws.list().map((c) => () => h.mirror.crawlState(ACCOUNT_ID, c.id))),
+      changes: (await allChanges(h.mirror)).filter((c) => c.stream !== 'runs').length,
+      history: (await h.mirror.counts()).message_history,
+      // SQLite only: the rows' timestamps.
+      stamps:
+        engine.name === 'sqlite'
+          ? [sqlAll(h.mirror, `SELECT conversation_id, id, updated_at, first_seen_at FROM messages ORDER BY 1, 2`), sqlAll(h.mirror, `SELECT id, updated_at, first_seen_at FROM conversations ORDER BY id`)]
+          : undefined,
+    });
+    const s1 = await snap();
+    expect(s1.changes).toBe(4 + 336);
+    expect((await h.mirror.counts()).change_log).toBe(4 + 336 + 1);
+    clock.advance(HOUR);
+    const s = await h.sync({ full: true });
+    expect(s.messages).toMatchObject({ inserted: 0, updated: 0, deleted: 0, served: 336 });
+    expect(s.conversations).toMatchObject({ inserted: 0, updated: 0 });
+    expect(await snap()).toEqual(s1);
+    expect((await h.mirror.counts()).change_log).toBe(4 + 336 + 2); // one line per run
+  });
+
+  it('a message whose position shifted (an earlier one was deleted) keeps its updated_at and logs no change', async () => {
+    const clock = movingClock();
+    const ws = FakeWorkspace.fromCounts([150]);
+    const h = await startOn({ workspace: ws, clock });
+    await h.sync();
+    const conv = ws.list()[0]!;
+    const read = async () => new Map((await messageRows(h.mirror, conv.id)).map((r) => [r.id, r]));
+    // SQLite only: the rows' updated_at.
+    const updatedAt = () => (engine.name === 'sqlite' ? sqlAll(h.mirror, `SELECT id, updated_at FROM messages WHERE deleted_at IS NULL ORDER BY id`) : undefined);
+    const before = await read();
+    const victim = conv.messages[0]!.id;
+    const kept = updatedAt()?.filter((r) => r['id'] !== victim);
+    ws.deleteMessage(conv.id, victim);
+    clock.advance(HOUR);
+    await h.sync();
+    const after = await read();
+    for (const [i, m] of conv.messages.entries()) {
+      expect(after.get(m.id)!.position).toBe(i);
+      expect(before.get(m.id)!.position).toBe(i + 1);
+    }
+    expect(updatedAt()).toEqual(kept);
+    expect(after.get(victim)!.deleted).toBe(true);
+    const ops = new Map<string, number>();
+    for (const c of await allChanges(h.mirror)) if (c.stream === 'messages') ops.set(c.op, (ops.get(c.op) ?? 0) + 1);
+    expect(Object.fromEntries(ops)).toEqual({ insert: 150, delete: 1 });
+  });
+
+  // ---------------------------------------------------------------- reading a batch for export
+
+  it('gives every row of the batch once, in file order (stream, account, day, seq), across interleaved accounts, days and partitions longer than a read', async () => {
+    const clock = movingClock();
+    const m = await engine.open({ clock });
+    // Day 1: accounts A and B interleaved page by page; a partition of 1,500 rows.
+    await m.commitMessagesPage('A', 'a1', page(many('x', 60)), null);
+    await m.commitMessagesPage('B', 'b1', page(many('y', 40)), null);
+    await m.commitMessagesPage('A', 'a1', page(many('z', 30), 2), null);
+    // SQLite only: a seq gap (seqs handed out and gone); PostgreSQL hands out seqs with none.
+    if (engine.name === 'sqlite') sqlRun(m, `UPDATE sqlite_sequence SET seq = seq + 100 WHERE name = 'change_log'`);
+    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p + 2}`, page(many(`p${p}-`, 100)), null);
     clock.advance(24 * HOUR);
     // Day 2: both accounts again.
-    await m.commitMessagesPage('B', 'b1', page(ids('w', 20), 2), null);
-    await m.commitMessagesPage('A', 'a1', page(ids('v', 10), 3), null);
-    const seqs = async (first: number, last: number) => {
-      const out: unknown[][] = [];
-      for await (const c of m.changesOf({ first_seq: first, last_seq: last })) out.push([c.stream, c.account_id, c.day, c.seq, c.record_id, c.op, c.record]);
+    await m.commitMessagesPage('B', 'b1', page(many('w', 20), 2), null);
+    await m.commitMessagesPage('A', 'a1', page(many('v', 10), 3), null);
+    const read = async (first: number, last: number) => {
+      const out: ExportChange[] = [];
+      for await (const c of m.changesOf({ first_seq: first, last_seq: last })) out.push(c);
       return out;
     };
+    const everything = await read(1, Number.MAX_SAFE_INTEGER);
+    expect(everything).toHaveLength(60 + 40 + 30 + 1500 + 20 + 10 + 2 + 15);
+    expect(everything).toHaveLength((await m.counts()).change_log!);
+    expect(new Set(everything.map((c) => c.seq)).size).toBe(everything.length);
+    for (const c of everything) expect(c.day).toBe(c.synced_at.slice(0, 10));
+    expect(new Set(everything.map((c) => c.day)).size).toBe(2);
+    /** The rows of `[first, last]` in file order, sorted here (code-unit order, as both engines sort). */
+    const key = (c: ExportChange) => [c.stream, c.account_id, c.day];
     const reference = (first: number, last: number) =>
-      sqlAll<Record<string, unknown>>(
-        m,
-        `SELECT c.stream, c.account_id, substr(c.synced_at, 1, 10) AS day, c.seq, c.record_id, c.op, p.record
-         FROM change_log c LEFT JOIN change_payloads p USING (seq) WHERE c.seq BETWEEN ? AND ? ORDER BY 1, 2, 3, 4`,
-        first,
-        last,
-      ).map(Object.values);
-    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
-    expect(sqlValue(m, `SELECT count(*) FROM change_log`)).toBe(60 + 40 + 30 + 1500 + 20 + 10 + 2 + 15);
-    expect(await seqs(1, top)).toEqual(reference(1, top));
+      everything
+        .filter((c) => c.seq >= first && c.seq <= last)
+        .sort((x, y) => {
+          for (const [a, b] of key(x).map((k, i) => [k, key(y)[i]!])) if (a !== b) return a! < b! ? -1 : 1;
+          return x.seq - y.seq;
+        });
+    const top = await maxSeq(m);
+    expect(everything).toEqual(reference(1, top));
     // A batch that starts and ends inside runs of rows of one partition.
-    expect(await seqs(75, top - 5)).toEqual(reference(75, top - 5));
-    expect(await seqs(500, 700)).toEqual(reference(500, 700));
-    expect(await seqs(top + 1, top + 10)).toEqual([]);
+    expect(await read(75, top - 5)).toEqual(reference(75, top - 5));
+    expect(await read(500, 700)).toEqual(reference(500, 700));
+    expect(await read(top + 1, top + 10)).toEqual([]);
   });
 
-  it('reads at most 8 MiB of payload at once (one larger record alone), whatever the records\' size', async () => {
-    const m = await openTracked(dbFile(), movingClock());
+  it("reads at most 8 MiB of payload at once (one larger record alone), whatever the records' size", async () => {
+    const m = await engine.open({ clock: movingClock() });
     const big = (id: string, mib: number) => ({ ...msg(id), content: 'x'.repeat(mib * 1024 * 1024) });
     const objs = [...Array.from({ length: 20 }, (_, i) => big(`b${String(i).padStart(2, '0')}`, 1)), big('huge', 9), msg('small')];
     await m.commitMessagesPage('A', 'a1', { page: 1, data: objs as unknown as Message[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: objs.length } }, null);
-    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
+    const top = await maxSeq(m);
     const chunks: ExportChange[][] = [];
     for await (const c of m.changeChunksOf({ first_seq: 1, last_seq: top })) chunks.push(c);
     const bytes = (c: { record: string | null }[]) => c.reduce((n, r) => n + Buffer.byteLength(r.record ?? ''), 0);
@@ -607,18 +711,18 @@ describe('reading a batch for export', () => {
   });
 
   it('an open-ended read gives the rows there were when it started, in every partition alike, whatever is committed while it runs', async () => {
-    const m = await openTracked(dbFile(), movingClock());
-    await m.commitMessagesPage('B', 'b1', page(ids('y', 10)), null);
-    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p}`, page(ids(`p${p}-`, 100)), null);
-    const top = sqlValue(m, `SELECT max(seq) FROM change_log`);
+    const m = await engine.open({ clock: movingClock() });
+    await m.commitMessagesPage('B', 'b1', page(many('y', 10)), null);
+    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p}`, page(many(`p${p}-`, 100)), null);
+    const top = await m.unexportedChanges(); // nothing published: every row is above the watermark
     const seen: number[] = [];
     let committed = false;
     for await (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) {
       seen.push(c.seq);
       if (!committed && seen.length === 1500) {
         // Mid-read: rows for both accounts, committed after the read began.
-        await m.commitMessagesPage('A', 'a99', page(ids('late-a', 5)), null);
-        await m.commitMessagesPage('B', 'b2', page(ids('late-b', 5)), null);
+        await m.commitMessagesPage('A', 'a99', page(many('late-a', 5)), null);
+        await m.commitMessagesPage('B', 'b2', page(many('late-b', 5)), null);
         committed = true;
       }
     }
@@ -627,35 +731,52 @@ describe('reading a batch for export', () => {
   });
 
   it('a publication prunes the payloads of its batch and keeps those committed after the batch was planned', async () => {
-    const m = await openTracked(dbFile(), movingClock());
-    const exportDir = path.join(path.dirname(m.location), 'exports');
-    await m.commitMessagesPage('A', 'a1', page(ids('x', 30)), null);
+    const m = await engine.open({ clock: movingClock() });
+    const exportDir = path.join(tempDir(), 'exports');
+    dirs.push(path.dirname(exportDir));
+    await m.commitMessagesPage('A', 'a1', page(many('x', 30)), null);
     let committedMeanwhile = 0;
     const res = await publishChanges(m, {
       exportDir,
       failpoint: async (point) => {
         // After the batch's files, before its record: a page committed meanwhile (as the daemon does).
-        if (point === 'before-record' && committedMeanwhile === 0) committedMeanwhile = (await m.commitMessagesPage('A', 'a1', page(ids('y', 5), 2), null)).inserted;
+        if (point === 'before-record' && committedMeanwhile === 0) committedMeanwhile = (await m.commitMessagesPage('A', 'a1', page(many('y', 5), 2), null)).inserted;
       },
     });
     expect(committedMeanwhile).toBe(5);
     expect(res.lines).toBe(31);
-    expect(sqlAll(m, `SELECT c.record_id FROM change_payloads p JOIN change_log c USING (seq) ORDER BY seq`)).toEqual(ids('y', 5).map((record_id) => ({ record_id })));
+    const kept = async () => (await allChanges(m)).filter((c) => c.record !== null).map((c) => c.record_id);
+    expect(await kept()).toEqual(many('y', 5).map((o) => o.id));
     expect((await publishChanges(m, { exportDir })).lines).toBe(5);
-    expect(sqlValue(m, `SELECT count(*) FROM change_payloads`)).toBe(0);
+    expect(await kept()).toEqual([]);
     expect(await verifyExports(m, exportDir)).toEqual([]);
   });
-});
 
-// SQLite only: every column of `runs` (sql.ts).
-describe('runs', () => {
+  it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
+    const m = await engine.open({ clock: movingClock() });
+    const exportDir = path.join(tempDir(), 'exports');
+    dirs.push(path.dirname(exportDir));
+    expect(await m.unexportedChanges()).toBe(0);
+    await m.upsertConversations(ACCOUNT_ID, conversations(['c1', 'c2']), null);
+    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([msg('m1'), msg('m2'), msg('m3')]), null);
+    expect(await m.unexportedChanges()).toBe(5);
+    expect((await publishChanges(m, { exportDir })).lines).toBe(5);
+    expect(await m.unexportedChanges()).toBe(0);
+    expect(await m.exportWatermark()).toBe(5);
+    await m.upsertConversations(ACCOUNT_ID, conversations(['c-new']), null);
+    expect(await m.unexportedChanges()).toBe(1);
+    expect(await verifyExports(m, exportDir)).toEqual([]);
+  });
+
+  // ---------------------------------------------------------------- runs
+
   it('records status, counts and requests of each run', async () => {
     const ws = FakeWorkspace.fromCounts([3, 120, 0]);
     // noon UTC of a fixed day: one date partition per stream
-    const h = await start({ workspace: ws, clock: movingClock() });
+    const h = await startOn({ workspace: ws, clock: movingClock() });
     const s1 = await h.sync({ full: true });
-    const row = (id: number) => sqlGet(h.mirror, `SELECT * FROM runs WHERE id = ?`, id)!;
-    const r1 = row(s1.runId);
+    const row = async (id: number) => (await runRow(h.mirror, id))!;
+    const r1 = await row(s1.runId);
     expect(r1).toMatchObject({
       scope: 'workspace',
       refresh: 'full',
@@ -692,7 +813,7 @@ describe('runs', () => {
     h.fake.injectFault({ kind: 'status', status: 429, retryAfter: '0', match: { path: `/v1/conversations/${conv.id}/messages` }, times: 1 });
     const before = h.fake.requests.length;
     const s2 = await h.sync({ full: true });
-    const r2 = row(s2.runId);
+    const r2 = await row(s2.runId);
     expect(s2.runId).toBeGreaterThan(s1.runId);
     expect(r2).toMatchObject({
       status: 'succeeded',
@@ -708,175 +829,6 @@ describe('runs', () => {
     expect((await h.mirror.counts()).runs).toBe(2);
   });
 
-  it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts", async () => {
-    const file = dbFile();
-    const m1 = await openTracked(file);
-    const dead = await m1.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    await m1.close(); // the process "died" without finishRun
-    const m2 = await openTracked(file);
-    expect(await m2.runStatus(dead)).toBe('running');
-    // Runs overlap in the daemon: starting one never touches another.
-    const concurrent = await m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    expect(await m2.runStatus(dead)).toBe('running');
-    sqlRun(m2, `DELETE FROM runs WHERE id = ?`, concurrent);
-    expect(await m2.markInterruptedRuns()).toBe(1);
-    const next = await m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    expect(next).toBeGreaterThan(dead);
-    const rows = sqlAll<{ id: number; status: string; ended_at: string | null }>(m2, `SELECT id, status, ended_at FROM runs ORDER BY id`);
-    expect(rows.map((r) => [r.id, r.status])).toEqual([
-      [dead, 'interrupted'],
-      [next, 'running'],
-    ]);
-    expect(rows[0]!.ended_at).not.toBeNull();
-    await m2.finishRun(next, { status: 'succeeded' });
-    expect(await m2.runStatus(dead)).toBe('interrupted');
-  });
-
-  it("a run left 'running' is marked interrupted by the start-up sweep; a sync itself never touches another run", async () => {
-    const ws = FakeWorkspace.fromCounts([2]);
-    const h = await start({ workspace: ws });
-    const other = await h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    const s1 = await h.sync();
-    expect(await h.mirror.runStatus(other)).toBe('running');
-    expect(await sweepInterruptedRuns(h.mirror, quietLogger())).toBe(1);
-    const s2 = await h.sync();
-    const rows = sqlAll(h.mirror, `SELECT id, status FROM runs ORDER BY id`);
-    expect(rows).toEqual([
-      { id: other, status: 'interrupted' },
-      { id: s1.runId, status: 'succeeded' },
-      { id: s2.runId, status: 'succeeded' },
-    ]);
-  });
-});
-
-// SQLite only: the single-writer lock file has no twin in a server database.
-describe('writer lock', () => {
-  it('refuses a second writer on the same file while the first holds it, and releases on close', async () => {
-    const file = path.join(tempDir(), 'locked.sqlite');
-    const first = await openTracked(file);
-    try {
-      await expect(openMirror(file)).rejects.toThrowError(new RegExp(`the mirror ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is in use by process ${process.pid}`));
-      // Readers take no lock.
-      const reader = await openMirror(file, { lock: false });
-      await reader.close();
-    } finally {
-      await first.close();
-    }
-    const again = await openTracked(file);
-    await again.close();
-  });
-});
-
-// ------------------------------------------------------------------ conformance: every engine
-
-describe.each(engines)('store behaviour ($name)', (engine) => {
-  afterEach(() => engine.cleanup());
-
-  const msg = (id: string, content = `text of ${id}`) => ({ id, content, visibility: 'public', sender: { id: 'u1', name: 'Ana', type: 'agent' }, created_at: '2026-01-01T00:00:00Z' });
-  const page = (objs: Record<string, unknown>[], n = 1, total = objs.length): Page<Message> => ({
-    page: n,
-    data: objs as unknown as Message[],
-    raw: objs,
-    meta: { current_page: n, total_pages: Math.max(1, Math.ceil(total / 100)), total_count: total },
-  });
-  const conversations = (ids: string[]): Page<Conversation> => {
-    const objs = ids.map((id) => ({ id, subject: `about ${id}` }));
-    return { page: 1, data: objs as unknown as Conversation[], raw: objs, meta: { current_page: 1, total_pages: 1, total_count: ids.length } };
-  };
-  /** The message change rows above `after`, as the exporter reads them. */
-  const messageChanges = async (m: Mirror, after = 0) => (await allChanges(m)).filter((c) => c.stream === 'messages' && c.seq > after);
-
-  it('pages of any size are written whole and in order, each message once, and the same page again writes nothing', async () => {
-    const m = await engine.open({ clock: movingClock() });
-    let top = 0;
-    for (const n of [1, 2, 63, 64, 65, 100, 101, 250]) {
-      const conv = `n${n}`;
-      const objs = Array.from({ length: n }, (_, i) => msg(`${conv}-${i}`, `body ${i} ✅ "quoted" \\ \u2028`));
-      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toEqual({ inserted: n, updated: 0, unchanged: 0, deleted: 0 });
-      const changes = await messageChanges(m, top);
-      expect(changes.map((c) => [c.op, c.record_id, c.conversation_id])).toEqual(objs.map((o) => ['insert', o.id, conv]));
-      expect(changes.map((c) => c.record)).toEqual(objs.map((o) => JSON.stringify(o)));
-      const seqs = changes.map((c) => c.seq);
-      expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
-      top = Math.max(top, ...seqs);
-      for (const i of [0, n - 1]) expect(await m.messageIdAt(ACCOUNT_ID, conv, i)).toBe(objs[i]!.id);
-      expect(await m.messageIdAt(ACCOUNT_ID, conv, n)).toBeUndefined();
-      expect(await m.commitMessagesPage(ACCOUNT_ID, conv, page(objs, 1, n), null)).toEqual({ inserted: 0, updated: 0, unchanged: n, deleted: 0 });
-      expect(await messageChanges(m, top)).toEqual([]);
-    }
-    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 8, messages: 1 + 2 + 63 + 64 + 65 + 100 + 101 + 250 });
-  });
-
-  it('a page that repeats an id is written one message at a time: the second copy updates the first, whose version goes to the history', async () => {
-    const m = await engine.open({ clock: movingClock() });
-    const x1 = msg('x', 'one');
-    const x2 = msg('x', 'two');
-    expect(await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([x1, msg('y'), x2]), null)).toEqual({ inserted: 2, updated: 1, unchanged: 0, deleted: 0 });
-    const changes = await messageChanges(m);
-    expect(changes.map((c) => [c.op, c.record_id])).toEqual([
-      ['insert', 'x'],
-      ['insert', 'y'],
-      ['update', 'x'],
-    ]);
-    const history: HistoryRow[] = [];
-    for await (const h of m.auditHistory()) history.push(h);
-    expect(history).toEqual([{ seq: changes[2]!.seq, account_id: ACCOUNT_ID, conversation_id: 'c1', id: 'x', raw: JSON.stringify(x1) }]);
-  });
-
-  it('a complete crawl tombstones what its pages no longer serve, with delete rows; the checkpoint goes with it', async () => {
-    const m = await engine.open({ clock: movingClock() });
-    const served = ['a', 'b', 'c', 'd'].map((id) => msg(id));
-    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page(served), null);
-    expect(await m.loadCheckpoint(ACCOUNT_ID, 'c1')).toMatchObject({ nextPage: 2, totalCount: 4, lastPageIds: ['a', 'b', 'c', 'd'] });
-    expect(await m.completeCrawl(ACCOUNT_ID, 'c1', null)).toEqual({ deleted: 0, messageCount: 4 });
-    expect(await m.loadCheckpoint(ACCOUNT_ID, 'c1')).toBeUndefined();
-    const top = Math.max(...(await allChanges(m)).map((c) => c.seq));
-    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([served[0]!, served[2]!]), null);
-    expect(await m.completeCrawl(ACCOUNT_ID, 'c1', null)).toEqual({ deleted: 2, messageCount: 2 });
-    expect((await messageChanges(m, top)).map((c) => [c.op, c.record_id])).toEqual([
-      ['delete', 'b'],
-      ['delete', 'd'],
-    ]);
-    expect(await m.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 1, messages: 2 });
-    expect(await m.crawlState(ACCOUNT_ID, 'c1')).toMatchObject({ messageCount: 2 });
-  });
-
-  it('an open-ended read gives the rows there were when it started, whatever is committed while it runs', async () => {
-    const m = await engine.open({ clock: movingClock() });
-    const ids = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => msg(`${prefix}${String(i).padStart(4, '0')}`));
-    await m.commitMessagesPage('B', 'b1', page(ids('y', 10)), null);
-    for (let p = 0; p < 15; p++) await m.commitMessagesPage('A', `a${p}`, page(ids(`p${p}-`, 100)), null);
-    const top = await m.unexportedChanges(); // nothing published: every row is above the watermark
-    const seen: number[] = [];
-    let committed = false;
-    for await (const c of m.changesOf({ first_seq: 1, last_seq: Number.MAX_SAFE_INTEGER })) {
-      seen.push(c.seq);
-      if (!committed && seen.length === 1500) {
-        await m.commitMessagesPage('A', 'a99', page(ids('late-a', 5)), null);
-        await m.commitMessagesPage('B', 'b2', page(ids('late-b', 5)), null);
-        committed = true;
-      }
-    }
-    expect(committed).toBe(true);
-    expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: top }, (_, i) => i + 1));
-  });
-
-  it('unexportedChanges counts the change-log rows above the watermark: all before publication, none after, the new ones after that', async () => {
-    const m = await engine.open({ clock: movingClock() });
-    const exportDir = path.join(tempDir(), 'exports');
-    dirs.push(path.dirname(exportDir));
-    expect(await m.unexportedChanges()).toBe(0);
-    await m.upsertConversations(ACCOUNT_ID, conversations(['c1', 'c2']), null);
-    await m.commitMessagesPage(ACCOUNT_ID, 'c1', page([msg('m1'), msg('m2'), msg('m3')]), null);
-    expect(await m.unexportedChanges()).toBe(5);
-    expect((await publishChanges(m, { exportDir })).lines).toBe(5);
-    expect(await m.unexportedChanges()).toBe(0);
-    expect(await m.exportWatermark()).toBe(5);
-    await m.upsertConversations(ACCOUNT_ID, conversations(['c-new']), null);
-    expect(await m.unexportedChanges()).toBe(1);
-    expect(await verifyExports(m, exportDir)).toEqual([]);
-  });
-
   it("a run left 'running' becomes 'interrupted' at the start-up sweep, not when another run starts; reopening keeps every run", async () => {
     const target = engine.target();
     const m1 = await engine.open({}, target);
@@ -886,17 +838,34 @@ describe.each(engines)('store behaviour ($name)', (engine) => {
     expect(await m2.runStatus(dead)).toBe('running');
     // Runs overlap in the daemon: starting or finishing one never touches another.
     const concurrent = await m2.startRun({ scope: 'conversations', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+    expect(concurrent).toBeGreaterThan(dead);
     expect(await m2.runStatus(dead)).toBe('running');
     await m2.finishRun(concurrent, { status: 'succeeded' });
     expect(await m2.runStatus(dead)).toBe('running');
     expect(await m2.markInterruptedRuns()).toBe(1);
     expect(await m2.runStatus(dead)).toBe('interrupted');
     expect(await m2.runEnded(dead)).toBe(true);
+    expect((await runRow(m2, dead))!['ended_at']).not.toBeNull();
     expect(await m2.resumeRun(dead)).toBe('resumed');
     expect(await m2.runStatus(dead)).toBe('running');
     expect((await m2.lastRuns(5)).map((r) => [r['id'], r['status']])).toEqual([
       [concurrent, 'succeeded'],
       [dead, 'running'],
+    ]);
+  });
+
+  it("a run left 'running' is marked interrupted by the start-up sweep; a sync itself never touches another run", async () => {
+    const ws = FakeWorkspace.fromCounts([2]);
+    const h = await startOn({ workspace: ws });
+    const other = await elsewhere(h.dbPath, (o) => o.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }));
+    const s1 = await h.sync();
+    expect(await h.mirror.runStatus(other)).toBe('running');
+    expect(await sweepInterruptedRuns(h.mirror, quietLogger())).toBe(1);
+    const s2 = await h.sync();
+    expect((await h.mirror.lastRuns(5)).map((r) => ({ id: r['id'], status: r['status'] }))).toEqual([
+      { id: s2.runId, status: 'succeeded' },
+      { id: s1.runId, status: 'succeeded' },
+      { id: other, status: 'interrupted' },
     ]);
   });
 });

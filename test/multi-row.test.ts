@@ -1,6 +1,8 @@
 /**
  * Multi-row statements (src/store/sqlite/multi-row.ts) on a real in-memory SQLite: rows go in pieces of
  * the prepared counts, in order; an IN list is padded, not truncated; no other count is prepared.
+ * SQLite only: a helper of the SQLite engine's own statements, below the Mirror interface (what
+ * page commits do on every engine is in mirror.test.ts's conformance suite).
  */
 import { describe, expect, it } from 'vitest';
 import { Database } from '../src/store/sqlite/sqlite.js';

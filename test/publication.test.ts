@@ -2,7 +2,8 @@
  * Publication during and after a run: progressive batches during a long run (never splitting a
  * transaction, exactly-once), the runs stream (one line per finished run, its figures, failures and
  * the chain head), and the chain head a run leaves in `runs` and its summary. Real HTTP to the fake,
- * real SQLite and files; time is an injected clock.
+ * each engine of the store (the conformance suite: test/engines.ts) and real files; time is an
+ * injected clock.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -10,7 +11,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { verifyArchive } from '../src/export/verify.js';
 import { testClock, type TestClock } from './clock.js';
-import { sqlAll, sqlGet, sqlValue } from './sql.js';
+import { sqlAll, sqlValue } from './sql.js';
+import { engines } from './engines.js';
+import { changeRows, runRow } from './mirror-reads.js';
 import { ACCOUNT_ID, harnessPool, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 import type { Mirror } from '../src/store/mirror.js';
 import { openMirror, readConsistent } from '../src/store/open-mirror.js';
@@ -19,7 +22,6 @@ import type { Message, Page } from '../src/api/schemas.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
-const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 
 /**
  * A clock that moves 1 ms at every reading (and by every sleep): each write transaction of the
@@ -32,93 +34,115 @@ function tickingClock(): TestClock {
 
 const msgPath = (id: string) => `/v1/conversations/${id}/messages`;
 
-describe('progressive publication', () => {
-  it('a long run publishes every publishIntervalMs, each batch whole transactions only, every line exactly once', async () => {
-    const ws = FakeWorkspace.fromCounts([250, 420, 130, 5, 310, 60]);
-    const h = await start({ workspace: ws, clock: tickingClock() });
-    const s = await h.sync({ publishIntervalMs: 40, concurrency: 2 });
-    expect(s.status).toBe('succeeded');
-    const batches = sqlAll<{ id: number; first_seq: number; last_seq: number; run_id: number | null }>(h.mirror, `SELECT id, first_seq, last_seq, run_id FROM export_batches ORDER BY id`);
-    // several batches during the run, then the end's, then the run's own line
-    expect(batches.length).toBeGreaterThanOrEqual(4);
-    expect(batches.every((b) => b.run_id === s.runId)).toBe(true);
-    // contiguous ranges: every seq in exactly one batch
-    batches.forEach((b, i) => expect(b.first_seq).toBe(i === 0 ? 1 : batches[i - 1]!.last_seq + 1));
-    // no batch boundary splits a transaction (rows of one transaction share their synced_at)
-    const at = (seq: number) => sqlGet<{ synced_at: string }>(h.mirror, `SELECT synced_at FROM change_log WHERE seq = ?`, seq)!.synced_at;
-    for (const b of batches.slice(0, -1)) expect(at(b.last_seq), `batch ${b.id} ends inside a transaction`).not.toBe(at(b.last_seq + 1));
-    // exactly once, and the archive replays to the mirror
-    const seqs = (['messages', 'conversations', 'runs'] as const).flatMap((st) => readExportLines(h.exportDir, st).map((l) => l.seq)).sort((a, b) => a - b);
-    expect(seqs).toEqual([...Array(seqs.length).keys()].map((i) => i + 1));
-    const report = await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true });
-    expect(report.problems).toEqual([]);
-    expect(report.records).toBe(batches.length);
-  });
+/** The published batches, by id, with their seq ranges (from the files recorded: every seq of a batch is in one of its files). */
+async function batchesOf(m: Mirror): Promise<{ id: number; first_seq: number; last_seq: number }[]> {
+  const out = new Map<number, { id: number; first_seq: number; last_seq: number }>();
+  for (const f of await m.publishedFiles()) {
+    const b = out.get(f.batch_id);
+    out.set(f.batch_id, { id: f.batch_id, first_seq: Math.min(b?.first_seq ?? Infinity, f.first_seq), last_seq: Math.max(b?.last_seq ?? 0, f.last_seq) });
+  }
+  return [...out.values()].sort((a, b) => a.id - b.id);
+}
 
-  it('without publishIntervalMs a run publishes its changes once, at the end, then its own line', async () => {
-    const ws = FakeWorkspace.fromCounts([250, 420, 130]);
-    const h = await start({ workspace: ws, clock: tickingClock() });
-    const s = await h.sync();
-    const batches = sqlAll<{ id: number }>(h.mirror, `SELECT id FROM export_batches`);
-    expect(batches).toHaveLength(2);
-    expect(s.export.lines).toBe(3 + 800);
-  });
-});
+describe.each(engines)('$name', (engine) => {
+  afterEach(() => engine.cleanup());
+  const start = (opts: HarnessOptions): Promise<Harness> => pool.start({ ...opts, engine });
 
-describe('the runs stream', () => {
-  it('one line per finished run: what it did, its failures by conversation and code, and the chain head after its changes', async () => {
-    const ws = FakeWorkspace.fromCounts([3, 40, 7]);
-    const h = await start({ workspace: ws, client: { maxRetries: 1 } });
-    const first = await h.sync();
-    const bad = ws.list()[1]!;
-    h.fake.injectFault({ kind: 'status', status: 503, match: { path: msgPath(bad.id) }, times: Infinity });
-    ws.appendMessages(ws.list()[0]!.id, 2);
-    const second = await h.sync({ full: true });
-    expect(second.status).toBe('partial');
-
-    const lines = readExportLines(h.exportDir, 'runs') as unknown as Record<string, unknown>[];
-    expect(lines.map((l) => [l['id'], l['op'], l['status'], l['scope'], l['refresh'], l['trigger']])).toEqual([
-      [String(first.runId), 'insert', 'succeeded', 'workspace', 'incremental', 'cli'],
-      [String(second.runId), 'insert', 'partial', 'workspace', 'full', 'cli'],
-    ]);
-    const line = lines[1]!;
-    expect(line['account_id']).toBe(ACCOUNT_ID);
-    expect(line['failures']).toEqual([{ conversation_id: bad.id, code: 'HTTP_ERROR', status: 503, attempts: 2 }]);
-    expect(line).toMatchObject({
-      requests: second.requests,
-      retries: second.retries,
-      rate_limited: second.rateLimited,
-      conversations: { listed: 3, synced: 2, failed: 1 },
-      messages: { served: second.messages.served, inserted: 2 },
-      export: { files: second.export.files, lines: second.export.lines },
+  describe('progressive publication', () => {
+    it('a long run publishes every publishIntervalMs, each batch whole transactions only, every line exactly once', async () => {
+      const ws = FakeWorkspace.fromCounts([250, 420, 130, 5, 310, 60]);
+      const h = await start({ workspace: ws, clock: tickingClock() });
+      const s = await h.sync({ publishIntervalMs: 40, concurrency: 2 });
+      expect(s.status).toBe('succeeded');
+      const batches = await batchesOf(h.mirror);
+      // several batches during the run, then the end's, then the run's own line
+      expect(batches.length).toBeGreaterThanOrEqual(4);
+      // SQLite only: the run each batch was planned by (no method returns a batch's run).
+      if (engine.name === 'sqlite') expect(sqlAll<{ run_id: number | null }>(h.mirror, `SELECT run_id FROM export_batches`).every((b) => b.run_id === s.runId)).toBe(true);
+      // contiguous ranges: every seq in exactly one batch
+      batches.forEach((b, i) => expect(b.first_seq).toBe(i === 0 ? 1 : batches[i - 1]!.last_seq + 1));
+      // no batch boundary splits a transaction (rows of one transaction share their synced_at)
+      const syncedAt = new Map((await changeRows(h.mirror)).map((c) => [c.seq, c.synced_at]));
+      const at = (seq: number) => syncedAt.get(seq)!;
+      for (const b of batches.slice(0, -1)) expect(at(b.last_seq), `batch ${b.id} ends inside a transaction`).not.toBe(at(b.last_seq + 1));
+      // exactly once, and the archive replays to the mirror
+      const seqs = (['messages', 'conversations', 'runs'] as const).flatMap((st) => readExportLines(h.exportDir, st).map((l) => l.seq)).sort((a, b) => a - b);
+      expect(seqs).toEqual([...Array(seqs.length).keys()].map((i) => i + 1));
+      const report = await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true });
+      expect(report.problems).toEqual([]);
+      expect(report.records).toBe(batches.length);
     });
-    // the head after the run's changes: the batch before the one holding this line
-    const holding = sqlGet<{ batch_id: number }>(h.mirror, `SELECT batch_id FROM export_files WHERE stream = 'runs' AND first_seq = ?`, line['seq'])!.batch_id;
-    const before = (await h.mirror.ledgerEntries()).find((e) => e.batch_id === holding - 1)!;
-    expect(line['ledger_head']).toEqual({ batch_id: before.batch_id, hash: before.hash });
-    // the summary and runs carry the head after everything the run published, its own line included
-    const head = (await h.mirror.ledgerHead())!;
-    expect(head.batch_id).toBe(holding);
-    expect(second.export.head).toEqual(head);
-    expect(sqlGet(h.mirror, `SELECT ledger_batch_id, ledger_hash FROM runs WHERE id = ?`, second.runId)).toEqual({ ledger_batch_id: head.batch_id, ledger_hash: head.hash });
-    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
+
+    it('without publishIntervalMs a run publishes its changes once, at the end, then its own line', async () => {
+      const ws = FakeWorkspace.fromCounts([250, 420, 130]);
+      const h = await start({ workspace: ws, clock: tickingClock() });
+      const s = await h.sync();
+      expect(await batchesOf(h.mirror)).toHaveLength(2);
+      expect(await h.mirror.pendingExportBatch()).toBeUndefined();
+      expect(s.export.lines).toBe(3 + 800);
+    });
   });
 
-  it('a run left running by a dead process gets its line (interrupted) when the next process sweeps it, published by the next run', async () => {
-    const ws = FakeWorkspace.fromCounts([4]);
-    const h = await start({ workspace: ws });
-    const dead = await h.mirror.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
-    expect(await h.mirror.markInterruptedRuns()).toBe(1);
-    await h.sync();
-    const lines = readExportLines(h.exportDir, 'runs') as unknown as Record<string, unknown>[];
-    expect(lines.map((l) => [l['id'], l['status'], l['trigger']])).toEqual([
-      [String(dead), 'interrupted', 'schedule'],
-      [String(dead + 1), 'succeeded', 'cli'],
-    ]);
-    expect(fs.readdirSync(path.join(h.exportDir, 'runs', `account=${ACCOUNT_ID}`))).toHaveLength(1);
+  describe('the runs stream', () => {
+    it('one line per finished run: what it did, its failures by conversation and code, and the chain head after its changes', async () => {
+      const ws = FakeWorkspace.fromCounts([3, 40, 7]);
+      const h = await start({ workspace: ws, client: { maxRetries: 1 } });
+      const first = await h.sync();
+      const bad = ws.list()[1]!;
+      h.fake.injectFault({ kind: 'status', status: 503, match: { path: msgPath(bad.id) }, times: Infinity });
+      ws.appendMessages(ws.list()[0]!.id, 2);
+      const second = await h.sync({ full: true });
+      expect(second.status).toBe('partial');
+
+      const lines = readExportLines(h.exportDir, 'runs') as unknown as Record<string, unknown>[];
+      expect(lines.map((l) => [l['id'], l['op'], l['status'], l['scope'], l['refresh'], l['trigger']])).toEqual([
+        [String(first.runId), 'insert', 'succeeded', 'workspace', 'incremental', 'cli'],
+        [String(second.runId), 'insert', 'partial', 'workspace', 'full', 'cli'],
+      ]);
+      const line = lines[1]!;
+      expect(line['account_id']).toBe(ACCOUNT_ID);
+      expect(line['failures']).toEqual([{ conversation_id: bad.id, code: 'HTTP_ERROR', status: 503, attempts: 2 }]);
+      expect(line).toMatchObject({
+        requests: second.requests,
+        retries: second.retries,
+        rate_limited: second.rateLimited,
+        conversations: { listed: 3, synced: 2, failed: 1 },
+        messages: { served: second.messages.served, inserted: 2 },
+        export: { files: second.export.files, lines: second.export.lines },
+      });
+      // the head after the run's changes: the batch before the one holding this line
+      const holding = (await h.mirror.publishedFiles()).find((f) => f.stream === 'runs' && f.first_seq === line['seq'])!.batch_id;
+      const before = (await h.mirror.ledgerEntries()).find((e) => e.batch_id === holding - 1)!;
+      expect(line['ledger_head']).toEqual({ batch_id: before.batch_id, hash: before.hash });
+      // the summary and runs carry the head after everything the run published, its own line included
+      const head = (await h.mirror.ledgerHead())!;
+      expect(head.batch_id).toBe(holding);
+      expect(second.export.head).toEqual(head);
+      expect(await runRow(h.mirror, second.runId)).toMatchObject({ ledger_batch_id: head.batch_id, ledger_hash: head.hash });
+      expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
+    });
+
+    it('a run left running by a dead process gets its line (interrupted) when the next process sweeps it, published by the next run', async () => {
+      const ws = FakeWorkspace.fromCounts([4]);
+      const h = await start({ workspace: ws });
+      // The dead process: another writer of the mirror that started a run and went away.
+      const gone = await engine.open({ lock: false }, h.dbPath);
+      const dead = await gone.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
+      await gone.close();
+      expect(await h.mirror.markInterruptedRuns()).toBe(1);
+      await h.sync();
+      const lines = readExportLines(h.exportDir, 'runs') as unknown as Record<string, unknown>[];
+      expect(lines.map((l) => [l['id'], l['status'], l['trigger']])).toEqual([
+        [String(dead), 'interrupted', 'schedule'],
+        [String(dead + 1), 'succeeded', 'cli'],
+      ]);
+      expect(fs.readdirSync(path.join(h.exportDir, 'runs', `account=${ACCOUNT_ID}`))).toHaveLength(1);
+    });
   });
+
 });
 
+// SQLite only: the file's `PRAGMA synchronous` (PostgreSQL's synchronous_commit: test/pg-mirror.test.ts).
 describe('group commit and the durable sync point', () => {
   it('pages commit with synchronous=NORMAL; every batch plan commits with FULL before any file of it is written', async () => {
     const events: string[] = [];

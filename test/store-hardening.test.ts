@@ -3,6 +3,7 @@
  * change nothing, corrupt or full files stopping every write, conversations back from a tombstone,
  * forgotten crawl baselines and resumed runs. Real SQLite files in temp dirs; umask tests run in a
  * child `node` on the built `dist/` (the umask is process-wide, and process.umask() throws in worker threads).
+ * What is no fault of a file runs on every engine of the store (the conformance suite at the end).
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -17,9 +18,10 @@ import { MIGRATIONS } from '../src/store/sqlite/migrations.js';
 import { MirrorUnusableError, StoreError } from '../src/errors.js';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { exportLine } from '../src/export/lines.js';
-import type { ExportChange } from '../src/store/mirror.js';
-import { ACCOUNT_ID, harnessPool, mirrorEqualsFake, snapshotEntries, tempDir, type Harness, type HarnessOptions } from './helpers.js';
-import { sqlAll, sqlGet, sqlRun, sqlValue } from './sql.js';
+import { ACCOUNT_ID, harnessPool, snapshotEntries, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { sqlAll, sqlRun, sqlValue } from './sql.js';
+import { engines } from './engines.js';
+import { changeRows, mirrorMatchesFake, opsOf, runRow } from './mirror-reads.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -29,7 +31,6 @@ afterEach(async () => {
   await pool.closeAll();
   for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true });
 });
-const start = (opts: HarnessOptions): Promise<Harness> => pool.start(opts);
 
 function dir(): string {
   const d = tempDir();
@@ -133,6 +134,7 @@ function openInChild(cwd: string, rel: string, umask: number, modes: 'PRIVATE_MO
   return JSON.parse(r.stdout) as { open: Record<string, number>; closed: Record<string, number>; file: string };
 }
 
+// SQLite only: file and directory modes of the database file and its lock.
 describe('private files whatever the umask', () => {
   for (const umask of [0o000, 0o077, 0o777]) {
     for (const [name, file, dirMode] of [
@@ -188,6 +190,8 @@ describe('private files whatever the umask', () => {
 
 // ------------------------------------------------------------------ 2. read-only opens
 
+// SQLite only: the file and what lies beside it (bytes, mtimes, -wal, immutable opens, SQLite's
+// migrations and file formats); what any engine does is in 'read-only open (any engine)' below.
 describe('read-only open', () => {
   async function closedCopy(): Promise<{ dir: string; file: string; ids: string[] }> {
     const src = path.join(dir(), 'mirror.sqlite');
@@ -232,32 +236,6 @@ describe('read-only open', () => {
     await m.close();
     expect(snapshotEntries(d)).toEqual(before);
     expect(await m.snapshotChanged()).toBe(false); // closed
-  });
-
-  it('with a writer open (its -wal present) sees the committed rows, and takes no lock', async () => {
-    const d = dir();
-    const file = path.join(d, 'mirror.sqlite');
-    const w = track(await openMirror(file));
-    await fill(w, 2, 30);
-    expect(fs.existsSync(`${file}-wal`)).toBe(true);
-    const r = track(await openMirror(file, { readonly: true }));
-    expect(r.access).toBe('shared');
-    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
-    await w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
-    expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
-    // The writer keeps writing; the reader never blocked it.
-    expect(await w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID })).toBeGreaterThan(0);
-    expect(await r.runStatus(1)).toBe('running');
-  });
-
-  it('a missing file is a StoreError naming it, and nothing is created', async () => {
-    const d = dir();
-    const file = path.join(d, 'sub', 'missing.sqlite');
-    const err = await thrown(() => openMirror(file, { readonly: true }));
-    expect(err).toBeInstanceOf(StoreError);
-    expect(err).not.toBeInstanceOf(MirrorUnusableError);
-    expect((err as StoreError).message).toContain(file);
-    expect(fs.readdirSync(d)).toEqual([]);
   });
 
   it('an older schema is refused (read-only commands never migrate) and left unchanged', async () => {
@@ -325,6 +303,7 @@ describe('read-only open', () => {
 
 // ------------------------------------------------------------------ 3. unusable files
 
+// SQLite only: damaged pages, a garbage header and a full disk are faults of a file.
 describe('corrupt and unusable files', () => {
   it('a mirror with damaged middle pages: the next write throws MIRROR_CORRUPT, nothing more is written, quickCheck reports it', async () => {
     const file = path.join(dir(), 'mirror.sqlite');
@@ -428,160 +407,8 @@ describe('corrupt and unusable files', () => {
   });
 });
 
-// ------------------------------------------------------------------ 4. back from a tombstone
-
-describe('a conversation back from a tombstone', () => {
-  it('listed again: revived with no completed crawl (message_count and crawled_signal NULL) and an insert line', async () => {
-    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
-    const [id] = await fill(m, 1, 130);
-    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
-    await m.tombstoneConversation(ACCOUNT_ID, id!, null);
-    const counts = await m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
-    expect(counts).toMatchObject({ inserted: 1, updated: 0 });
-    expect(await m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
-    const ops = sqlAll<{ op: string }>(m, `SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`, id);
-    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
-    // A live conversation listed again with a new raw keeps its crawl baseline.
-    await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
-    await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 2, 30, 130), null);
-    await m.completeCrawl(ACCOUNT_ID, id!, null, 'updated_at');
-    await m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-07-01T00:00:00Z' }]), null);
-    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
-  });
-
-  it('liveConversationIdsNotIn: the live ids a set does not hold, sorted; tombstoned ones never', async () => {
-    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
-    const ids = await fill(m, 4, 1);
-    await m.tombstoneConversation(ACCOUNT_ID, ids[1]!, null);
-    const sorted = [...ids].sort();
-    expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set([ids[0]!]))).toEqual(sorted.filter((id) => id !== ids[0] && id !== ids[1]));
-    expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set(ids))).toEqual([]);
-    expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set())).toEqual(await m.liveConversationIds(ACCOUNT_ID));
-  });
-
-  it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', async () => {
-    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
-    const [id] = await fill(m, 1, 20);
-    await m.tombstoneConversation(ACCOUNT_ID, id!, null);
-    expect(await m.liveConversationIds(ACCOUNT_ID)).toEqual([]);
-    const counts = await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
-    expect(counts.inserted).toBe(20);
-    expect(await m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
-    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
-    const last = sqlGet<ExportChange & { run_id: number }>(
-      m,
-      `SELECT c.seq, stream, op, account_id, conversation_id, record_id, synced_at, substr(synced_at, 1, 10) AS day, record, line, run_id
-       FROM change_log c JOIN change_payloads p ON p.seq = c.seq WHERE stream = 'conversations' AND record_id = ? ORDER BY c.seq DESC LIMIT 1`,
-      id,
-    )!;
-    expect(last.op).toBe('insert');
-    expect(last.run_id).toBe(7);
-    expect(JSON.parse(last.record!)).toEqual({ id, updated_at: '2025-06-01T00:00:00Z' });
-    expect(JSON.parse(exportLine(last))).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
-    // Committing more pages does not revive it twice.
-    await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
-    expect(await m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
-    const ops = sqlAll<{ op: string }>(m, `SELECT op FROM change_log WHERE stream = 'conversations' AND record_id = ? ORDER BY seq`, id);
-    expect(ops.map((o) => o.op)).toEqual(['insert', 'delete', 'insert']);
-    expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
-  });
-
-  it('an incremental sync crawls a revived conversation in full although its change signal did not move', async () => {
-    const ws = FakeWorkspace.fromCounts([130, 5]);
-    const h = await start({ workspace: ws });
-    await h.sync();
-    const c = ws.list()[0]!;
-    expect((await h.mirror.crawlState(ACCOUNT_ID, c.id)).crawledSignal).not.toBeNull(); // a change signal is in use
-    // An earlier run saw it answer 404 (e.g. briefly); the API serves it again, unchanged.
-    await h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
-    const before = h.fake.requests.length;
-    const s = await h.sync();
-    expect(h.fake.requests.slice(before).filter((r) => r.path === `/v1/conversations/${c.id}/messages`).map((r) => r.query['page'])).toEqual(['1', '2']);
-    expect(s.messages.inserted).toBe(130);
-    const eq = mirrorEqualsFake(h.mirror, ws);
-    expect(eq.ok, eq.detail).toBe(true);
-  });
-
-  it('a named sync of a tombstoned conversation revives the conversation with its messages', async () => {
-    const ws = FakeWorkspace.fromCounts([40, 5]);
-    const h = await start({ workspace: ws });
-    await h.sync();
-    const c = ws.list()[0]!;
-    await h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
-    const s = await h.sync({ conversationIds: [c.id] });
-    expect(s.status).toBe('succeeded');
-    const eq = mirrorEqualsFake(h.mirror, ws);
-    expect(eq.ok, eq.detail).toBe(true);
-    expect((await h.mirror.crawlState(ACCOUNT_ID, c.id)).messageCount).toBe(40);
-  });
-});
-
-// ------------------------------------------------------------------ 5. forgotten crawl baselines
-
-describe('forgetCrawlBaseline', () => {
-  it('clears only the change signal, so the next incremental sync asks about that conversation again', async () => {
-    const ws = FakeWorkspace.fromCounts([250, 30, 7]);
-    const h = await start({ workspace: ws });
-    await h.sync();
-    const [a, b] = ws.list();
-    const signal = (await h.mirror.crawlState(ACCOUNT_ID, a!.id)).crawledSignal;
-    expect(signal).not.toBeNull(); // the fake serves a change signal, so unchanged conversations are skipped
-    await h.mirror.forgetCrawlBaseline(ACCOUNT_ID, a!.id);
-    await h.mirror.forgetCrawlBaseline(ACCOUNT_ID, 'never-seen'); // nothing to forget: no error
-    expect(await h.mirror.crawlState(ACCOUNT_ID, a!.id)).toMatchObject({ messageCount: 250, crawledSignal: null });
-    expect((await h.mirror.crawlState(ACCOUNT_ID, b!.id)).crawledSignal).not.toBeNull();
-    const before = h.fake.requests.length;
-    const s = await h.sync();
-    const asked = h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => [r.path, r.query['page']]);
-    // Only the forgotten one is asked about, incrementally (the page of its last known message).
-    expect(asked).toEqual([[`/v1/conversations/${a!.id}/messages`, '3']]);
-    expect(s.export.lines).toBe(0);
-    expect((await h.mirror.crawlState(ACCOUNT_ID, a!.id)).crawledSignal).toBe(signal);
-  });
-});
-
-// ------------------------------------------------------------------ 6. resumed runs
-
-describe('resumeRun', () => {
-  it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', async () => {
-    const m = track(await openMirror(path.join(dir(), 'mirror.sqlite')));
-    const dead = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID });
-    const ok = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    await m.finishRun(ok, { status: 'succeeded' });
-    const partial = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    await m.finishRun(partial, { status: 'partial', error: 'some failed' });
-    const failed = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
-    await m.finishRun(failed, { status: 'failed', error: 'boom' });
-    const row = (id: number) => sqlGet(m, `SELECT status, ended_at, error, resumes FROM runs WHERE id = ?`, id);
-
-    expect(await m.resumeRun(dead)).toBe('running');
-    expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 0 });
-    expect(await m.markInterruptedRuns()).toBe(1);
-    sqlRun(m, `UPDATE runs SET error = 'process died' WHERE id = ?`, dead);
-    expect(await m.runStatus(dead)).toBe('interrupted');
-    expect(await m.runEnded(dead)).toBe(true);
-    expect(await m.resumeRun(dead)).toBe('resumed');
-    expect(row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 1 });
-    expect(await m.runEnded(dead)).toBe(false);
-    expect(await m.resumeRun(dead)).toBe('running');
-    await m.markInterruptedRuns();
-    expect(await m.resumeRun(dead)).toBe('resumed');
-    expect(row(dead)).toMatchObject({ status: 'running', resumes: 2 });
-    await m.finishRun(dead, { status: 'succeeded' });
-    expect(await m.resumeRun(dead)).toBe('ended');
-    expect(row(dead)).toMatchObject({ status: 'succeeded', resumes: 2 });
-
-    for (const id of [ok, partial, failed]) {
-      const before = row(id);
-      expect(await m.resumeRun(id)).toBe('ended');
-      expect(row(id)).toEqual(before);
-    }
-    expect(await m.runStatus(partial)).toBe('partial');
-    expect(await m.resumeRun(9999)).toBe('ended');
-    expect(await m.runStatus(9999)).toBeUndefined();
-    expect((await m.counts()).runs).toBe(4);
-  });
-
+// SQLite only: migrates a file written by an older version (a PostgreSQL mirror starts at the current schema).
+describe('runs of an older mirror', () => {
   it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', async () => {
     const file = path.join(dir(), 'old.sqlite');
     const db = new Database(file);
@@ -594,5 +421,235 @@ describe('resumeRun', () => {
     expect(await m.lastRuns(1)).toMatchObject([{ id: 1, status: 'interrupted', resumes: 0 }]);
     expect(await m.resumeRun(1)).toBe('resumed');
     expect(await m.lastRuns(1)).toMatchObject([{ id: 1, status: 'running', resumes: 1 }]);
+  });
+});
+
+// ------------------------------------------------------------------ every engine (the conformance suite: test/engines.ts)
+
+describe.each(engines)('$name', (engine) => {
+  afterEach(() => engine.cleanup());
+  const start = (opts: HarnessOptions): Promise<Harness> => pool.start({ ...opts, engine });
+
+  /** Runs `f` on another writer of `target` that then goes away (a process that died): SQLite's without the writer lock. */
+  async function elsewhere<T>(target: string, f: (m: Mirror) => Promise<T>): Promise<T> {
+    const o = await engine.open({ lock: false }, target);
+    try {
+      return await f(o);
+    } finally {
+      await o.close();
+    }
+  }
+
+  // ---------------------------------------------------------------- 2. read-only opens
+
+  describe('read-only open (any engine)', () => {
+    it('with a writer open: reads what it committed and sees each later commit, takes no lock, and refuses every write', async () => {
+      const target = engine.target();
+      const w = await engine.open({}, target);
+      await fill(w, 2, 30);
+      await w.finishRun(await w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }), { status: 'succeeded', requests: 9 });
+      // SQLite only: the writer's -wal, which the reader reads through.
+      if (engine.name === 'sqlite') expect(fs.existsSync(`${target}-wal`)).toBe(true);
+      const r = await engine.open({ readonly: true }, target);
+      expect(r.access).toBe('shared');
+      expect(await r.snapshotChanged()).toBe(false);
+      expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 60 });
+      expect(await r.counts()).toMatchObject({ conversations: 2, messages: 60, runs: 1, change_log: 63 });
+      expect(await r.lastRuns(5)).toMatchObject([{ status: 'succeeded', requests: 9, resumes: 0 }]);
+      expect(await r.lastRunFailures()).toEqual([]);
+      expect(await r.mirrorId()).toBe(await w.mirrorId());
+      expect(await r.quickCheck()).toEqual([]);
+      expect((await r.crawlState(ACCOUNT_ID, 'c001')).messageCount).toBe(30);
+      await w.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 45, 45), null);
+      expect(await r.liveCounts(ACCOUNT_ID)).toEqual({ conversations: 2, messages: 75 });
+      // Writes are refused, and write nothing.
+      for (const write of [
+        () => r.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID }),
+        () => r.markInterruptedRuns(),
+        () => r.upsertConversations(ACCOUNT_ID, conversationPage([{ id: 'new' }]), null),
+        () => r.commitMessagesPage(ACCOUNT_ID, 'c000', messagePage('c000', 1, 3, 3), null),
+        () => r.forgetCrawlBaseline(ACCOUNT_ID, 'c000'),
+        () => r.resumeRun(1),
+      ]) {
+        const err = await thrown(write);
+        expect(err).toBeInstanceOf(StoreError);
+        expect((err as StoreError).message).toContain('read-only');
+      }
+      expect(await w.counts()).toMatchObject({ conversations: 2, messages: 75, runs: 1 });
+      // The writer keeps writing; the reader never blocked it.
+      const next = await w.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+      expect(await r.runStatus(next)).toBe('running');
+    });
+
+    it('a missing target is a StoreError naming it, and nothing is created', async () => {
+      const target = engine.absentTarget();
+      const err = await thrown(() => engine.open({ readonly: true }, target));
+      expect(err).toBeInstanceOf(StoreError);
+      expect(err).not.toBeInstanceOf(MirrorUnusableError);
+      expect((err as StoreError).message).toContain(engine.named(target));
+      expect(await engine.exists(target)).toBe(false);
+      if (engine.name === 'sqlite') {
+        // SQLite only: a file in a missing directory creates no directory either.
+        const d = dir();
+        const file = path.join(d, 'sub', 'missing.sqlite');
+        expect((await thrown(() => openMirror(file, { readonly: true })) as Error).message).toContain(file);
+        expect(fs.readdirSync(d)).toEqual([]);
+      }
+    });
+  });
+
+  // ---------------------------------------------------------------- 4. back from a tombstone
+
+  describe('a conversation back from a tombstone', () => {
+    it('listed again: revived with no completed crawl (message_count and crawled_signal NULL) and an insert line', async () => {
+      const m = await engine.open();
+      const [id] = await fill(m, 1, 130);
+      expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+      await m.tombstoneConversation(ACCOUNT_ID, id!, null);
+      const counts = await m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-06-01T00:00:00Z' }]), null);
+      expect(counts).toMatchObject({ inserted: 1, updated: 0 });
+      expect(await m.crawlState(ACCOUNT_ID, id!)).toEqual({ messageCount: null, crawledSignal: null, raw: JSON.stringify({ id, updated_at: '2025-06-01T00:00:00Z' }) });
+      expect(await opsOf(m, id!, 'conversations')).toEqual(['insert', 'delete', 'insert']);
+      // A live conversation listed again with a new raw keeps its crawl baseline.
+      await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 100, 130), null);
+      await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 2, 30, 130), null);
+      await m.completeCrawl(ACCOUNT_ID, id!, null, 'updated_at');
+      await m.upsertConversations(ACCOUNT_ID, conversationPage([{ id, updated_at: '2025-07-01T00:00:00Z' }]), null);
+      expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 130, crawledSignal: '2025-06-01T00:00:00Z' });
+    });
+
+    it('liveConversationIdsNotIn: the live ids a set does not hold, sorted; tombstoned ones never', async () => {
+      const m = await engine.open();
+      const ids = await fill(m, 4, 1);
+      await m.tombstoneConversation(ACCOUNT_ID, ids[1]!, null);
+      const sorted = [...ids].sort();
+      expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set([ids[0]!]))).toEqual(sorted.filter((id) => id !== ids[0] && id !== ids[1]));
+      expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set(ids))).toEqual([]);
+      expect(await m.liveConversationIdsNotIn(ACCOUNT_ID, new Set())).toEqual(await m.liveConversationIds(ACCOUNT_ID));
+    });
+
+    it('its messages committed (a named sync): the conversation is revived too, with an insert line carrying its last known data', async () => {
+      const m = await engine.open();
+      const [id] = await fill(m, 1, 20);
+      await m.tombstoneConversation(ACCOUNT_ID, id!, null);
+      expect(await m.liveConversationIds(ACCOUNT_ID)).toEqual([]);
+      const counts = await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+      expect(counts.inserted).toBe(20);
+      expect(await m.liveConversationIds(ACCOUNT_ID)).toEqual([id]);
+      expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: null, crawledSignal: null });
+      const last = (await changeRows(m)).filter((c) => c.stream === 'conversations' && c.record_id === id).at(-1)!;
+      expect(last.op).toBe('insert');
+      // The revival is run 7's change, with its messages.
+      expect(await m.runChanges(7)).toEqual({ messages: { inserted: 20, updated: 0, deleted: 0 }, conversations: { inserted: 1, updated: 0, deleted: 0 } });
+      expect(JSON.parse(last.record!)).toEqual({ id, updated_at: '2025-06-01T00:00:00Z' });
+      expect(JSON.parse(exportLine(last))).toMatchObject({ op: 'insert', account_id: ACCOUNT_ID, id, data: { id, updated_at: '2025-06-01T00:00:00Z' } });
+      // Committing more pages does not revive it twice.
+      await m.commitMessagesPage(ACCOUNT_ID, id!, messagePage(id!, 1, 20, 20), 7);
+      expect(await m.completeCrawl(ACCOUNT_ID, id!, 7, 'updated_at')).toEqual({ deleted: 0, messageCount: 20 });
+      expect(await opsOf(m, id!, 'conversations')).toEqual(['insert', 'delete', 'insert']);
+      expect(await m.crawlState(ACCOUNT_ID, id!)).toMatchObject({ messageCount: 20, crawledSignal: '2025-06-01T00:00:00Z' });
+    });
+
+    it('an incremental sync crawls a revived conversation in full although its change signal did not move', async () => {
+      const ws = FakeWorkspace.fromCounts([130, 5]);
+      const h = await start({ workspace: ws });
+      await h.sync();
+      const c = ws.list()[0]!;
+      expect((await h.mirror.crawlState(ACCOUNT_ID, c.id)).crawledSignal).not.toBeNull(); // a change signal is in use
+      // An earlier run saw it answer 404 (e.g. briefly); the API serves it again, unchanged.
+      await h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+      const before = h.fake.requests.length;
+      const s = await h.sync();
+      expect(h.fake.requests.slice(before).filter((r) => r.path === `/v1/conversations/${c.id}/messages`).map((r) => r.query['page'])).toEqual(['1', '2']);
+      expect(s.messages.inserted).toBe(130);
+      const eq = await mirrorMatchesFake(h.mirror, ws);
+      expect(eq.ok, eq.detail).toBe(true);
+    });
+
+    it('a named sync of a tombstoned conversation revives the conversation with its messages', async () => {
+      const ws = FakeWorkspace.fromCounts([40, 5]);
+      const h = await start({ workspace: ws });
+      await h.sync();
+      const c = ws.list()[0]!;
+      await h.mirror.tombstoneConversation(ACCOUNT_ID, c.id, null);
+      const s = await h.sync({ conversationIds: [c.id] });
+      expect(s.status).toBe('succeeded');
+      const eq = await mirrorMatchesFake(h.mirror, ws);
+      expect(eq.ok, eq.detail).toBe(true);
+      expect((await h.mirror.crawlState(ACCOUNT_ID, c.id)).messageCount).toBe(40);
+    });
+  });
+
+  // ---------------------------------------------------------------- 5. forgotten crawl baselines
+
+  describe('forgetCrawlBaseline', () => {
+    it('clears only the change signal, so the next incremental sync asks about that conversation again', async () => {
+      const ws = FakeWorkspace.fromCounts([250, 30, 7]);
+      const h = await start({ workspace: ws });
+      await h.sync();
+      const [a, b] = ws.list();
+      const signal = (await h.mirror.crawlState(ACCOUNT_ID, a!.id)).crawledSignal;
+      expect(signal).not.toBeNull(); // the fake serves a change signal, so unchanged conversations are skipped
+      await h.mirror.forgetCrawlBaseline(ACCOUNT_ID, a!.id);
+      await h.mirror.forgetCrawlBaseline(ACCOUNT_ID, 'never-seen'); // nothing to forget: no error
+      expect(await h.mirror.crawlState(ACCOUNT_ID, a!.id)).toMatchObject({ messageCount: 250, crawledSignal: null });
+      expect((await h.mirror.crawlState(ACCOUNT_ID, b!.id)).crawledSignal).not.toBeNull();
+      const before = h.fake.requests.length;
+      const s = await h.sync();
+      const asked = h.fake.requests.slice(before).filter((r) => r.path.endsWith('/messages')).map((r) => [r.path, r.query['page']]);
+      // Only the forgotten one is asked about, incrementally (the page of its last known message).
+      expect(asked).toEqual([[`/v1/conversations/${a!.id}/messages`, '3']]);
+      expect(s.export.lines).toBe(0);
+      expect((await h.mirror.crawlState(ACCOUNT_ID, a!.id)).crawledSignal).toBe(signal);
+    });
+  });
+
+  // ---------------------------------------------------------------- 6. resumed runs
+
+  describe('resumeRun', () => {
+    it('resumes an interrupted run (status running, ended_at and error cleared, resumes + 1); leaves running and ended runs alone', async () => {
+      const target = engine.target();
+      const m = await engine.open({}, target);
+      // The run of a process that dies (and, resumed, dies again): started and resumed by writers that go away.
+      const dead = await elsewhere(target, (o) => o.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'schedule', accountId: ACCOUNT_ID }));
+      const ok = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+      await m.finishRun(ok, { status: 'succeeded' });
+      const partial = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+      await m.finishRun(partial, { status: 'partial', error: 'some failed' });
+      const failed = await m.startRun({ scope: 'workspace', refresh: 'incremental', trigger: 'cli', accountId: ACCOUNT_ID });
+      await m.finishRun(failed, { status: 'failed', error: 'boom' });
+      const row = async (id: number) => {
+        const r = (await runRow(m, id))!;
+        return { status: r['status'], ended_at: r['ended_at'], error: r['error'], resumes: r['resumes'] };
+      };
+
+      expect(await elsewhere(target, (o) => o.resumeRun(dead))).toBe('running');
+      expect(await row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 0 });
+      expect(await m.markInterruptedRuns()).toBe(1);
+      // SQLite only: an error on the interrupted run, to see the resume clear it (no method sets one without ending the run).
+      if (engine.name === 'sqlite') sqlRun(m, `UPDATE runs SET error = 'process died' WHERE id = ?`, dead);
+      expect(await m.runStatus(dead)).toBe('interrupted');
+      expect(await m.runEnded(dead)).toBe(true);
+      expect(await elsewhere(target, (o) => o.resumeRun(dead))).toBe('resumed');
+      expect(await row(dead)).toEqual({ status: 'running', ended_at: null, error: null, resumes: 1 });
+      expect(await m.runEnded(dead)).toBe(false);
+      expect(await elsewhere(target, (o) => o.resumeRun(dead))).toBe('running');
+      expect(await m.markInterruptedRuns()).toBe(1);
+      expect(await elsewhere(target, (o) => o.resumeRun(dead))).toBe('resumed');
+      expect(await row(dead)).toMatchObject({ status: 'running', resumes: 2 });
+      await m.finishRun(dead, { status: 'succeeded' });
+      expect(await m.resumeRun(dead)).toBe('ended');
+      expect(await row(dead)).toMatchObject({ status: 'succeeded', resumes: 2 });
+
+      for (const id of [ok, partial, failed]) {
+        const before = await row(id);
+        expect(await m.resumeRun(id)).toBe('ended');
+        expect(await row(id)).toEqual(before);
+      }
+      expect(await m.runStatus(partial)).toBe('partial');
+      expect(await m.resumeRun(9999)).toBe('ended');
+      expect(await m.runStatus(9999)).toBeUndefined();
+      expect((await m.counts()).runs).toBe(4);
+    });
   });
 });
