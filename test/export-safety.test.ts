@@ -563,15 +563,33 @@ describe('verifyExports trusts nothing on disk', () => {
     ]);
   });
 
-  it('a publication interrupted after its files, record and manifest, before SQLite: verify says so; the next sync completes it', async () => {
+  it('a publication interrupted after its files and record, before the mirror recorded it: verify says so; the next sync completes it', async () => {
     const ws = FakeWorkspace.fromCounts([10]);
     const h = await start({ workspace: ws });
     await h.sync();
     ws.appendMessages(ws.list()[0]!.id, 2);
     const pending = (await syncThenCrashPublication(h)).id;
+    // The manifest is written only after the mirror records the batch: it still shows the head before.
     expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
-      { path: MANIFEST, problem: 'manifest', found: expect.stringMatching(new RegExp(`^head ${pending}:[0-9a-f]{64} with watermark \\d+$`)), expected: expect.stringMatching(new RegExp(`^head ${pending - 1}:[0-9a-f]{64} with watermark \\d+, as the mirror records$`)) },
       { path: `_ledger/${String(pending).padStart(12, '0')}.json`, problem: 'mirror', detail: 'left by an interrupted publication; the next sync records it' },
+    ]);
+    await h.sync();
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
+  });
+
+  it('a publication interrupted after the mirror recorded it, before the manifest: verify says the manifest is behind; the next sync publishes the head', async () => {
+    const ws = FakeWorkspace.fromCounts([10]);
+    const h = await start({ workspace: ws });
+    await h.sync();
+    ws.appendMessages(ws.list()[0]!.id, 2);
+    await syncWorkspace(h.deps, { accountId: ACCOUNT_ID, runId: null });
+    class Crash extends Error {}
+    await expect(publishChanges(h.mirror, { exportDir: h.exportDir, failpoint: (p) => { if (p === 'before-head') throw new Crash(); } })).rejects.toThrow(Crash);
+    expect(await h.mirror.pendingExportBatch()).toBeUndefined();
+    const recorded = (await h.mirror.ledgerHead())!.batch_id;
+    expect(recorded).toBeGreaterThan(1);
+    expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
+      { path: MANIFEST, problem: 'manifest', found: expect.stringMatching(new RegExp(`^head ${recorded - 1}:[0-9a-f]{64} with watermark \\d+$`)), expected: expect.stringMatching(new RegExp(`^head ${recorded}:[0-9a-f]{64} with watermark \\d+, as the mirror records$`)) },
     ]);
     await h.sync();
     expect(await verifyExports(h.mirror, h.exportDir)).toEqual([]);
