@@ -185,7 +185,7 @@ function runChild(spec: ChildSpec): Promise<LimiterStats[]> {
 }
 
 /** Deletes every key `<prefix>:*` (SCAN + UNLINK). */
-async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
+export async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   try {
     let cursor = '0';

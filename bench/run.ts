@@ -19,15 +19,28 @@
  *   activity; and the mirror's bytes per message against the raw JSON (bench/footprint.ts);
  * - publication (issue 11): the time to publish one batch after 10 and after 1,000 batches (flat),
  *   and `verify` of that archive (bench/publication.ts);
+ * - PostgreSQL (issue 25): the same full sync as the first, against the same fake, into a PostgreSQL
+ *   schema of its own (dropped at the end), against the SQLite one: msg/s, requests, peak RSS, CPU
+ *   time of this process per message mirrored;
+ * - the fleet (issue 25): 1, 2 and 3 daemon processes on one PostgreSQL schema against 4
+ *   workspaces whose keys the fake limits to 20 requests/s each (bench/fleet-daemons.ts); and the
+ *   fleet's shared rate limiter alone, 1, 2 and 3 processes on 4 such keys (bench/fleet-rate.ts);
  *
  * Prints one table and writes the same as JSON to bench/results/latest.json
  * (`--hostile-only`: bench/results/hostile.json).
  *
  * Flags: `--large`, `--conversations N`, `--limited-conversations N` (default 200), `--seed N`,
- * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--skip-memory`, `--hostile-only` (only the hostile section),
- * `--publication-only`, `--listing-only`, `--limited-only`, `--memory-only` (only that section, in its own file), `--out FILE`.
+ * `--concurrency N`, `--skip-limited`, `--skip-hostile`, `--skip-memory`, `--skip-pg` (no PostgreSQL
+ * full sync), `--skip-fleet` (neither fleet section), `--hostile-only` (only the hostile section),
+ * `--publication-only`, `--listing-only`, `--limited-only`, `--memory-only`, `--fleet-only` (only that
+ * section, in its own file), `--out FILE`. PostgreSQL: `--pg URL` (default `CONVO_MIRROR_TEST_PG`,
+ * else `postgres://postgres@127.0.0.1:5432/test`); Redis: `REDIS_URL` (default
+ * `redis://127.0.0.1:6379`). The fleet: `--fleet-daemons 1,2,3`, `--fleet-conversations N` (per
+ * workspace, default 400), `--fleet-max-rps N` (default 0: learned), `--fleet-concurrency N`
+ * (per daemon, default 4).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -44,6 +57,9 @@ import { openMirror } from '../src/store/open-mirror.js';
 import { runSync, type RunSummary } from '../src/run/index.js';
 import { publicationSection } from './publication.js';
 import { listingSection, storageFootprint, type StorageFootprint } from './footprint.js';
+import { fleetDaemonsSection } from './fleet-daemons.js';
+import { fleetRateSection } from './fleet-rate.js';
+import { DEFAULT_PG_BASE, dropBenchSchema, pgShown, pgTarget } from './pg-admin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Repository root (this file runs from dist/bench/). */
@@ -72,8 +88,14 @@ const publicationOnly = process.argv.includes('--publication-only');
 const listingOnly = process.argv.includes('--listing-only');
 const limitedOnly = process.argv.includes('--limited-only');
 const memoryOnly = process.argv.includes('--memory-only');
+const fleetOnly = process.argv.includes('--fleet-only');
+const skipPg = process.argv.includes('--skip-pg');
+const skipFleet = process.argv.includes('--skip-fleet');
+const pgBase = argValue('--pg') ?? DEFAULT_PG_BASE;
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const numArg = (name: string): number | undefined => (argValue(name) === undefined ? undefined : Number(argValue(name)));
 const skipHostile = process.argv.includes('--skip-hostile') && !hostileOnly;
-const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : listingOnly ? 'listing.json' : limitedOnly ? 'limited.json' : memoryOnly ? 'memory.json' : 'latest.json'));
+const outFile = path.resolve(argValue('--out') ?? path.join(root, 'bench', 'results', hostileOnly ? 'hostile.json' : publicationOnly ? 'publication.json' : listingOnly ? 'listing.json' : limitedOnly ? 'limited.json' : memoryOnly ? 'memory.json' : fleetOnly ? 'fleet.json' : 'latest.json'));
 const LIMIT_RPS = 20;
 
 /** {@link cliNodeFlags}, once read. */
@@ -192,6 +214,10 @@ interface SyncFigures {
   retries: number;
   status: string;
   peakRssMb: number;
+  /** User + system CPU time of this process during the sync, ms. */
+  cpuMs: number;
+  /** {@link cpuMs} over the messages mirrored (served), µs per message. */
+  cpuUsPerMessage: number;
   /** Share of the sync's wall the event loop was busy (fetching, parsing, SQLite and exports all run on it). */
   eventLoopBusy: number;
   /** How late a 10 ms timer fired, ms (p99, max): how long the loop was held at once, e.g. by a commit. */
@@ -200,7 +226,7 @@ interface SyncFigures {
   summary: RunSummary;
 }
 
-/** One recorded `runSync` against `url`, into the mirror at `dbPath`. */
+/** One recorded `runSync` against `url`, into the mirror at `dbPath` (a SQLite file or a PostgreSQL URL). */
 async function timedSync(url: string, dbPath: string, exportDir: string, full: boolean): Promise<SyncFigures> {
   const mirror = await openMirror(dbPath);
   const api = newClient(url);
@@ -209,6 +235,7 @@ async function timedSync(url: string, dbPath: string, exportDir: string, full: b
   const delay = monitorEventLoopDelay({ resolution: 10 });
   delay.enable();
   const elu0 = performance.eventLoopUtilization();
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   let summary: RunSummary;
   try {
@@ -218,6 +245,8 @@ async function timedSync(url: string, dbPath: string, exportDir: string, full: b
     await mirror.close();
   }
   const wallMs = performance.now() - t0;
+  const cpu = process.cpuUsage(cpu0);
+  const cpuUs = cpu.user + cpu.system;
   const busy = performance.eventLoopUtilization(elu0).utilization;
   delay.disable();
   const peak = rss.stop();
@@ -231,6 +260,8 @@ async function timedSync(url: string, dbPath: string, exportDir: string, full: b
     retries: summary.retries,
     status: summary.status,
     peakRssMb: mb(peak),
+    cpuMs: round(cpuUs / 1000, 0),
+    cpuUsPerMessage: summary.messages.served > 0 ? round(cpuUs / summary.messages.served, 1) : 0,
     eventLoopBusy: round(busy, 3),
     loopDelayP99Ms: round(delay.percentile(99) / 1e6, 1),
     loopDelayMaxMs: round(delay.max / 1e6, 1),
@@ -618,6 +649,8 @@ interface Machine {
   /** The Node flags this bench process runs with (the CLI's, see {@link cliNodeFlags}, under `npm run bench`). */
   nodeFlags: string[];
   date: string;
+  /** 1-, 5- and 15-minute load averages when the bench started, and when it ended. */
+  loadAverage: { start: number[]; end?: number[] };
 }
 
 /** Section 1: a full sync into a fresh mirror, and its bytes per message. @returns its figures */
@@ -629,6 +662,7 @@ async function fullSyncSection(url: string, dbPath: string, exportDir: string, r
   rows.push(['full sync: throughput', `${full.messagesPerSec} msg/s`, '']);
   rows.push(['full sync: requests vs minimum', `${full.requests} / ${full.minimumRequests}`, full.requests === full.minimumRequests ? 'target met (= minimum)' : `+${full.requests - full.minimumRequests} over the minimum`]);
   rows.push(['full sync: peak RSS', `${full.peakRssMb} MB`, 'whole bench process, sampled every 50 ms']);
+  rows.push(['full sync: CPU per message', `${full.cpuUsPerMessage} µs`, `user + system of this process over messages mirrored (${round(full.cpuMs / 1000, 1)} s)`]);
   rows.push([
     'full sync: event loop',
     `${round(full.eventLoopBusy * 100, 0)} % busy; held p99 ${full.loopDelayP99Ms} ms, max ${full.loopDelayMaxMs} ms`,
@@ -642,6 +676,50 @@ async function fullSyncSection(url: string, dbPath: string, exportDir: string, r
     `raw JSON ${store.rawBytesPerMessage} B: ${store.dbOverRaw}× (${target(store.dbOverRaw <= LEAN_TARGET, `≤ ${LEAN_TARGET}×`)}; ${store.liveMessages} messages, ${mb(store.dbBytes)} MB; published change-log payload ${mb(store.publishedChangeLogPayloadBytes)} MB)`,
   ]);
   return full;
+}
+
+/** Issue 25: the PostgreSQL full sync's throughput as a share of the SQLite one's in the same run. */
+const PG_RATIO_TARGET = 0.5;
+
+/** Requests a full run needs at least: the minimum, plus its confirming list pass(es) (made on purpose). */
+function fullRunMinimum(s: RunSummary): number {
+  const listPages = Math.max(1, Math.ceil(s.conversations.listed / PER_PAGE));
+  return s.minimumRequests + Math.max(0, s.listPasses - 1) * listPages;
+}
+
+/**
+ * Section 1b (issue 25): the same full sync as section 1, against the same fake, into a PostgreSQL
+ * schema of its own (`bench_sync_<random>`, dropped at the end), and the two side by side.
+ */
+async function pgFullSyncSection(url: string, dir: string, sqlite: SyncFigures, results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
+  const schema = `bench_sync_${randomBytes(6).toString('hex')}`;
+  log(`full sync into PostgreSQL (${pgShown(pgBase)}, schema ${schema})…`);
+  let pg: SyncFigures;
+  try {
+    pg = await timedSync(url, pgTarget(pgBase, schema), path.join(dir, 'exports-pg'), true);
+  } finally {
+    await dropBenchSchema(pgBase, schema);
+  }
+  const ratio = round(pg.messagesPerSec / sqlite.messagesPerSec, 2);
+  const need = [fullRunMinimum(sqlite.summary), fullRunMinimum(pg.summary)];
+  const atMinimum = sqlite.requests === need[0] && pg.requests === need[1];
+  results.pgFullSync = { ...pg, summary: undefined, server: pgShown(pgBase), sqliteRatio: ratio, fullRunMinimum: need[1], sqliteFullRunMinimum: need[0] };
+  rows.push([
+    'full sync, SQLite → PostgreSQL: throughput',
+    `${sqlite.messagesPerSec} → ${pg.messagesPerSec} msg/s (${round(ratio * 100, 0)} %)`,
+    `${target(ratio >= PG_RATIO_TARGET, `≥ ${PG_RATIO_TARGET * 100} %`)}; ${round(sqlite.wallMs / 1000, 1)} s → ${round(pg.wallMs / 1000, 1)} s, status ${pg.status}`,
+  ]);
+  rows.push([
+    'full sync, SQLite → PostgreSQL: requests',
+    `${sqlite.requests} → ${pg.requests} (minimum ${sqlite.minimumRequests} + confirming pass ${need[0]! - sqlite.minimumRequests})`,
+    target(atMinimum, '= minimum on both'),
+  ]);
+  rows.push(['full sync, SQLite → PostgreSQL: peak RSS', `${sqlite.peakRssMb} → ${pg.peakRssMb} MB`, 'whole bench process (the PostgreSQL server not counted)']);
+  rows.push([
+    'full sync, SQLite → PostgreSQL: CPU per message',
+    `${sqlite.cpuUsPerMessage} → ${pg.cpuUsPerMessage} µs`,
+    `user + system of this process over messages mirrored (${round(sqlite.cpuMs / 1000, 1)} s → ${round(pg.cpuMs / 1000, 1)} s); event loop ${round(pg.eventLoopBusy * 100, 0)} % busy on PostgreSQL`,
+  ]);
 }
 
 /** Simulated days of change after the full sync, and the conversations changed each day (1 %). */
@@ -688,6 +766,9 @@ async function syncSections(dir: string, results: Record<string, unknown>, rows:
     const dbPath = path.join(dir, 'mirror.sqlite');
     const exportDir = path.join(dir, 'exports');
     const full = await fullSyncSection(fake.url, dbPath, exportDir, results, rows);
+
+    // 1b. The same full sync into PostgreSQL, against the same fake (nothing changed it yet).
+    if (!skipPg) await pgFullSyncSection(fake.url, dir, full, results, rows);
 
     // 2. HTTP ceiling.
     log('HTTP ceiling…');
@@ -807,7 +888,30 @@ async function storageSection(results: Record<string, unknown>, rows: [string, s
   return full;
 }
 
-/** `--hostile-only`, `--publication-only`, `--listing-only`, `--limited-only` or `--memory-only`: that section alone, in its own report file. */
+/**
+ * The fleet (issue 25): real daemons on PostgreSQL (bench/fleet-daemons.ts), then the shared rate
+ * limiter alone (bench/fleet-rate.ts), each with 1, 2 and 3 processes on 4 keys limited to
+ * 20 requests/s.
+ */
+async function fleetSections(results: Record<string, unknown>, rows: [string, string, string][]): Promise<void> {
+  const daemons = argValue('--fleet-daemons')?.split(',').map(Number);
+  await fleetDaemonsSection(results, rows, {
+    cliJs,
+    nodeFlags: cliNodeFlags(),
+    probeJs: pathToFileURL(rssProbeJs).href,
+    redisUrl,
+    pgBase,
+    ...(daemons ? { daemons } : {}),
+    ...(numArg('--fleet-conversations') !== undefined ? { conversations: numArg('--fleet-conversations') } : {}),
+    ...(numArg('--fleet-max-rps') !== undefined ? { maxRps: numArg('--fleet-max-rps') } : {}),
+    ...(numArg('--fleet-concurrency') !== undefined ? { concurrency: numArg('--fleet-concurrency') } : {}),
+    seed,
+    log,
+  });
+  await fleetRateSection(results, rows, { redisUrl, ...(daemons ? { daemons } : {}), log });
+}
+
+/** `--hostile-only`, `--publication-only`, `--listing-only`, `--limited-only`, `--memory-only` or `--fleet-only`: that section alone, in its own report file. */
 async function oneSection(machine: Machine): Promise<void> {
   const results: Record<string, unknown> = {};
   const rows: [string, string, string][] = [];
@@ -815,9 +919,10 @@ async function oneSection(machine: Machine): Promise<void> {
   else if (listingOnly) await listingSection(results, rows, log, logger);
   else if (limitedOnly) await rateLimitedSection(results, rows);
   else if (memoryOnly) await memorySection(results, rows);
+  else if (fleetOnly) await fleetSections(results, rows);
   else await publicationSection(results, rows, log);
   const report = { machine, results, table: rows.map(([metric, value, note]) => ({ metric, value, note })) };
-  const name = hostileOnly ? 'hostile API' : listingOnly ? 'listing' : limitedOnly ? 'rate-limited' : memoryOnly ? 'memory' : 'publication';
+  const name = hostileOnly ? 'hostile API' : listingOnly ? 'listing' : limitedOnly ? 'rate-limited' : memoryOnly ? 'memory' : fleetOnly ? 'fleet' : 'publication';
   writeReport(report, rows, `convo-mirror benchmark — ${name} only`, machine);
 }
 
@@ -835,11 +940,12 @@ async function main(): Promise<void> {
     node: process.version,
     nodeFlags: process.execArgv,
     date: startedAt.toISOString(),
+    loadAverage: { start: os.loadavg().map((l) => round(l, 2)) },
   };
   const missing = cliNodeFlags().filter((f) => !process.execArgv.includes(f));
   if (missing.length > 0) log(`note: this process runs without ${missing.join(' ')}, which the CLI runs with (npm run bench passes it): in-process figures differ from the CLI's`);
 
-  if (hostileOnly || publicationOnly || listingOnly || limitedOnly || memoryOnly) {
+  if (hostileOnly || publicationOnly || listingOnly || limitedOnly || memoryOnly || fleetOnly) {
     await oneSection(machine);
     return;
   }
@@ -852,6 +958,7 @@ async function main(): Promise<void> {
   // 6. A hostile API, against the real CLI in child processes.
   if (!skipHostile) results.hostile = await hostileSection(rows);
   await publicationSection(results, rows, log);
+  if (!skipFleet) await fleetSections(results, rows);
   const full = await storageSection(results, rows);
 
   fs.rmSync(dir, { recursive: true, force: true });
@@ -873,6 +980,7 @@ async function main(): Promise<void> {
 
 /** Writes `report` to the output file and prints `rows` as a table under `title`. */
 function writeReport(report: unknown, rows: [string, string, string][], title: string, machine: Machine): void {
+  machine.loadAverage.end = os.loadavg().map((l) => round(l, 2));
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
   fs.writeFileSync(outFile, JSON.stringify(report, null, 2) + '\n');
 
@@ -881,6 +989,7 @@ function writeReport(report: unknown, rows: [string, string, string][], title: s
   const out: string[] = [];
   out.push(title);
   out.push(`machine: ${machine.cpus} × ${machine.model}, ${machine.memoryGb} GB, ${machine.platform}, node ${machine.node}${machine.nodeFlags.length > 0 ? ` ${machine.nodeFlags.join(' ')}` : ''}, ${machine.date}`);
+  out.push(`load average (1, 5, 15 min): ${machine.loadAverage.start.join(', ')} at the start, ${machine.loadAverage.end!.join(', ')} at the end`);
   out.push('');
   out.push(`${'metric'.padEnd(w0)}  ${'value'.padEnd(w1)}  note`);
   out.push(`${'-'.repeat(w0)}  ${'-'.repeat(w1)}  ${'-'.repeat(20)}`);

@@ -110,6 +110,20 @@ function listingFigures(l: ListingResult): ListingFigures {
   };
 }
 
+/** BullMQ's lowest priority (highest number). */
+const MAX_PRIORITY = 2_097_151;
+
+/**
+ * The priority of a run's `i`-th child (0-based): `i + 1`, at most {@link MAX_PRIORITY}. BullMQ takes
+ * the lowest number first and, within one number, the oldest: so the children of the workspace runs
+ * queued at once are taken in turns (the first of each, then the second of each...), not one run's
+ * after the other's, and the workspaces' keys, each paced by its own limit, are used at once. Jobs
+ * with no priority (on-demand conversations, webhooks, the workspace jobs' steps) go before them all.
+ */
+export function childPriority(i: number): number {
+  return Math.min(i + 1, MAX_PRIORITY);
+}
+
 /** Adds one child job per conversation (deterministic ids: adding twice adds nothing). @returns how many */
 async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number, listing: ListingResult): Promise<number> {
   const recheck = new Set(listing.recheck);
@@ -118,7 +132,7 @@ async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number
   const opts = jobOptions(d.policy);
   const full = job.data.mode === 'full';
   await d.queue.addBulk(
-    ids.map((conversationId) => ({
+    ids.map((conversationId, i) => ({
       name: CONVERSATION_JOB,
       data: {
         accountId: d.accountId,
@@ -130,7 +144,13 @@ async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number
         ...(listing.changeField && !recheck.has(conversationId) ? { changeField: listing.changeField } : {}),
         ...(recheck.has(conversationId) ? { unlisted: true } : {}),
       } satisfies ConversationJobData,
-      opts: { ...opts, jobId: childJobId(runId, conversationId), parent: { id: job.id!, queue: job.queueQualifiedName }, ignoreDependencyOnFailure: true },
+      opts: {
+        ...opts,
+        jobId: childJobId(runId, conversationId),
+        parent: { id: job.id!, queue: job.queueQualifiedName },
+        ignoreDependencyOnFailure: true,
+        priority: childPriority(i),
+      },
     })),
   );
   return ids.length;

@@ -138,6 +138,28 @@ describe('one daemon, several workspaces', () => {
     expect(job.failedReason).toContain(`workspace ${B}, which this daemon does not mirror`);
     expect(fake.requests.slice(seen).filter((r) => r.accountId === B), 'requests for the workspace not mirrored').toEqual([]);
   });
+
+  it('the conversation jobs of two workspace runs queued together are taken in turns, not one run after the other', async () => {
+    const prefix = fx.prefix();
+    // One job at a time: the order the worker takes them in is the order the fake sees the crawls in.
+    const config = twoWorkspaceConfig(prefix, B_KEY, { CONVO_MIRROR_CONCURRENCY: '1' });
+    const queue = fx.queueFor(prefix);
+    const policy = { attempts: 3 };
+    // Both runs wait before any worker serves the queue: A's listing adds its children, then B's.
+    const jobA = await enqueueWorkspace(queue, { accountId: A, policy });
+    const jobB = await enqueueWorkspace(queue, { accountId: B, policy });
+    const seen = fake.requests.length;
+    await fx.startDaemon(config);
+    await waitForJob(queue, jobA, 'completed', 30_000);
+    await waitForJob(queue, jobB, 'completed', 30_000);
+    // The workspace of each conversation crawled, in crawl order (a conversation's pages count once).
+    const crawls = fake.requests.slice(seen).filter((r) => /^\/v1\/conversations\/[^/]+\/messages$/.test(r.path));
+    const order = crawls.filter((r, i) => i === 0 || r.path !== crawls[i - 1]!.path).map((r) => (r.accountId === A ? 'A' : 'B'));
+    // A has 6 conversations, B 5: A B A B A B A B A B A.
+    expect(order.join('')).toBe('ABABABABABA');
+    const check = await withMirror(config.db, (m) => mirrorEqualsFake(m, wsB, B));
+    expect(check.ok, check.detail).toBe(true);
+  });
 });
 
 describe('two daemons on one Redis, each owning some workspaces', () => {
