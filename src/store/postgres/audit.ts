@@ -9,24 +9,7 @@ import { checkout } from './connect.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
-
-/** A message or conversation row: its key, the record as served (JSON), tombstoned (1) or not (0). Same shape as the SQLite engine's. */
-export interface RecordRow {
-  account_id: string;
-  conversation_id: string;
-  id: string;
-  raw: string | null;
-  deleted: number;
-}
-
-/** A `message_history` row: the version replaced by the update `seq`. Same shape as the SQLite engine's. */
-export interface HistoryRow {
-  seq: number;
-  account_id: string;
-  conversation_id: string;
-  id: string;
-  raw: string;
-}
+import type { HistoryRow, RecordRow } from '../types.js';
 
 /** Rows read from the server in one step of a stream. */
 const STREAM_ROWS = 1000;

@@ -23,17 +23,7 @@ import { checkout } from './connect.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, PendingExport, PublishedFile } from '../types.js';
-
-/** What a genesis record of a migrated export directory covers (same shape as the SQLite engine's). */
-export interface LedgerGenesis {
-  /** The last batch published (the genesis record's id). */
-  batch_id: number;
-  /** When it was published (the genesis record's time). */
-  published_at: string;
-  /** The exported watermark. */
-  last_seq: number;
-}
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile } from '../types.js';
 
 /**
  * The DDL of the export ledger in `schema` (statements, in order), for the engine's migration

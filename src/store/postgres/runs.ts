@@ -8,6 +8,7 @@ import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
 import { advisoryHeld64Sql, ownerLockKeySql, ownerLockPrefix } from './locks.js';
 import type { LedgerHead, RunFailureRecord, RunFigures, RunStart } from '../types.js';
+import { FIGURE_COLUMNS, runLine, type RunLineFailure, type RunRow } from '../run-line.js';
 
 /**
  * The DDL of `runs` and `run_failures` in `schema` (statements, in order), for the engine's
@@ -77,57 +78,6 @@ const RUN_COLUMNS = [
   'export_files', 'error', 'resumes', 'scope', 'refresh', 'trigger', 'ledger_batch_id', 'ledger_hash',
 ].join(', ');
 
-/** The `runs` columns {@link RunFigures} may set, in the order they are written. */
-const FIGURE_COLUMNS = [
-  'status',
-  'list_passes',
-  'conversations_listed',
-  'conversations_synced',
-  'conversations_failed',
-  'conversations_deleted',
-  'conversations_inserted',
-  'conversations_updated',
-  'messages_served',
-  'messages_inserted',
-  'messages_updated',
-  'messages_deleted',
-  'requests',
-  'retries',
-  'rate_limited',
-  'export_lines',
-  'export_files',
-  'error',
-] as const satisfies readonly (keyof RunFigures)[];
-
-/** A `runs` row as {@link Runs.lineRecord} reads it. */
-interface RunRow {
-  id: number;
-  account_id: string;
-  scope: string | null;
-  refresh: string | null;
-  trigger: string | null;
-  started_at: string;
-  ended_at: string | null;
-  status: string;
-  resumes: number;
-  list_passes: number;
-  conversations_listed: number;
-  conversations_synced: number;
-  conversations_failed: number;
-  conversations_deleted: number;
-  conversations_inserted: number;
-  conversations_updated: number;
-  messages_served: number;
-  messages_inserted: number;
-  messages_updated: number;
-  messages_deleted: number;
-  requests: number;
-  retries: number;
-  rate_limited: number;
-  export_lines: number;
-  export_files: number;
-  error: string | null;
-}
 
 /** The statements of `runs` and `run_failures` in one schema; every method takes the executor. */
 export class Runs {
@@ -260,41 +210,12 @@ export class Runs {
     const rows = await q.query<RunRow>({ text: `SELECT ${RUN_COLUMNS} FROM ${this.runs} WHERE id = $1`, values: [runId], types: NUMBERS });
     const r = rows.rows[0];
     if (!r) return undefined;
-    const failures = await q.query<{ conversation_id: string; code: string; status: number | null; attempts: number | null }>({
+    const failures = await q.query<RunLineFailure>({
       text: `SELECT conversation_id, code, status, attempts FROM ${this.failures} WHERE run_id = $1 ORDER BY ord`,
       values: [runId],
       types: NUMBERS,
     });
-    const endedAt = r.ended_at ?? r.started_at;
-    const record = {
-      account_id: r.account_id,
-      id: String(r.id),
-      scope: r.scope,
-      refresh: r.refresh,
-      trigger: r.trigger,
-      started_at: r.started_at,
-      ended_at: endedAt,
-      status: r.status,
-      resumes: r.resumes,
-      list_passes: r.list_passes,
-      conversations: {
-        listed: r.conversations_listed,
-        synced: r.conversations_synced,
-        failed: r.conversations_failed,
-        deleted: r.conversations_deleted,
-        inserted: r.conversations_inserted,
-        updated: r.conversations_updated,
-      },
-      messages: { served: r.messages_served, inserted: r.messages_inserted, updated: r.messages_updated, deleted: r.messages_deleted },
-      requests: r.requests,
-      retries: r.retries,
-      rate_limited: r.rate_limited,
-      export: { files: r.export_files, lines: r.export_lines },
-      error: r.error,
-      failures: failures.rows.map((f) => ({ conversation_id: f.conversation_id, code: f.code, status: f.status, attempts: f.attempts })),
-      ledger_head: head ? { batch_id: head.batch_id, hash: head.hash } : null,
-    };
-    return { accountId: r.account_id, endedAt, record: JSON.stringify(record) };
+    return runLine(r, failures.rows, head);
   }
 
   /**

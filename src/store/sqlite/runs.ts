@@ -4,61 +4,11 @@
  */
 import type { Db, Statement } from './sqlite.js';
 import type { LedgerHead, RunFailureRecord, RunFigures, RunStart } from '../types.js';
+import { FIGURE_COLUMNS, runLine, type RunRow } from '../run-line.js';
 
-/** The `runs` columns {@link RunFigures} may set, in the order they are written. */
-const FIGURE_COLUMNS = [
-  'status',
-  'list_passes',
-  'conversations_listed',
-  'conversations_synced',
-  'conversations_failed',
-  'conversations_deleted',
-  'conversations_inserted',
-  'conversations_updated',
-  'messages_served',
-  'messages_inserted',
-  'messages_updated',
-  'messages_deleted',
-  'requests',
-  'retries',
-  'rate_limited',
-  'export_lines',
-  'export_files',
-  'error',
-] as const satisfies readonly (keyof RunFigures)[];
 
 /** What {@link Runs.finish} binds: the figures given, the end time, the chain head and the run. */
 type FinishParams = RunFigures & { ended_at: string; id: number; ledger_batch_id: number | null; ledger_hash: string | null };
-
-/** A `runs` row as {@link Runs.lineRecord} reads it. */
-interface RunRow {
-  id: number;
-  account_id: string;
-  scope: string | null;
-  refresh: string | null;
-  trigger: string | null;
-  started_at: string;
-  ended_at: string | null;
-  status: string;
-  resumes: number;
-  list_passes: number;
-  conversations_listed: number;
-  conversations_synced: number;
-  conversations_failed: number;
-  conversations_deleted: number;
-  conversations_inserted: number;
-  conversations_updated: number;
-  messages_served: number;
-  messages_inserted: number;
-  messages_updated: number;
-  messages_deleted: number;
-  requests: number;
-  retries: number;
-  rate_limited: number;
-  export_lines: number;
-  export_files: number;
-  error: string | null;
-}
 
 /** Typed statements of `runs` and `run_failures`. */
 export class Runs {
@@ -153,36 +103,7 @@ export class Runs {
   lineRecord(runId: number, head: LedgerHead | null): { accountId: string; endedAt: string; record: string } | undefined {
     const r = this.row.get(runId);
     if (!r) return undefined;
-    const endedAt = r.ended_at ?? r.started_at;
-    const record = {
-      account_id: r.account_id,
-      id: String(r.id),
-      scope: r.scope,
-      refresh: r.refresh,
-      trigger: r.trigger,
-      started_at: r.started_at,
-      ended_at: endedAt,
-      status: r.status,
-      resumes: r.resumes,
-      list_passes: r.list_passes,
-      conversations: {
-        listed: r.conversations_listed,
-        synced: r.conversations_synced,
-        failed: r.conversations_failed,
-        deleted: r.conversations_deleted,
-        inserted: r.conversations_inserted,
-        updated: r.conversations_updated,
-      },
-      messages: { served: r.messages_served, inserted: r.messages_inserted, updated: r.messages_updated, deleted: r.messages_deleted },
-      requests: r.requests,
-      retries: r.retries,
-      rate_limited: r.rate_limited,
-      export: { files: r.export_files, lines: r.export_lines },
-      error: r.error,
-      failures: this.failuresOf.all(runId),
-      ledger_head: head ? { batch_id: head.batch_id, hash: head.hash } : null,
-    };
-    return { accountId: r.account_id, endedAt, record: JSON.stringify(record) };
+    return runLine(r, this.failuresOf.all(runId), head);
   }
 
   /** Replaces the failures recorded for a run; call inside a transaction. */
