@@ -7,10 +7,23 @@ import { StoreError } from '../errors.js';
 import type { Clock } from '../clock.js';
 import type { Mirror, MirrorOptions } from './mirror.js';
 import { SqliteMirror } from './sqlite/mirror.js';
-import { openPostgresMirror } from './postgres/mirror.js';
-import { PG_SCHEMA_VERSION } from './postgres/migrations.js';
+import type { InspectOptions, PostgresInspection } from './postgres/inspect.js';
+import type { PostgresTarget } from '../../config/db-url.js';
 
-export { inspectPostgres, WRITER_TABLE_PRIVILEGES, type PostgresInspection, type PostgresRights } from './postgres/inspect.js';
+export type { PostgresInspection, PostgresRights } from './postgres/inspect.js';
+
+export { WRITER_TABLE_PRIVILEGES } from './postgres/rights.js';
+
+/**
+ * What `check` reads of a PostgreSQL mirror: see `inspectPostgres` in src/store/postgres/inspect.ts
+ * (loaded on first use, with node-postgres, so a SQLite mirror's process never loads either).
+ *
+ * @throws what `inspectPostgres` throws: `ConfigError` for a malformed URL, `MirrorDatabaseError` naming `CONVO_MIRROR_DB`
+ */
+export async function inspectPostgres(target: string | PostgresTarget, opts: InspectOptions = {}): Promise<PostgresInspection> {
+  const { inspectPostgres: inspect } = await import('./postgres/inspect.js');
+  return inspect(target, opts);
+}
 
 /** Whether `target` names a PostgreSQL database (`postgres://…` or `postgresql://…`) rather than a SQLite file. */
 export function isPostgresTarget(target: string): boolean {
@@ -39,6 +52,8 @@ export function mirrorFileOf(target: string): string | undefined {
  */
 export async function openMirror(target: string, opts: MirrorOptions = {}): Promise<Mirror> {
   if (isPostgresTarget(target)) {
+    // Loaded here, not at start: a SQLite mirror's process never loads node-postgres.
+    const [{ openPostgresMirror }, { PG_SCHEMA_VERSION }] = await Promise.all([import('./postgres/mirror.js'), import('./postgres/migrations.js')]);
     const m = await openPostgresMirror(target, {
       ...(opts.clock ? { clock: opts.clock } : {}),
       ...(opts.readonly ? { readonly: true } : {}),

@@ -9,8 +9,9 @@ import { parsePostgresTarget, type PostgresTarget } from '../../../config/db-url
 import { APPLICATION_NAME, DEFAULT_CONNECT_TIMEOUT_MS, translateError } from './connect.js';
 import { PG_SCHEMA_VERSION, readSchemaVersion, type SchemaState } from './migrations.js';
 
-/** The table privileges a writer needs on every table of its schema. */
-export const WRITER_TABLE_PRIVILEGES = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'] as const;
+import { WRITER_TABLE_PRIVILEGES } from './rights.js';
+
+export { WRITER_TABLE_PRIVILEGES };
 
 /** The role's rights that matter to a writer of the mirror. */
 export interface PostgresRights {
