@@ -398,9 +398,9 @@ describe('RateLimiter adaptation (injected clock)', () => {
     const clock = frozenClock();
     const l = new RateLimiter(0, clock);
     l.observe(200, { limit: 20, windowMs: 1000 });
-    expect(l.currentRps).toBeCloseTo(18.4, 5);
+    expect(l.currentRps).toBeCloseTo(19, 5);
     l.observe(200, { limit: 600, windowMs: 60_000 });
-    expect(l.currentRps).toBeCloseTo(9.2, 5);
+    expect(l.currentRps).toBeCloseTo(9.5, 5);
     const capped = new RateLimiter(5, clock);
     capped.observe(200, { limit: 20, windowMs: 1000 });
     expect(capped.currentRps).toBe(5);

@@ -14,9 +14,9 @@
  *   request sent more than {@link SLOT_LATE_MS} after its slot's time (a late timer, a busy event
  *   loop) gives the slot up and takes a later one. Hence, on actual send times, any window of
  *   `w` ms holds at most `⌈(w + SLOT_LATE_MS) / interval⌉` requests of the whole fleet: for a
- *   20 requests/s server, 19 in any second under the header-learned cap (92 % of 20) and 20
- *   under a cap learned from a 429 (97.5 % of what drew it), as {@link RateLimiter}'s window guard
- *   gives one process.
+ *   20 requests/s server, 20 in any second under the header-learned cap (95 % of 20: ⌈1.025 × 19⌉)
+ *   as under a cap learned from a 429 (97.5 % of what drew it), as {@link RateLimiter}'s window
+ *   guard gives one process.
  * - **Pause** (`pause`): the end of the longest pause in force (epoch ms, Redis' clock), with a
  *   matching expiry; written only when later than what is there (one small Lua max).
  * - **Header cap** (`header-cap`): the cap learned from `RateLimit-Limit` and the policy window,

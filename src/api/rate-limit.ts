@@ -24,7 +24,7 @@ export interface AdaptiveOptions {
   minRps?: number;
   /** After a 429, the cap becomes this share of the rate achieved in the last second. @defaultValue 0.9 */
   backoffFactor?: number;
-  /** Share of the server's advertised rate (`Limit / window`) we aim for. @defaultValue 0.92 */
+  /** Share of the server's advertised rate (`Limit / window`) we aim for. @defaultValue 0.95 */
   headroom?: number;
   /**
    * Without a 429 for this long, a cap learned from 429s (not from headers) grows by 5 %, so a
@@ -112,7 +112,7 @@ export interface LimiterPool {
  * - **Learned cap** (adaptive, on by default): on a 429 ({@link onRateLimited}) the cap drops to 90 %
  *   of the rate actually achieved (non-429 responses) in the last second, never below 1 request/s;
  *   when the server serves `RateLimit-Limit` with a window (`RateLimit-Policy: 20;w=1`), the cap is
- *   92 % of `Limit / window`. The spacing used is that of the lower of the two caps.
+ *   95 % of `Limit / window`. The spacing used is that of the lower of the two caps.
  * - **Window guard**: under a cap learned from 429s, at most ⌈cap⌉ requests leave in any window of
  *   1000 + {@link WINDOW_MARGIN_MS} ms of actual send times, so a timer that fires late (a busy event
  *   loop) delays the requests after it rather than putting one too many in the server's second.
@@ -189,7 +189,7 @@ export class RateLimiter implements RequestLimiter {
       slowStart: opts.slowStart ?? adaptive,
       minRps: opts.minRps ?? 1,
       backoffFactor: opts.backoffFactor ?? 0.9,
-      headroom: opts.headroom ?? 0.92,
+      headroom: opts.headroom ?? 0.95,
       recoverAfterMs: opts.recoverAfterMs ?? 10_000,
     };
     this.slowStarting = this.opts.slowStart;
