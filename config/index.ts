@@ -105,6 +105,7 @@ export interface Config {
    * long backfill reaches the exports progressively. @defaultValue 300000 (5 minutes)
    */
   readonly publishIntervalMs: number;
+  readonly publishLines: number;
   /**
    * The line of a run that changed nothing (no message or conversation changed) waits for the next
    * publication that carries changes, or until the heartbeat window it fell in has ended: windows
@@ -403,6 +404,15 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     defaultValue: 300_000,
     shownDefault: '300000 = 5 minutes',
     help: 'during a run, publish the changes committed so far this often (and at the end), ms',
+    commands: API,
+  },
+  publishLines: {
+    env: 'CONVO_MIRROR_PUBLISH_LINES',
+    flag: '--publish-lines <n>',
+    schema: intFrom(0, 100_000_000),
+    defaultValue: 10_000,
+    shownDefault: '10000; 0 = by time only',
+    help: 'during a run, also publish as soon as this many changes wait to be exported (counted at most once a second)',
     commands: API,
   },
   runsHeartbeatMs: {

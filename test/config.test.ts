@@ -36,6 +36,7 @@ describe('loadConfig defaults', () => {
       exportDir: 'data/exports',
       exportGzip: false,
       publishIntervalMs: 300_000,
+      publishLines: 10_000,
       runsHeartbeatMs: 86_400_000,
       signingKeyFile: undefined,
       witnessDir: undefined,

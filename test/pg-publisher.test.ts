@@ -11,6 +11,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Conversation, Message, Page } from '../src/api/schemas.js';
 import { publishChanges, type ExportResult } from '../src/export/exporter.js';
+import { PUBLISH_LINES_CHECK_MS, Publisher } from '../src/export/publisher.js';
 import { verifyArchive } from '../src/export/verify.js';
 import { witnessFile } from '../src/export/witness.js';
 import type { LedgerHead } from '../src/store/mirror.js';
@@ -93,6 +94,26 @@ describe('the publisher lock and the fenced head (PostgreSQL)', () => {
     expect(res.head?.batch_id).toBe(1);
     expect((await publishChanges(a, { exportDir })).files).toEqual([]);
     assertLinear(await a.ledgerEntries());
+  });
+
+  it("a run's progressive publication never waits for another process' publication: it leaves its changes to it", async () => {
+    const { a, b, exportDir } = await twoPublishers();
+    const clock = testClock({ start: Date.UTC(2026, 10, 27, 1) });
+    const publisher = new Publisher(b, { exportDir, publishLines: 5 }, { clock, runId: null });
+    await change(b, 'c1', ['m1', 'm2', 'm3', 'm4', 'm5', 'm6'], 'hello');
+    clock.t += PUBLISH_LINES_CHECK_MS;
+    const held = (await a.tryPublisherLock())!;
+    // Due (7 changes wait), but A publishes: B returns at once, without a single poll.
+    const busy = await publisher.maybePublish();
+    expect(busy?.busy).toBe('busy');
+    expect(clock.sleeps).toEqual([]);
+    expect(await b.unexportedChanges()).toBe(7);
+    await held.release();
+    // Not due again before the next count, then due.
+    expect(await publisher.maybePublish()).toBeUndefined();
+    clock.t += PUBLISH_LINES_CHECK_MS;
+    expect((await publisher.maybePublish())?.lines).toBe(7);
+    expect(await b.unexportedChanges()).toBe(0);
   });
 
   for (const point of ['before-ledger', 'before-record'] as const) {

@@ -73,6 +73,28 @@ describe.each(engines)('$name', (engine) => {
       expect(report.records).toBe(batches.length);
     });
 
+    it('a long run publishes as soon as publishLines changes wait: bounded batches of whole transactions, every line exactly once', async () => {
+      const ws = FakeWorkspace.fromCounts([250, 420, 130, 5, 310, 60]);
+      // 500 ms a reading: the count is read at most once a (clock) second, so every other reading
+      // at most (each write transaction reads the clock once: its rows share their synced_at).
+      const c = testClock({ start: Date.UTC(2026, 0, 15, 12), sleep: 'advance' });
+      const h = await start({ workspace: ws, clock: Object.assign(c, { now: () => (c.t += 500) }) });
+      const s = await h.sync({ publishLines: 200, concurrency: 2 });
+      expect(s.status).toBe('succeeded');
+      const batches = await batchesOf(h.mirror);
+      const sizes = batches.map((b) => b.last_seq - b.first_seq + 1);
+      // 1,181 changes (6 conversations, 1,175 messages) and the run's line: at least three batches
+      // went out during the run, each once 200 or more waited; the end published the rest.
+      expect(sizes.reduce((a, b) => a + b, 0)).toBe(6 + 1175 + 1);
+      expect(sizes.filter((n) => n >= 200).length, `batch sizes ${sizes.join(', ')}`).toBeGreaterThanOrEqual(3);
+      batches.forEach((b, i) => expect(b.first_seq).toBe(i === 0 ? 1 : batches[i - 1]!.last_seq + 1));
+      const syncedAt = new Map((await changeRows(h.mirror)).map((r) => [r.seq, r.synced_at]));
+      for (const b of batches.slice(0, -1)) expect(syncedAt.get(b.last_seq), `batch ${b.id} ends inside a transaction`).not.toBe(syncedAt.get(b.last_seq + 1));
+      const report = await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true });
+      expect(report.problems).toEqual([]);
+      expect(report.records).toBe(batches.length);
+    });
+
     it('without publishIntervalMs a run publishes its changes once, at the end, then its own line', async () => {
       const ws = FakeWorkspace.fromCounts([250, 420, 130]);
       const h = await start({ workspace: ws, clock: tickingClock() });

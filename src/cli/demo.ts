@@ -28,7 +28,7 @@ interface DemoOptions {
 /**
  * The demo's configuration: the fake's URL and key, the mirror and exports under `--dir`; from the
  * environment only the log level and how the archive is published (`CONVO_MIRROR_EXPORT_GZIP`,
- * `CONVO_MIRROR_SIGNING_KEY_FILE`, `CONVO_MIRROR_PUBLISH_INTERVAL_MS`).
+ * `CONVO_MIRROR_SIGNING_KEY_FILE`, `CONVO_MIRROR_PUBLISH_INTERVAL_MS`, `CONVO_MIRROR_PUBLISH_LINES`).
  */
 function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
   const env = loadConfig(process.env, { logLevel: o.logLevel }, { needsApi: false });
@@ -37,6 +37,7 @@ function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
     {
       exportGzip: env.exportGzip,
       publishIntervalMs: env.publishIntervalMs,
+      publishLines: env.publishLines,
       ...(env.signingKeyFile === undefined ? {} : { signingKeyFile: env.signingKeyFile }),
       baseUrl: url,
       apiKey,

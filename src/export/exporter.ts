@@ -125,7 +125,7 @@ export interface ExportOptions {
 }
 
 /** How often a publisher waiting for the publisher lock asks again, ms. */
-export const PUBLISHER_POLL_MS = 250;
+export const PUBLISHER_POLL_MS = 50;
 
 /** What one {@link publishChanges} call published. */
 export interface ExportResult {
@@ -203,7 +203,9 @@ export async function publishChanges(mirror: Mirror, opts: ExportOptions): Promi
   return oneAtATime(mirror, async () => {
     const lease = await publisherLease(mirror, opts);
     if (!lease) {
-      opts.logger?.info({ waited_ms: opts.publisherWaitMs ?? 30_000 }, 'another process is publishing this mirror: the changes go out with its next publication');
+      const waitedMs = opts.publisherWaitMs ?? 30_000;
+      // A progressive publication (no wait) that finds another publisher is routine: not worth an info line.
+      opts.logger?.[waitedMs > 0 ? 'info' : 'debug']({ waited_ms: waitedMs }, 'another process is publishing this mirror: the changes go out with its next publication');
       return { ...(await nothingPublished(mirror)), busy: 'busy' };
     }
     try {

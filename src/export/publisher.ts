@@ -28,6 +28,13 @@ export interface PublishSettings {
   /** During a run, publish every this many ms; undefined: only at the end. */
   publishIntervalMs?: number | undefined;
   /**
+   * During a run, also publish as soon as this many changes wait in the change log (every
+   * process' commits counted: the mirror's own count, read at most once per
+   * {@link PUBLISH_LINES_CHECK_MS}), so batches stay bounded and a run's end publishes little.
+   * 0 or undefined: by time only.
+   */
+  publishLines?: number | undefined;
+  /**
    * Hold the line of a run that changed nothing until the next publication with changes or the
    * end of its heartbeat window, ms (see `ExportOptions.runsHeartbeatMs`). @defaultValue undefined (never held)
    */
@@ -40,6 +47,7 @@ export interface PublishConfig {
   groupReadable: boolean;
   exportGzip: boolean;
   publishIntervalMs: number;
+  publishLines: number;
   runsHeartbeatMs: number;
   signingKeyFile: string | undefined;
   witnessDir: string | undefined;
@@ -61,13 +69,23 @@ export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger
     signingKey,
     witnessDir: config.witnessDir,
     publishIntervalMs: config.publishIntervalMs,
+    publishLines: config.publishLines,
     runsHeartbeatMs: config.runsHeartbeatMs,
   };
 }
 
-/** Publishes with fixed settings: now, or when the interval has passed since its last publication. */
+/** How often {@link Publisher.maybePublish} counts the changes waiting, at most, ms. */
+export const PUBLISH_LINES_CHECK_MS = 1000;
+
+/**
+ * Publishes with fixed settings: now, or during a run when the interval has passed since its last
+ * publication or enough changes wait ({@link PublishSettings.publishLines}).
+ */
 export class Publisher {
   private last: number;
+  private lastCount: number;
+  /** The progressive publication in flight, if any (a second one is not queued behind it). */
+  private progressive: Promise<ExportResult | undefined> | undefined;
 
   /**
    * @param o.runId - the run recorded on the batches it plans
@@ -78,6 +96,7 @@ export class Publisher {
     private readonly o: { clock: Clock; logger?: Logger | undefined; runId: number | null },
   ) {
     this.last = o.clock.now();
+    this.lastCount = this.last;
   }
 
   /**
@@ -88,7 +107,7 @@ export class Publisher {
    *   publishes its own line at once). @defaultValue `hold`
    * @throws what `publishChanges` throws
    */
-  async publish(o: { runLines?: 'hold' | 'now' } = {}): Promise<ExportResult> {
+  async publish(o: { runLines?: 'hold' | 'now'; publisherWaitMs?: number } = {}): Promise<ExportResult> {
     this.last = this.o.clock.now();
     const s = this.settings;
     return await publishChanges(this.mirror, {
@@ -101,24 +120,49 @@ export class Publisher {
       ...(s.signingKey ? { signingKey: s.signingKey } : {}),
       ...(o.runLines !== 'now' && s.runsHeartbeatMs ? { runsHeartbeatMs: s.runsHeartbeatMs } : {}),
       ...(s.witnessDir !== undefined ? { witnessDir: s.witnessDir } : {}),
+      ...(o.publisherWaitMs !== undefined ? { publisherWaitMs: o.publisherWaitMs } : {}),
     });
   }
 
   /**
-   * {@link publish} when `publishIntervalMs` has passed since the last publication (or since this
-   * publisher was made); never rejects: a failure is logged and left to the run's final
-   * publication, which reports it.
+   * {@link publish} during a run, when it is due: `publishIntervalMs` has passed since the last
+   * publication (or since this publisher was made), or at least `publishLines` changes wait (counted
+   * at most once per {@link PUBLISH_LINES_CHECK_MS}). It never waits for another process that holds
+   * the publisher lock (those changes go out with that publication or the next), nor queues behind
+   * a progressive publication of its own in flight. Never rejects: a failure is logged and left to
+   * the run's final publication, which reports it.
    *
    * @returns what was published, when it was due and succeeded
    */
   async maybePublish(): Promise<ExportResult | undefined> {
-    const every = this.settings.publishIntervalMs;
-    if (every === undefined || this.o.clock.now() - this.last < every) return undefined;
+    if (this.progressive) return undefined;
+    this.progressive = this.publishIfDue();
     try {
-      return await this.publish();
+      return await this.progressive;
+    } finally {
+      this.progressive = undefined;
+    }
+  }
+
+  /** {@link maybePublish} without its guard. */
+  private async publishIfDue(): Promise<ExportResult | undefined> {
+    try {
+      if (!(await this.due())) return undefined;
+      return await this.publish({ publisherWaitMs: 0 });
     } catch (err) {
       this.o.logger?.warn({ err: describeError(err) }, 'progressive publication failed; the run publishes again when it ends');
       return undefined;
     }
+  }
+
+  /** Whether a progressive publication is due (see {@link maybePublish}). */
+  private async due(): Promise<boolean> {
+    const now = this.o.clock.now();
+    const every = this.settings.publishIntervalMs;
+    if (every !== undefined && now - this.last >= every) return true;
+    const lines = this.settings.publishLines;
+    if (!lines || now - this.lastCount < PUBLISH_LINES_CHECK_MS) return false;
+    this.lastCount = now;
+    return (await this.mirror.unexportedChanges()) >= lines;
   }
 }

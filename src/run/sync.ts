@@ -42,8 +42,10 @@ export async function syncRun(deps: SyncDeps, run: RunHandle, opts: RunOptions):
     // consistent pass (a conversation list drift hid is new, and the next sync finds it).
     confirmListing: opts.confirmListing ?? full,
   };
-  // Publish what is committed every publishIntervalMs, so a long run reaches the exports progressively.
-  const publisher = opts.publishIntervalMs === undefined ? undefined : new Publisher(deps.mirror, opts, { clock: deps.clock, logger, runId: run.runId });
+  // Publish what is committed every publishIntervalMs, or once publishLines changes wait, so a long
+  // run reaches the exports progressively, in bounded batches.
+  const progressive = opts.publishIntervalMs !== undefined || (opts.publishLines ?? 0) > 0;
+  const publisher = progressive ? new Publisher(deps.mirror, opts, { clock: deps.clock, logger, runId: run.runId }) : undefined;
   const afterCommit = async (): Promise<void> => {
     await publisher?.maybePublish();
   };
