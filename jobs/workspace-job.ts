@@ -124,15 +124,25 @@ export function childPriority(i: number): number {
   return Math.min(i + 1, MAX_PRIORITY);
 }
 
-/** Adds one child job per conversation (deterministic ids: adding twice adds nothing). @returns how many */
+/** The children added by the first `addBulk` of a run: few, so the first crawls start while the rest are added. */
+const FIRST_CHILDREN = 25;
+/** The children added by each later `addBulk`. */
+const CHILDREN_PER_ADD = 500;
+
+/**
+ * Adds one child job per conversation (deterministic ids: adding twice adds nothing, so a list step
+ * cut short while adding them adds the rest when it runs again). They are added in order of
+ * priority, a few first and then in larger groups, so the first crawls start while the rest are
+ * added. @returns how many
+ */
 async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number, listing: ListingResult): Promise<number> {
   const recheck = new Set(listing.recheck);
   // An early-stopped listing's `retry`: not listed, but their last crawl failed (asked again, no 404 tombstone).
   const ids = [...new Set([...listing.seen, ...listing.recheck, ...(listing.retry ?? [])])];
   const opts = jobOptions(d.policy);
   const full = job.data.mode === 'full';
-  await d.queue.addBulk(
-    ids.map((conversationId, i) => ({
+  const child = (conversationId: string, i: number) =>
+    ({
       name: CONVERSATION_JOB,
       data: {
         accountId: d.accountId,
@@ -151,8 +161,12 @@ async function addChildren(d: JobDeps, job: Job<WorkspaceJobData>, runId: number
         ignoreDependencyOnFailure: true,
         priority: childPriority(i),
       },
-    })),
-  );
+    }) as const;
+  for (let from = 0; from < ids.length; ) {
+    const to = from === 0 ? Math.min(ids.length, FIRST_CHILDREN) : Math.min(ids.length, from + CHILDREN_PER_ADD);
+    await d.queue.addBulk(ids.slice(from, to).map((id, k) => child(id, from + k)));
+    from = to;
+  }
   return ids.length;
 }
 
