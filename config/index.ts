@@ -44,7 +44,7 @@ export interface Config {
    * else the single workspace of the key (`accountId` undefined). Never empty.
    */
   readonly workspaces: readonly Workspace[];
-  /** Path of the SQLite mirror. @defaultValue `data/mirror.sqlite` */
+  /** The mirror: a SQLite file path, or a PostgreSQL URL `postgres://user@host:port/db?schema=NAME` (also `postgresql://`). @defaultValue `data/mirror.sqlite` */
   readonly db: string;
   /** Root directory of the JSONL change exports. @defaultValue `data/exports` */
   readonly exportDir: string;

@@ -71,5 +71,6 @@ describe('verify --deep on a PostgreSQL mirror, through the CLI', () => {
 
     expect(outputs.filter((o) => o.includes(PASSWORD)), 'outputs showing the password').toEqual([]);
     expect(ok.stdout, 'the database line names the masked URL').toMatch(/^ok +database: .*postgres:\/\/postgres:\*+@127\.0\.0\.1:5432\/test\?schema=/m);
+    expect(ok.stdout, "PostgreSQL's own check, not SQLite's name for it").toMatch(/^ok +database: consistency check ok \(/m);
   }, 120_000);
 });

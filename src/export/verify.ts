@@ -144,7 +144,7 @@ export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'fi
 
 /**
  * Verifies an archive; see the module comment. In order:
- * 1. `database`: `PRAGMA quick_check` of the mirror (skipped without it);
+ * 1. `database`: the engine's check of the mirror's storage (`Mirror.quickCheck`: SQLite's `PRAGMA quick_check`; PostgreSQL's schema version and change-log counter), skipped without it;
  * 2. `chain`: every batch record reads back (shape, hash) and the chain holds from genesis to head;
  * 3. `files`: every file a record lists is a regular file with its size, line count and SHA-256;
  * 4. `unlisted`: nothing in `messages/`, `conversations/`, `runs/` or `_ledger/` that no record lists;
@@ -172,7 +172,9 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   const mirror = o.mirror;
   if (mirror) {
     const qc = await mirror.quickCheck();
-    report.add('database', qc.map((p) => ({ path: mirror.location, problem: 'mirror', detail: `quick_check: ${p}` })), `quick_check ok (${mirror.location})`);
+    // SQLite: PRAGMA quick_check; PostgreSQL: the schema version and the change log's counter.
+    const check = mirror.engine === 'sqlite' ? 'quick_check' : 'consistency check';
+    report.add('database', qc.map((p) => ({ path: mirror.location, problem: 'mirror', detail: `${check}: ${p}` })), `${check} ok (${mirror.location})`);
   } else report.skip('database', 'no database: checked from the ledger and the files alone');
 
   let rootStat: fs.Stats | undefined;
