@@ -7,6 +7,7 @@
  * of the store (test/engines.ts). Real files, the real fake over HTTP; roots are recomputed here
  * apart from src/export/merkle.ts ({@link linesMerkleRoot}).
  */
+import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -19,6 +20,7 @@ import { asVersion1, parseRecord, recordPath, renderRecord, sealRecord, type Led
 import { LineTreeHasher } from '../src/export/merkle.js';
 import { MAX_GUNZIP_BYTES } from '../src/export/verify-files.js';
 import { verifyArchive, type VerifyProblem } from '../src/export/verify.js';
+import { docBlocks } from './doc-blocks.js';
 import { engines } from './engines.js';
 import { harnessPool, ledgerFiles, linesMerkleRoot, syncThenCrashPublication, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
@@ -252,6 +254,34 @@ describe.each(engines)('$name', (engine) => {
     const cutFound = (await verifyArchive({ exportDir: h.exportDir })).problems.filter((p) => p.path === big.path);
     expect(cutFound.map((p) => p.problem)).toEqual(['size', 'sha256', 'lines']);
     expect(cutFound[2]).toEqual({ path: big.path, problem: 'lines', detail: 'cannot decompress it: unexpected end of file' });
+  });
+});
+
+const hasPython = (() => {
+  try {
+    execFileSync('python3', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+describe('docs/export-format.md', () => {
+  it.skipIf(!hasPython)("its Python recipe recomputes every file's merkle_root, plain and gzipped", async () => {
+    const [recipe, ...more] = docBlocks('docs/export-format.md').filter((b) => b.marker?.startsWith('python on published files'));
+    expect(more).toEqual([]);
+    expect(recipe!.lang).toBe('python');
+    const script = path.join(tempDir(), 'root.py');
+    fs.writeFileSync(script, recipe!.body);
+    const ws = FakeWorkspace.fromCounts([3, 120]);
+    const h = await pool.start({ workspace: ws });
+    await h.sync();
+    ws.appendMessages(ws.list()[1]!.id, 4);
+    await h.sync({ gzip: true });
+    const files = ledgerFiles(h.exportDir);
+    expect(files.some((f) => f.path.endsWith('.gz'))).toBe(true);
+    expect(files.some((f) => f.path.endsWith('.jsonl'))).toBe(true);
+    for (const f of files) expect(execFileSync('python3', [script, path.join(h.exportDir, f.path)], { encoding: 'utf8' }), f.path).toBe(`${f.merkle_root}\n`);
   });
 });
 
