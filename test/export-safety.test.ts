@@ -20,7 +20,7 @@ import {
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { ConfigError, ExportError } from '../src/errors.js';
 import { GROUP_READABLE_MODES } from '../src/private-fs.js';
-import { ACCOUNT_ID, frozenClock, harnessPool, ledgerFiles, syncThenCrashPublication, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, frozenClock, harnessPool, ledgerFiles, linesMerkleRoot, syncThenCrashPublication, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 
 const pool = harnessPool();
 const dirs: string[] = [];
@@ -503,9 +503,17 @@ describe('verifyExports trusts nothing on disk', () => {
       { path: a!.path, problem: 'missing' },
       { path: b!.path, problem: 'size', found: b!.bytes + 1, expected: b!.bytes },
       { path: b!.path, problem: 'sha256', found: expect.stringMatching(/^[0-9a-f]{64}$/), expected: b!.sha256 },
+      // the bytes after the last LF are one more line
+      {
+        path: b!.path,
+        problem: 'merkle_root',
+        found: linesMerkleRoot(fs.readFileSync(path.join(h.exportDir, b!.path))),
+        expected: b!.merkle_root,
+        detail: expect.stringMatching(new RegExp(`^the Merkle tree hash of its ${b!.lines + 1} lines is not the one the record of batch \\d+ \\(_ledger/\\d{12}\\.json\\) commits to`)),
+      },
     ]);
     fs.appendFileSync(path.join(h.exportDir, b!.path), '\n');
-    expect((await verifyExports(h.mirror, h.exportDir)).map((p) => p.problem)).toEqual(['missing', 'size', 'sha256', 'lines']);
+    expect((await verifyExports(h.mirror, h.exportDir)).map((p) => p.problem)).toEqual(['missing', 'size', 'sha256', 'lines', 'merkle_root']);
   });
 
   it('an unlisted notes.txt, dotfile and .tmp file in messages/…, but not a README or .tmp file at the root', async () => {

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { MANIFEST, TEMP_DIR, publishChanges, verifyExports, type Manifest } from '../src/export/exporter.js';
-import { ledgerFiles } from './helpers.js';
+import { ledgerFiles, linesMerkleRoot } from './helpers.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { testClock } from './clock.js';
 import { sqlAll } from './sql.js';
@@ -203,7 +203,7 @@ describe.each(engines)('$name', (engine) => {
       expect(withoutAttachments).toBeGreaterThan(0);
     });
 
-    it('the batch records list every file with its line count, size and sha256; manifest.json points at the head', async () => {
+    it('the batch records (version 2) list every file with its line count, size, sha256 and the Merkle root of its lines; manifest.json points at the head', async () => {
       const h = await busyHistory(start);
       const manifest = JSON.parse(fs.readFileSync(path.join(h.exportDir, MANIFEST), 'utf8')) as Manifest;
       expect(manifest.format).toBe('convo-mirror-exports');
@@ -220,10 +220,15 @@ describe.each(engines)('$name', (engine) => {
         const buf = files.get(f.path)!;
         expect(f.bytes).toBe(buf.length);
         expect(f.sha256).toBe(crypto.createHash('sha256').update(buf).digest('hex'));
+        expect(f.merkle_root, f.path).toBe(linesMerkleRoot(buf));
+        expect(Object.keys(f).slice(-2)).toEqual(['sha256', 'merkle_root']);
         expect(f.lines).toBe(parseLines(buf).length);
         expect(f.stream).toBe(f.path.split('/')[0]);
         expect(f.account_id).toBe(ACCOUNT_ID);
       }
+      const versions = fs.readdirSync(path.join(h.exportDir, '_ledger')).map((n) => (JSON.parse(fs.readFileSync(path.join(h.exportDir, '_ledger', n), 'utf8')) as { version: number }).version);
+      expect(versions.length).toBeGreaterThan(1);
+      expect(new Set(versions)).toEqual(new Set([2]));
       const firsts = listed.map((f) => f.first_seq);
       expect(firsts).toEqual([...firsts].sort((a, b) => a - b));
       const recorded = (await h.mirror.publishedFiles()).map((f) => ({ path: f.path, lines: f.lines, bytes: f.bytes, sha256: f.sha256 })).sort((a, b) => (a.path < b.path ? -1 : 1));
@@ -250,15 +255,23 @@ describe.each(engines)('$name', (engine) => {
       buf[i] = buf[i] === 0x58 ? 0x59 : 0x58;
       fs.writeFileSync(abs, buf);
       const recorded = ledgerFiles(h.exportDir).find((f) => f.path === msgFile)!;
+      const record = fs.readdirSync(path.join(h.exportDir, '_ledger')).find((n) => fs.readFileSync(path.join(h.exportDir, '_ledger', n), 'utf8').includes(msgFile!))!;
       expect(await verifyExports(h.mirror, h.exportDir)).toEqual([
         { path: msgFile, problem: 'sha256', found: crypto.createHash('sha256').update(buf).digest('hex'), expected: recorded.sha256 },
+        {
+          path: msgFile,
+          problem: 'merkle_root',
+          found: linesMerkleRoot(buf),
+          expected: recorded.merkle_root,
+          detail: `the Merkle tree hash of its ${recorded.lines} lines is not the one the record of batch ${Number(record.slice(0, 12))} (_ledger/${record}) commits to: a line was changed, added, removed or moved`,
+        },
       ]);
 
-      // a line dropped: size, sha256 and lines all differ
+      // a line dropped: size, sha256, lines and the root all differ
       const text = fs.readFileSync(abs, 'utf8').split('\n');
       fs.writeFileSync(abs, text.slice(1).join('\n'));
       const problems = (await verifyExports(h.mirror, h.exportDir)).map((p) => p.problem).sort();
-      expect(problems).toEqual(['lines', 'sha256', 'size']);
+      expect(problems).toEqual(['lines', 'merkle_root', 'sha256', 'size']);
 
       fs.rmSync(path.join(h.exportDir, convFile!));
       fs.writeFileSync(path.join(h.exportDir, path.dirname(convFile!), '000000000999-000000000999.jsonl'), '{}\n');

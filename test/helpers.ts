@@ -3,6 +3,7 @@
  * is mocked (design habit 9).
  */
 import { LEDGER_DIR, type LedgerRecord, type RecordFile } from '../src/export/ledger.js';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -192,6 +193,31 @@ export function ledgerFiles(exportDir: string): RecordFile[] {
     .filter((n) => n.endsWith('.json'))
     .sort()
     .flatMap((n) => (JSON.parse(fs.readFileSync(path.join(dir, n), 'utf8')) as LedgerRecord).files);
+}
+
+/**
+ * The Merkle tree hash (RFC 6962 §2.1, hex) of a file content's lines, written out from the RFC
+ * apart from src/export/merkle.ts, to check it: each line without its LF is a leaf
+ * `SHA-256(0x00 || line)`; `n > 1` leaves split at the largest power of two below `n`, node
+ * `SHA-256(0x01 || left || right)`; no line: `SHA-256("")`. Bytes after the last LF are a last line.
+ */
+export function linesMerkleRoot(content: Buffer): string {
+  const sha = (...parts: Buffer[]) => crypto.createHash('sha256').update(Buffer.concat(parts)).digest();
+  const lines: Buffer[] = [];
+  let from = 0;
+  for (let lf = content.indexOf(10); lf !== -1; lf = content.indexOf(10, from)) {
+    lines.push(content.subarray(from, lf));
+    from = lf + 1;
+  }
+  if (from < content.length) lines.push(content.subarray(from));
+  const mth = (leaves: Buffer[]): Buffer => {
+    if (leaves.length === 0) return sha();
+    if (leaves.length === 1) return sha(Buffer.from([0]), leaves[0]!);
+    let k = 1;
+    while (k * 2 < leaves.length) k *= 2;
+    return sha(Buffer.from([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
+  };
+  return mth(lines).toString('hex');
 }
 
 /** Every file under `dir`, relative `/`-separated path → bytes (empty when `dir` is missing). */

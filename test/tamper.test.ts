@@ -19,7 +19,7 @@ import { verifyArchive, type VerifyOptions, type VerifyProblem } from '../src/ex
 import type { LedgerHead } from '../src/store/mirror.js';
 import { syncWorkspace } from '../src/sync/workspace.js';
 import { run } from './children.js';
-import { ACCOUNT_ID, harnessPool, ledgerFiles, snapshotFiles, tempDir, type Harness, type HarnessOptions } from './helpers.js';
+import { ACCOUNT_ID, harnessPool, ledgerFiles, linesMerkleRoot, snapshotFiles, tempDir, type Harness, type HarnessOptions } from './helpers.js';
 import { sqlAll, sqlRun, sqlValue } from './sql.js';
 
 const pool = harnessPool();
@@ -64,7 +64,7 @@ function overwrite(file: string, data: Buffer | string): void {
 const kinds = (ps: VerifyProblem[]) => ps.map((p) => `${p.problem} ${p.path}`);
 
 describe('tampering, each caught by verify and named', () => {
-  it('a byte flipped in a data file: sha256 at that file; a head noted before that batch still proves, a later one does not', async () => {
+  it('a byte flipped in a data file: sha256 and merkle_root at that file, naming its record; a head noted before that batch still proves, a later one does not', async () => {
     const { h, heads } = await archive();
     const [target] = sqlAll<{ path: string; batch_id: number }>(h.mirror, `SELECT path, batch_id FROM export_files WHERE stream = 'messages' AND batch_id > ? ORDER BY batch_id LIMIT 1`, heads[1]!.batch_id);
     const batch = target!.batch_id;
@@ -72,9 +72,18 @@ describe('tampering, each caught by verify and named', () => {
     const at = Math.floor(bytes.length / 2);
     bytes[at] = bytes[at]! ^ 0x01;
     overwrite(abs(h, target!.path), bytes);
-    const sha256 = { path: target!.path, problem: 'sha256', found: crypto.createHash('sha256').update(bytes).digest('hex'), expected: ledgerFiles(h.exportDir).find((f) => f.path === target!.path)!.sha256 };
-    expect(await check(h)).toEqual([sha256]);
-    expect(await check(h, { mirror: false })).toEqual([sha256]);
+    const listed = ledgerFiles(h.exportDir).find((f) => f.path === target!.path)!;
+    const sha256 = { path: target!.path, problem: 'sha256', found: crypto.createHash('sha256').update(bytes).digest('hex'), expected: listed.sha256 };
+    const merkle = {
+      path: target!.path,
+      problem: 'merkle_root',
+      found: linesMerkleRoot(bytes),
+      expected: listed.merkle_root,
+      detail: `the Merkle tree hash of its ${listed.lines} lines is not the one the record of batch ${batch} (${rec(batch)}) commits to: a line was changed, added, removed or moved`,
+    };
+    expect(merkle.found).not.toBe(merkle.expected);
+    expect(await check(h)).toEqual([sha256, merkle]);
+    expect(await check(h, { mirror: false })).toEqual([sha256, merkle]);
     const before = heads.filter((x) => x.batch_id < batch).at(-1)!;
     const after = heads.find((x) => x.batch_id >= batch)!;
     expect((await check(h, { head: before })).filter((p) => p.problem === 'head')).toEqual([]);
@@ -98,8 +107,15 @@ describe('tampering, each caught by verify and named', () => {
     expect(parseRecord(fs.readFileSync(abs(h, rec(3)))).ok).toBe(true);
     const found = await check(h, { mirror: false });
     expect(found).toContainEqual({ path: rec(3), problem: 'chain', detail: expect.stringMatching(/^batch 4 links to it with hash [0-9a-f]{64}, but it hashes to [0-9a-f]{64}: it was altered/) });
-    // the forged listing no longer matches the file either
-    expect(found).toContainEqual({ path: r.files[0]!.path, problem: 'sha256', found: r.files[0]!.sha256, expected: 'f'.repeat(64) });
+    // the forged listing no longer matches the file either; the file's lines still hash to the root the record kept
+    expect(found).toContainEqual({
+      path: r.files[0]!.path,
+      problem: 'sha256',
+      found: r.files[0]!.sha256,
+      expected: 'f'.repeat(64),
+      detail: 'its lines hash to the merkle_root of its record: the lines are as recorded; the bytes around them (compression, a line end) or the recorded SHA-256 are not',
+    });
+    expect(found.filter((p) => p.problem === 'merkle_root')).toEqual([]);
     // the mirror's ledger disagrees too
     expect(await check(h)).toContainEqual({ path: rec(3), problem: 'mirror', detail: `the mirror recorded hash ${r.hash}, the archive's record hashes to ${forged.hash}` });
   });
@@ -286,6 +302,10 @@ describe('an export directory written before the ledger', () => {
     const genesis = readRecord(h, last);
     expect(genesis).toMatchObject({ kind: 'migration', prev: null, run_id: null, first_seq: 1, last_seq: files.reduce((m, f) => Math.max(m, f.last_seq), 0) });
     expect(genesis.files.map((f) => f.path)).toEqual(files.map((f) => f.path));
+    // the mirror knows those files by their SHA-256 only: the genesis record is of version 1, the batches after it of version 2
+    expect(genesis.version).toBe(1);
+    expect(genesis.files.filter((f) => f.merkle_root !== undefined)).toEqual([]);
+    expect(readRecord(h, last + 1).version).toBe(2);
     for (const f of files) expect(fs.statSync(abs(h, f.path)).mode & 0o777, f.path).toBe(0o400);
     expect(readRecord(h, last + 1).prev).toEqual({ batch_id: last, hash: genesis.hash });
     expect(JSON.parse(fs.readFileSync(abs(h, 'manifest.json'), 'utf8'))).toMatchObject({ version: 3 });
@@ -344,7 +364,8 @@ describe('what each check catches when the chain is rebuilt (the table of docs/a
     lines[0] = JSON.stringify({ ...line, content: rewritten });
     const data = Buffer.from(lines.join('\n'));
     overwrite(abs(h, f.path), data);
-    const file = { ...f, bytes: data.length, sha256: crypto.createHash('sha256').update(data).digest('hex') };
+    // consistently: the size, the SHA-256 and the root of the lines of the rewritten file
+    const file = { ...f, bytes: data.length, sha256: crypto.createHash('sha256').update(data).digest('hex'), merkle_root: linesMerkleRoot(data) };
     const attacker: SigningKey | undefined = o.withKey ? key : undefined;
     const hashes = new Map<number, string>([[2, readRecord(h, 2).hash]]);
     for (let id = 3; id <= 8; id++) {

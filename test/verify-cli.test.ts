@@ -15,7 +15,7 @@ import { generateKeyPair, loadPublicKey, loadSigningKey } from '../src/export/si
 import { witnessFile } from '../src/export/witness.js';
 import type { LedgerRecord } from '../src/export/ledger.js';
 import { assertBuilt, killLeftovers, run, type Ran } from './children.js';
-import { cliEnv, harnessPool, ledgerFiles, tempDir, testClock, withMirror, type Harness } from './helpers.js';
+import { cliEnv, harnessPool, ledgerFiles, linesMerkleRoot, tempDir, testClock, withMirror, type Harness } from './helpers.js';
 
 const pool = harnessPool();
 afterEach(async () => {
@@ -56,7 +56,7 @@ async function syncs(h: Harness, n: number, o: Parameters<Harness['sync']>[0] = 
 }
 
 describe('a one-byte change', () => {
-  it('names the file with the SHA-256 found and the one expected, in full; every check has its verdict; the last line says NOT intact', async () => {
+  it('names the file with the SHA-256 and the Merkle root of its lines found and the ones expected, in full; every check has its verdict; the last line says NOT intact', async () => {
     const h = await pool.start({ workspace: FakeWorkspace.fromCounts([5, 40]) });
     await syncs(h, 2);
     const head = (await h.mirror.ledgerHead())!;
@@ -67,25 +67,32 @@ describe('a one-byte change', () => {
     bytes[at] = bytes[at]! ^ 0x01;
     overwrite(file, bytes);
     const found = crypto.createHash('sha256').update(bytes).digest('hex');
+    const foundRoot = linesMerkleRoot(bytes);
+    const batch = (JSON.parse(fs.readFileSync(path.join(h.exportDir, '_ledger', fs.readdirSync(path.join(h.exportDir, '_ledger')).find((n) => fs.readFileSync(path.join(h.exportDir, '_ledger', n), 'utf8').includes(target.path))!), 'utf8')) as { batch_id: number }).batch_id;
+    const rootDetail = `the Merkle tree hash of its ${target.lines} lines is not the one the record of batch ${batch} (_ledger/${String(batch).padStart(12, '0')}.json) commits to: a line was changed, added, removed or moved`;
 
     const r = await verify(['--head', `${head.batch_id}:${head.hash}`], h.exportDir, h.dbPath);
     expect(r.code, r.stderr).toBe(1);
     expect(r.stderr.split('\n')).toContain(`problem: ${target.path}: sha256 found ${found}, expected ${target.sha256}`);
+    expect(r.stderr.split('\n')).toContain(`problem: ${target.path}: merkle_root found ${foundRoot}, expected ${target.merkle_root} (${rootDetail})`);
     expect(r.stderr).toMatch(new RegExp(`^problem: _ledger/\\d{12}\\.json: head \\(head ${head.batch_id}:${head.hash} is in the chain, but batch 1 before it is broken or its files changed\\)$`, 'm'));
-    expect(r.stdout).toMatch(/^FAIL files: 1 problem$/m);
+    expect(r.stdout).toMatch(/^FAIL files: 2 problems$/m);
     expect(r.stdout).toMatch(/^ok   chain: 4 records, chained from genesis to head /m);
-    expect(lastLine(r.stdout)).toBe('NOT intact: files FAILED (1 problem), head FAILED (1 problem); everything else ok or skipped');
+    expect(lastLine(r.stdout)).toBe('NOT intact: files FAILED (2 problems), head FAILED (1 problem); everything else ok or skipped');
     expect(r.stdout).not.toMatch(/archive intact|intact up to/);
 
     const j = await verify(['--json'], h.exportDir, h.dbPath);
     expect(j.code).toBe(1);
     const report = JSON.parse(j.stdout) as { ok: boolean; verdict: string; checks: { name: string; status: string }[]; problems: unknown[] };
     expect(report.ok).toBe(false);
-    expect(report.verdict).toBe('NOT intact: files FAILED (1 problem); everything else ok or skipped');
+    expect(report.verdict).toBe('NOT intact: files FAILED (2 problems); everything else ok or skipped');
     expect(report.checks.map((c) => `${c.name}:${c.status}`)).toEqual([
       'database:ok', 'chain:ok', 'files:failed', 'unlisted:ok', 'manifest:ok', 'signatures:skipped', 'head:skipped', 'witness:skipped', 'age:ok', 'mirror:ok', 'deep:skipped', 'temp:ok',
     ]);
-    expect(report.problems).toEqual([{ path: target.path, problem: 'sha256', found, expected: target.sha256 }]);
+    expect(report.problems).toEqual([
+      { path: target.path, problem: 'sha256', found, expected: target.sha256 },
+      { path: target.path, problem: 'merkle_root', found: foundRoot, expected: target.merkle_root, detail: rootDetail },
+    ]);
   });
 });
 

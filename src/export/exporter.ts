@@ -10,9 +10,10 @@
  * 2. Each data file is written to a temp file in `<dir>/.convo-mirror-tmp/`, fsynced, renamed into
  *    place (same filesystem), and its directory fsynced. File names derive from the seq range they
  *    hold, so re-publishing yields the same names and bytes.
- * 3. The batch record (`_ledger/<batch>.json`: its files with size, line count and SHA-256, its seq
- *    range, mirror, run, time, and the hash of the previous record; signed when a key is given) is
- *    published the same way; it is deterministic too, so a re-publication writes it once.
+ * 3. The batch record (`_ledger/<batch>.json`: its files with size, line count, SHA-256 and the
+ *    Merkle tree hash of their lines, computed as they were written; its seq range, mirror, run,
+ *    time, and the hash of the previous record; signed when a key is given) is published the same
+ *    way; it is deterministic too, so a re-publication writes it once.
  * 4. In one transaction, the files and the ledger entry are recorded, the batch marked published
  *    and the exported watermark advanced; the head moves only by compare-and-set from the head the
  *    record chains on, so a publisher that stalled past losing its lock records nothing (fenced).
@@ -39,7 +40,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, Mirror, PublishedFile, PublisherLease } from '../store/mirror.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerHead, Mirror, PublisherLease } from '../store/mirror.js';
 import { ExportError, StoreError, type ConfigError } from '../errors.js';
 import { isoNow, systemClock, type Clock } from '../clock.js';
 import { PRIVATE_MODES, mkdirPrivate, type FileModes } from '../private-fs.js';
@@ -47,8 +48,8 @@ import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName
 import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from './manifest.js';
 import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
-import { LEDGER_DIR, parseRecord, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
-import { PartitionWriter } from './partition-writer.js';
+import { LEDGER_DIR, RECORD_VERSION, asVersion1, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
+import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
 
@@ -59,8 +60,11 @@ export { exportLine } from './lines.js';
 export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 export type { ExportFailpoint } from './publish-fs.js';
 
-/** One published file, as recorded in `export_files` and listed by its batch record. */
-export type ExportFile = PublishedFile;
+/**
+ * One file published by a call, as recorded in `export_files` and listed by its batch record (the
+ * root of its lines, `merkle_root`, is in the record only).
+ */
+export type ExportFile = WrittenFile;
 
 /** Options of {@link publishChanges}. */
 export interface ExportOptions {
@@ -349,7 +353,7 @@ async function writeBatchFiles(mirror: Mirror, target: Target, plan: ExportBatch
 function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], prev: LedgerHead | undefined): RecordBody {
   return {
     format: 'convo-mirror-ledger',
-    version: 1,
+    version: RECORD_VERSION,
     kind: 'batch',
     mirror_id: mirrorId,
     batch_id: plan.id,
@@ -365,7 +369,10 @@ function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], pre
 /**
  * Publishes a batch record (sealed: hashed, signed with `key` when given) as `_ledger/<batch>.json`,
  * unless that name already holds a record with the same hash (a batch re-published after a crash;
- * it is kept as it is, whatever its signature).
+ * it is kept as it is, whatever its signature), or the version 1 record of the same batch (written
+ * by a convo-mirror older than line commitments, which crashed before recording it: kept as it
+ * is, without `merkle_root`, so the data files it vouches for and the record are what that
+ * publication wrote).
  *
  * @returns its ledger entry
  * @throws {@link ExportError} naming the file when it cannot be published, or holds anything else
@@ -385,7 +392,8 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
     publishBytes(target, recordTempName(body.batch_id), final, renderRecord(record));
   } else {
     const parsed = parseRecord(existing);
-    if (!parsed.ok || parsed.record.hash !== record.hash) {
+    const olderForm = parsed.ok && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
+    if (!parsed.ok || (parsed.record.hash !== record.hash && !olderForm)) {
       throw new ExportError(
         `refusing to replace the batch record ${final}: it records ${parsed.ok ? `another batch (hash ${parsed.record.hash})` : `something else (${parsed.why})`}`,
         { file: final },
@@ -409,6 +417,11 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
  * (`kind: migration`, no `prev`) lists every file recorded so far, by the mirror's records (its
  * time is the last publication's, so a retry writes the same record); those files are made
  * read-only. Nothing to do once the ledger has a record.
+ *
+ * The record is of version 1: it vouches for those files by the size, line count and SHA-256 the
+ * mirror recorded when they were published; the mirror never knew the roots of their lines, and
+ * publication reads back nothing it published before (a root computed now would only restate what
+ * the disk holds today).
  */
 async function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string, opts: ExportOptions, lease: PublisherLease): Promise<void> {
   const genesis = await mirror.ledgerGenesis();
@@ -416,7 +429,7 @@ async function migrateToLedger(mirror: Mirror, target: Target, mirrorId: string,
   const files = await mirror.publishedFiles();
   const body: RecordBody = {
     format: 'convo-mirror-ledger',
-    version: 1,
+    version: 1, // no merkle_root: see above
     kind: 'migration',
     mirror_id: mirrorId,
     batch_id: genesis.batch_id,

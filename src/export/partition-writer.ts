@@ -1,7 +1,9 @@
 /**
  * One data file of one partition (stream, account, UTC day), streamed: each row's export line and a
  * newline go to a temp file as they come (bounded memory: about 1 MiB buffered), optionally
- * gzipped ({@link GzipEncoder}: deterministic bytes), hashed as stored; `publish()` puts it in place.
+ * gzipped ({@link GzipEncoder}: deterministic bytes), hashed as stored, and its lines (as written,
+ * before compression) hashed into their Merkle tree ({@link LineTreeHasher}); `publish()` puts it
+ * in place.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -10,6 +12,7 @@ import { ExportError } from '../errors.js';
 import type { ExportChange, PublishedFile } from '../store/mirror.js';
 import { exportLine } from './lines.js';
 import { GzipEncoder } from './gzip.js';
+import { LineTreeHasher } from './merkle.js';
 import { partitionTempName } from './paths.js';
 import { createTemp, discardTemp, existingDataFile, makeDir, renameIntoPlace, writeAll, type Target } from './publish-fs.js';
 
@@ -18,6 +21,15 @@ import { createTemp, discardTemp, existingDataFile, makeDir, renameIntoPlace, wr
  * decide the compressed bytes, so this stays as it was).
  */
 const CHUNK_CHARS = 1 << 20;
+
+/** A data file as one publication wrote it: its row in `export_files`, and the root its batch record commits to. */
+export interface WrittenFile extends PublishedFile {
+  /**
+   * The Merkle tree hash (RFC 6962 §2.1, lowercase hex) of the file's lines, each without its LF,
+   * uncompressed (src/export/merkle.ts); only in the batch record, not in `export_files`.
+   */
+  merkle_root: string;
+}
 
 /** `<stream>/account=<id>/date=<day>`: the partition directory of a file, relative to the export directory. */
 export function partitionDir(stream: string, accountId: string, day: string): string {
@@ -36,6 +48,8 @@ export class PartitionWriter {
   private readonly hash = crypto.createHash('sha256');
   /** SHA-256 of the uncompressed lines (gzip only: recognises an equivalent file from another zlib build). */
   private readonly linesHash: crypto.Hash | undefined;
+  /** The Merkle tree of the lines written, fed the same uncompressed chunks as the file. */
+  private readonly tree = new LineTreeHasher();
   private readonly gzip: GzipEncoder | undefined;
   /** Where this file's partition is and its first seq. */
   private readonly head: Pick<ExportChange, 'stream' | 'account_id' | 'day' | 'seq'>;
@@ -112,6 +126,7 @@ export class PartitionWriter {
     const buf = this.chunk.subarray(0, this.chunkBytes);
     this.chunkBytes = 0;
     this.bufferedChars = 0;
+    this.tree.update(buf);
     if (!this.gzip) {
       if (buf.length > 0) this.store(buf);
       return;
@@ -134,12 +149,13 @@ export class PartitionWriter {
 
   /**
    * Puts the file in place under its seq-range name, unless that name already holds the same
-   * lines (a batch re-published after a crash), and returns its record.
+   * lines (a batch re-published after a crash), and returns its record, with the root of its lines
+   * (the same for an equivalent `.jsonl.gz` kept in place: same lines).
    *
    * @throws {@link ExportError} naming the file when it cannot be published, or when its name holds
    *   other content
    */
-  publish(): PublishedFile {
+  publish(): WrittenFile {
     this.drain(true);
     const rel = `${partitionDir(this.head.stream, this.head.account_id, this.head.day)}/${seqName(this.head.seq, this.lastSeq, this.gzip !== undefined)}`;
     const final = path.join(this.target.root, rel);
@@ -156,6 +172,7 @@ export class PartitionWriter {
     else discardTemp(this.fd, this.tmp);
     if (existing.kind === 'equivalent') ({ sha256, bytes } = existing);
     const { stream, account_id, day, seq } = this.head;
-    return { path: rel, stream, account_id, date: day, first_seq: seq, last_seq: this.lastSeq, lines: this.lines, bytes, sha256, batch_id: this.batchId };
+    const merkle_root = this.tree.rootHex();
+    return { path: rel, stream, account_id, date: day, first_seq: seq, last_seq: this.lastSeq, lines: this.lines, bytes, sha256, batch_id: this.batchId, merkle_root };
   }
 }

@@ -1,11 +1,15 @@
 /**
  * The file checks of `verify`: each listed data file against its record (never through a symlink,
- * streamed), what lies in the partition trees that no record lists, and the temp directory.
+ * streamed: memory bounded by a read chunk whatever the file's size), what lies in the partition
+ * trees that no record lists, and the temp directory.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import zlib from 'node:zlib';
+import { pipeline } from 'node:stream/promises';
+import { recordPath } from './ledger.js';
+import { LineTreeHasher } from './merkle.js';
 import { TEMP_DIR, isTempName, kindOf } from './paths.js';
 import type { VerifyProblem } from './verify-types.js';
 
@@ -15,10 +19,18 @@ export interface Listed {
   lines: number;
   bytes: number;
   sha256: string;
+  /** The Merkle tree hash of its lines (records of version 2); absent: not checked. */
+  merkle_root?: string | undefined;
 }
 
-/** Most bytes a `.jsonl.gz` may decompress to when its lines are counted (a gzip bomb is a problem, not an outage). */
+/**
+ * Most bytes a `.jsonl.gz` may decompress to when its lines are counted and hashed, 1 GiB (a gzip
+ * bomb is a problem, not an hour of work).
+ */
 export const MAX_GUNZIP_BYTES = 1 << 30;
+
+/** Bytes read from a data file at a time. */
+const READ_CHUNK = 1 << 20;
 
 /**
  * Checks the directories on the way to a recorded file, component by component with lstat, and
@@ -58,10 +70,16 @@ export class DirCheck {
 
 /**
  * One listed file against its record: a regular file reached without a symlink, with its size,
- * SHA-256 and line count. A difference carries both values: `found` (on disk) and `expected` (the
- * record's): bytes for `size`, the hex digest for `sha256`, lines for `lines`.
+ * SHA-256, line count and, when the record has one, the Merkle tree hash of its lines. A difference
+ * carries both values: `found` (on disk) and `expected` (the record's): bytes for `size`, the hex
+ * digest for `sha256`, lines for `lines`, the hex root for `merkle_root` (whose detail names the
+ * record). A `.jsonl.gz` is decompressed as it is read (whatever its size: at most
+ * {@link MAX_GUNZIP_BYTES} come out), so its lines are counted and hashed even when its bytes
+ * differ: a `sha256` problem then says whether the lines still hash to the recorded root.
+ *
+ * @param batchId - the batch whose record lists the file (named by a `merkle_root` problem)
  */
-export function checkListed(root: string, dirs: DirCheck, f: Listed): VerifyProblem[] {
+export async function checkListed(root: string, dirs: DirCheck, f: Listed, batchId: number): Promise<VerifyProblem[]> {
   const viaDir = dirs.problemFor(f.path);
   if (viaDir) return [viaDir];
   const abs = path.join(root, f.path);
@@ -72,56 +90,114 @@ export function checkListed(root: string, dirs: DirCheck, f: Listed): VerifyProb
     return [{ path: f.path, problem: 'missing' }];
   }
   if (!st.isFile()) return [{ path: f.path, problem: 'not-regular', detail: `${kindOf(st)}, expected a regular file` }];
-  let digest: ReturnType<typeof digestFile>;
+  let digest: Digest;
   try {
-    // A gzipped file is decompressed (to count its lines) only when its size is the recorded one.
-    digest = digestFile(abs, f.path.endsWith('.gz') ? (st.size === f.bytes && st.size <= MAX_GUNZIP_BYTES ? 'gunzip' : 'skip') : 'count');
+    digest = await digestFile(abs, f.path.endsWith('.gz'));
   } catch (err) {
     return [{ path: f.path, problem: 'missing', detail: `cannot read it: ${(err as Error).message}` }];
   }
   const out: VerifyProblem[] = [];
+  const rootChecked = f.merkle_root !== undefined && digest.merkleRoot !== undefined;
   if (digest.bytes !== f.bytes) out.push({ path: f.path, problem: 'size', found: digest.bytes, expected: f.bytes });
-  if (digest.sha256 !== f.sha256) out.push({ path: f.path, problem: 'sha256', found: digest.sha256, expected: f.sha256 });
+  if (digest.sha256 !== f.sha256) {
+    const linesIntact = rootChecked && digest.merkleRoot === f.merkle_root;
+    out.push({
+      path: f.path,
+      problem: 'sha256',
+      found: digest.sha256,
+      expected: f.sha256,
+      ...(linesIntact ? { detail: 'its lines hash to the merkle_root of its record: the lines are as recorded; the bytes around them (compression, a line end) or the recorded SHA-256 are not' } : {}),
+    });
+  }
   if (digest.unreadable) out.push({ path: f.path, problem: 'lines', detail: digest.unreadable });
-  else if (digest.lines !== -1 && digest.lines !== f.lines) out.push({ path: f.path, problem: 'lines', found: digest.lines, expected: f.lines });
+  else if (digest.lines !== f.lines) out.push({ path: f.path, problem: 'lines', found: digest.lines, expected: f.lines });
+  if (rootChecked && digest.merkleRoot !== f.merkle_root) {
+    out.push({
+      path: f.path,
+      problem: 'merkle_root',
+      found: digest.merkleRoot,
+      expected: f.merkle_root,
+      detail: `the Merkle tree hash of its ${digest.leaves} lines is not the one the record of batch ${batchId} (${recordPath(batchId)}) commits to: a line was changed, added, removed or moved`,
+    });
+  }
   return out;
+}
+
+/** What {@link digestFile} found. */
+interface Digest {
+  /** Size as stored. */
+  bytes: number;
+  /** SHA-256 (hex) of the bytes as stored. */
+  sha256: string;
+  /** LF bytes of the content (decompressed for a `.gz`, as far as it could be). */
+  lines: number;
+  /** The Merkle tree hash (hex) of the content's lines; undefined when the content could not be read (`unreadable`). */
+  merkleRoot?: string | undefined;
+  /** Lines hashed into {@link Digest.merkleRoot} (an unterminated last line counts). */
+  leaves?: number | undefined;
+  /** Why the lines of a `.gz` could not be read (not gzip, cut short, or more than {@link MAX_GUNZIP_BYTES}). */
+  unreadable?: string | undefined;
 }
 
 /**
  * Size and SHA-256 of a regular file as stored, read in 1 MiB chunks, never through a symlink, and
- * its LF count: of the bytes (`count`), after decompression (`gunzip`, output capped at
- * {@link MAX_GUNZIP_BYTES}), or not at all (`skip`: -1, for a `.gz` whose size already differs).
+ * its content's LF count and Merkle tree hash of lines ({@link LineTreeHasher}): of the bytes, or
+ * with `gzip` of the decompressed bytes, streamed, at most {@link MAX_GUNZIP_BYTES} of them.
+ * Memory: a read chunk and what zlib buffers, whatever the file's size.
  *
- * @returns also, for `gzip`, why its lines could not be counted (not gzip, or more than the cap)
  * @throws what `fs` throws
  */
-function digestFile(abs: string, lineMode: 'count' | 'gunzip' | 'skip'): { bytes: number; sha256: string; lines: number; unreadable?: string } {
-  const gzip = lineMode === 'gunzip';
+async function digestFile(abs: string, gzip: boolean): Promise<Digest> {
   const fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
   try {
     const hash = crypto.createHash('sha256');
-    const buf = Buffer.allocUnsafe(1 << 20);
-    const chunks: Buffer[] = [];
+    const tree = new LineTreeHasher();
     let bytes = 0;
     let lines = 0;
-    for (;;) {
+    // A plain file's chunks are done with before the next read: one buffer. zlib may still hold a
+    // chunk when the next is read: a buffer each.
+    const reused = gzip ? undefined : Buffer.allocUnsafe(READ_CHUNK);
+    /** Reads the next chunk as stored (hashed and counted here), or undefined at the end. */
+    const next = (): Buffer | undefined => {
+      const buf = reused ?? Buffer.allocUnsafe(READ_CHUNK);
       const n = fs.readSync(fd, buf, 0, buf.length, null);
-      if (n === 0) break;
+      if (n === 0) return undefined;
       const chunk = buf.subarray(0, n);
       hash.update(chunk);
       bytes += n;
-      if (gzip) chunks.push(Buffer.from(chunk));
-      else if (lineMode === 'count') lines += countLf(chunk);
+      return chunk;
+    };
+    if (!gzip) {
+      for (let chunk = next(); chunk !== undefined; chunk = next()) {
+        lines += countLf(chunk);
+        tree.update(chunk);
+      }
+      return { bytes, sha256: hash.digest('hex'), lines, merkleRoot: tree.rootHex(), leaves: tree.lines };
     }
     let unreadable: string | undefined;
-    if (gzip) {
-      try {
-        lines = countLf(zlib.gunzipSync(Buffer.concat(chunks), { maxOutputLength: MAX_GUNZIP_BYTES }));
-      } catch (err) {
-        unreadable = `cannot decompress it: ${(err as Error).message}`;
-      }
+    let plain = 0;
+    try {
+      await pipeline(
+        function* stored() {
+          for (let chunk = next(); chunk !== undefined; chunk = next()) yield chunk;
+        },
+        zlib.createGunzip(),
+        async (decompressed: AsyncIterable<Buffer>) => {
+          for await (const chunk of decompressed) {
+            plain += chunk.length;
+            if (plain > MAX_GUNZIP_BYTES) throw new Error(`it decompresses to more than ${MAX_GUNZIP_BYTES} bytes`);
+            lines += countLf(chunk);
+            tree.update(chunk);
+          }
+        },
+      );
+    } catch (err) {
+      unreadable = `cannot decompress it: ${(err as Error).message}`;
+      // The rest of the file still counts for its size and SHA-256.
+      while (next() !== undefined);
     }
-    return { bytes, sha256: hash.digest('hex'), lines: lineMode === 'skip' ? -1 : lines, ...(unreadable ? { unreadable } : {}) };
+    if (unreadable !== undefined) return { bytes, sha256: hash.digest('hex'), lines, unreadable };
+    return { bytes, sha256: hash.digest('hex'), lines, merkleRoot: tree.rootHex(), leaves: tree.lines };
   } finally {
     fs.closeSync(fd);
   }

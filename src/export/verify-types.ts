@@ -11,6 +11,9 @@
  * - `size`, `sha256`, `lines`: a listed file's bytes differ from its record: `found` is what the
  *   file holds, `expected` what its record says (bytes, the hex SHA-256 in full, lines; for
  *   `.jsonl.gz` lines are counted after decompression);
+ * - `merkle_root`: the Merkle tree hash of a listed file's lines (decompressed, for `.jsonl.gz`)
+ *   is not the one its record (of version 2) commits to: `found` and `expected` are the hex roots,
+ *   detail names the record;
  * - `record`: a batch record that does not read back (not JSON, a wrong shape, its hash does not
  *   match its content, another batch's or another mirror's record);
  * - `chain`: a link of the hash chain does not hold (a record missing, altered and re-hashed,
@@ -35,6 +38,7 @@ export type VerifyProblemKind =
   | 'size'
   | 'sha256'
   | 'lines'
+  | 'merkle_root'
   | 'record'
   | 'chain'
   | 'unsigned'
@@ -57,7 +61,7 @@ export interface VerifyProblem {
    */
   path: string;
   problem: VerifyProblemKind;
-  /** What was found (`size`: bytes, `lines`: lines, `sha256`: the hex digest, in full), when a value differs. */
+  /** What was found (`size`: bytes, `lines`: lines, `sha256`: the hex digest, `merkle_root`: the hex root, in full), when a value differs. */
   found?: string | number;
   /** What was expected, in the same unit as {@link VerifyProblem.found}. */
   expected?: string | number;

@@ -146,7 +146,8 @@ export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'fi
  * Verifies an archive; see the module comment. In order:
  * 1. `database`: the engine's check of the mirror's storage (`Mirror.quickCheck`: SQLite's `PRAGMA quick_check`; PostgreSQL's schema version and change-log counter), skipped without it;
  * 2. `chain`: every batch record reads back (shape, hash) and the chain holds from genesis to head;
- * 3. `files`: every file a record lists is a regular file with its size, line count and SHA-256;
+ * 3. `files`: every file a record lists is a regular file with its size, line count and SHA-256,
+ *    and (records of version 2) the Merkle tree hash of its lines;
  * 4. `unlisted`: nothing in `messages/`, `conversations/`, `runs/` or `_ledger/` that no record lists;
  * 5. `manifest`: `manifest.json` is a signed head (version 3; 2 and 1 are read) pointing at the
  *    head (the mirror's head, with the database; else the last record on disk);
@@ -199,7 +200,7 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   const chain = readChain(root, await mirror?.mirrorId());
   await o.failpoint?.('chain-read');
   await checkLedger(report, chain, mirror);
-  const listed = checkFiles(report, root, chain);
+  const listed = await checkFiles(report, root, chain);
   const manifest = await checkManifest(report, root, chain, mirror);
   const manifestHead = manifest?.ok && manifest.signed ? manifest.signed : undefined;
   checkSignatures(report, chain.records, manifest, o.publicKey, o.signedFrom);
@@ -239,17 +240,18 @@ async function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefi
 }
 
 /**
- * Every file the sound records list against its record, then what lies in the partition trees and
- * `_ledger/` that no record lists.
+ * Every file the sound records list against its record (one at a time, streamed), then what lies
+ * in the partition trees and `_ledger/` that no record lists.
  *
  * @returns the batch listing each file
  */
-function checkFiles(report: Report, root: string, chain: Chain): Map<string, number> {
+async function checkFiles(report: Report, root: string, chain: Chain): Promise<Map<string, number>> {
   const records = chain.records;
   const listed = new Map<string, number>();
   const found: VerifyProblem[] = [];
   const dirs = new DirCheck(root);
   let lines = 0;
+  let rooted = 0;
   for (const r of records) {
     for (const f of r.files) {
       const other = listed.get(f.path);
@@ -259,10 +261,17 @@ function checkFiles(report: Report, root: string, chain: Chain): Map<string, num
       }
       listed.set(f.path, r.batch_id);
       lines += f.lines;
-      found.push(...checkListed(root, dirs, f));
+      if (f.merkle_root !== undefined) rooted++;
+      found.push(...(await checkListed(root, dirs, f, r.batch_id)));
     }
   }
-  report.add('files', found, `${listed.size} files, ${lines} lines: sizes, line counts and SHA-256 as recorded`);
+  const what =
+    rooted === 0
+      ? 'sizes, line counts and SHA-256 as recorded'
+      : rooted === listed.size
+        ? 'sizes, line counts, SHA-256 and the Merkle roots of their lines as recorded'
+        : `sizes, line counts and SHA-256 as recorded; the Merkle roots of the lines of the ${rooted} files listed by records of version 2 too`;
+  report.add('files', found, `${listed.size} files, ${lines} lines: ${what}`);
   const unlisted: VerifyProblem[] = chain.problems.filter((p) => p.problem === 'unlisted');
   for (const stream of STREAM_DIRS) {
     for (const e of walkTree(root, stream)) {
@@ -413,7 +422,7 @@ function firstBadBatch(chain: Chain, problems: VerifyProblem[], listed: Map<stri
   let firstBad = chain.brokenAt;
   for (const p of problems) {
     const batch = listed.get(p.path);
-    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
+    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines', 'merkle_root'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
   }
   return firstBad;
 }
