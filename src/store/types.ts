@@ -327,6 +327,10 @@ export interface ConversationSummary {
   updatedAt: string | null;
   /** Live (not tombstoned) messages the mirror holds for it. */
   messages: number;
+  /** Of {@link messages}, those an erasure redacted (their record is a redaction marker: src/store/redaction.ts). */
+  erasedMessages: number;
+  /** Whether an erasure of the conversation redacted its own object (then `status` and `updatedAt` are null). */
+  erased: boolean;
   /** End of its last complete crawl (`last_synced_at`, ISO 8601 UTC); null when none completed. */
   lastSyncedAt: string | null;
   /** When it was tombstoned (deleted upstream); null while live. */
