@@ -1,7 +1,8 @@
 /**
  * Real PostgreSQL for the ledger group's tests (B2's own helpers until the core engine's test/pg.ts
  * and migrations land): one random schema per test file (`cmtest_<random>`), dropped at the end,
- * holding the ledger group's tables (from their DDL constants) and stand-ins for the core engine's
+ * holding the ledger group's tables (from their DDL constants; `erasures` too, which `status`
+ * counts) and stand-ins for the core engine's
  * tables they read (conversations, messages, message_history, change_log, change_payloads,
  * checkpoints), with the columns of the core engine's schema (i25-pgcore) those reads use.
  *
@@ -13,6 +14,7 @@ import { qualify } from '../src/store/postgres/db.js';
 import { RUNS_DDL } from '../src/store/postgres/runs.js';
 import { LEDGER_DDL } from '../src/store/postgres/export-ledger.js';
 import { STATUS_DDL } from '../src/store/postgres/status.js';
+import { ERASURES_DDL } from '../src/store/postgres/erasures.js';
 
 /** The test server's URL. */
 export const PG_URL = process.env.CONVO_MIRROR_TEST_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -50,7 +52,7 @@ export async function createSchema(pool: pg.Pool, schema: string): Promise<void>
   try {
     await client.query('BEGIN');
     await client.query(`CREATE SCHEMA "${schema}"`);
-    for (const sql of [...CORE_STANDINS(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema)]) await client.query(sql);
+    for (const sql of [...CORE_STANDINS(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema), ...ERASURES_DDL(schema)]) await client.query(sql);
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK');

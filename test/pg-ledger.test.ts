@@ -40,7 +40,7 @@ afterAll(async () => {
 
 /** Empties every table of the schema and restarts its identities (each test starts from a new mirror). */
 async function reset(): Promise<void> {
-  const tables = ['runs', 'run_failures', 'export_batches', 'export_files', 'ledger', 'ledger_head', 'conversations', 'messages', 'message_history', 'change_log', 'change_payloads', 'checkpoints'];
+  const tables = ['runs', 'run_failures', 'export_batches', 'export_files', 'ledger', 'ledger_head', 'conversations', 'messages', 'message_history', 'change_log', 'change_payloads', 'checkpoints', 'erasures'];
   await pool.query(`TRUNCATE ${tables.map(t).join(', ')} RESTART IDENTITY`);
   await pool.query(`INSERT INTO ${t('ledger_head')} (id, batch_id, hash) VALUES (1, NULL, NULL)`);
   await pool.query(`UPDATE ${t('export_state')} SET watermark = 0`);
@@ -194,7 +194,12 @@ describe('status and audit', () => {
   it('counts every row kind as the SQLite group names them, in its order; mirror id and meta', async () => {
     await pool.query(`INSERT INTO ${t('conversations')} (account_id, id, raw_text, deleted_at) VALUES ('A', 'c1', '{"id":"c1"}', NULL), ('A', 'c2', NULL, NULL), ('B', 'c3', '{"id":"c3"}', $1)`, [T0]);
     await pool.query(
-      `INSERT INTO ${t('messages')} (account_id, conversation_id, id, raw_text, deleted_at) VALUES ('A', 'c1', 'm1', '{}', NULL), ('A', 'c1', 'm2', '{}', NULL), ('A', 'c1', 'm3', '{}', $1), ('B', 'c3', 'm4', '{}', NULL)`,
+      `INSERT INTO ${t('messages')} (account_id, conversation_id, id, raw_text, deleted_at) VALUES ('A', 'c1', 'm1', '{}', NULL), ('A', 'c1', 'm2', $2, NULL), ('A', 'c1', 'm3', '{}', $1), ('B', 'c3', 'm4', '{}', NULL)`,
+      [T0, '{"id":"m2","created_at":null,"redacted":{"erasure":1}}'],
+    );
+    await pool.query(
+      `INSERT INTO ${t('erasures')} (id, kind, account_id, subject, reason, requested_at, messages, history, pending_changes, conversations, published_lines, published_through_seq)
+       VALUES (1, 'sender', 'A', 'u1', 'T-1', $1, 1, 0, 0, 0, 0, 0)`,
       [T0],
     );
     await pool.query(`INSERT INTO ${t('message_history')} (account_id, conversation_id, id, raw_text, replaced_by_seq) VALUES ('A', 'c1', 'm1', '{}', 4)`);
@@ -220,6 +225,9 @@ describe('status and audit', () => {
       ledger_records: 0,
       checkpoints: 1,
       runs: 1,
+      erasures: 1,
+      messages_erased: 1,
+      conversations_erased: 0,
     });
     expect(await ledger.unexported(pool)).toBe(2);
     expect(await ledger.waiting(pool)).toEqual({ data: 1, runLines: 1, oldestRunLineAt: T1 });

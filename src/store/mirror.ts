@@ -23,6 +23,9 @@ import type {
   ConversationFilter,
   ConversationListing,
   CrawlState,
+  ErasureRequest,
+  ErasureResult,
+  ErasureRow,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -51,6 +54,11 @@ export type {
   ConversationListing,
   ConversationSummary,
   CrawlState,
+  ErasureCounts,
+  ErasureKind,
+  ErasureRequest,
+  ErasureResult,
+  ErasureRow,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -224,7 +232,8 @@ export interface Mirror {
    * Upserts one page of the conversation list in one transaction, appending a change-log row for
    * each insert or update; unchanged rows are not written. A tombstoned conversation listed again
    * is revived (an `insert`) with no completed crawl (`message_count` and `crawled_signal` NULL), so
-   * the next sync crawls all of it.
+   * the next sync crawls all of it. A conversation an erasure covers is stored as its redaction
+   * marker (see {@link eraseSubject}): served again, it is unchanged.
    */
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): Promise<WriteCounts>;
 
@@ -288,6 +297,12 @@ export interface Mirror {
    * (`next_page = page + 1`).
    *
    * Positions are `(page - 1) * 100 + index` (spec 4.1: chronological order, per_page=100).
+   *
+   * Erasures in force ({@link eraseSubject}) apply before anything is compared: a served message
+   * of an erased sender or conversation is replaced by its redaction marker (the lowest erasure id
+   * covering it), so one already redacted is unchanged (no change-log row, no history row) and a
+   * new one is inserted redacted. One indexed read of `erasures` per page (the page's senders and
+   * its conversation).
    */
   commitMessagesPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null): Promise<WriteCounts>;
 
@@ -414,16 +429,67 @@ export interface Mirror {
   /** Published files and lines in all, and whether any batch was ever published. */
   exportTotals(): Promise<{ files: number; lines: number; everPublished: boolean }>;
 
+  // ---------------------------------------------------------------- erasure (issue 26, the mirror side)
+
+  /**
+   * Erases a data subject from the mirror (GDPR Art. 17, CCPA deletion), in one transaction: every
+   * message of `request.subject` in `request.accountId` (kind `sender`: every message a version of
+   * which names it as `sender.id`, in any conversation of the account, and those an earlier erasure
+   * of the same sender redacted; kind `conversation`: every message of the conversation, and the
+   * conversation's own object) keeps its key, position and times, and its record becomes the
+   * redaction marker (src/store/redaction.ts) in `messages`, in `message_history` and in every
+   * change payload not yet published (seq above {@link ErasureResult.publishedThroughSeq});
+   * records already redacted are left as they are. An `erasures` row records what, when (the
+   * mirror's clock), why and how many; from then on every page committed redacts what the erasure
+   * covers as it arrives ({@link commitMessagesPage}, {@link upsertConversations}).
+   *
+   * Appends no change-log row: nothing personal is published again, and exports already published
+   * are the archive step's (it rewrites every line at or below `publishedThroughSeq`, then
+   * {@link recordErasureArchived}). Erasing a subject again adds an `erasures` row that redacted
+   * nothing (all zero but `publishedLines`).
+   *
+   * With `request.dryRun` it only counts, in one read snapshot, what the erasure would redact now,
+   * and writes nothing (no `erasures` row; `erasureId` undefined).
+   *
+   * Cost: kind `sender` reads every message of the account, its `message_history` and the change
+   * log's keys (a scan, once per erasure); kind `conversation` the conversation's own rows.
+   * SQLite: SQLite's `secure_delete` is on for the transaction (freed bytes are zeroed) and the WAL
+   * is checkpointed after it (best effort). PostgreSQL: excludes every page commit, listing page,
+   * tombstone and crawl completion of the account for its duration (an advisory lock they take
+   * shared), and export planning (the export state's row).
+   *
+   * @returns the rows redacted (or to redact), the new erasure's id and the published-through seq
+   * @throws {@link StoreError} with code `ERASURE_INVALID` for an unknown kind or an empty account,
+   *   subject or reason (nothing read); {@link StoreError} on a read-only mirror (unless `dryRun`)
+   */
+  eraseSubject(request: ErasureRequest): Promise<ErasureResult>;
+
+  /** Every `erasures` row, by id (oldest first). */
+  erasures(): Promise<ErasureRow[]>;
+
+  /**
+   * Records that the archive step finished rewriting the published files of erasure `erasureId`
+   * (`archive_done_at`, ISO 8601 UTC), when it is not recorded yet.
+   *
+   * @returns true when it was set now, false when it was set before (kept)
+   * @throws {@link StoreError} with code `ERASURE_UNKNOWN` when there is no such erasure
+   */
+  recordErasureArchived(erasureId: number, doneAt: string): Promise<boolean>;
+
   // ---------------------------------------------------------------- audit (verify --deep)
 
   /**
-   * Every message or conversation row (tombstoned ones too), by key, with its record as served.
-   * Streamed: make no other call on this mirror until the iteration ends (an engine may hold its
+   * Every message or conversation row (tombstoned ones too), by key, with its record as served,
+   * or its redaction marker once an erasure redacted it (`redactionOf` in src/store/redaction.ts
+   * tells which erasure). Streamed: make no other call on this mirror until the iteration ends (an engine may hold its
    * connection for the stream); a reader that stops early releases it.
    */
   auditRecords(table: 'messages' | 'conversations'): AsyncIterable<RecordRow>;
 
-  /** Every `message_history` row, by the seq of the update that replaced it; streamed as {@link auditRecords}. */
+  /**
+   * Every `message_history` row, by the seq of the update that replaced it (a redacted message's
+   * versions are its redaction marker); streamed as {@link auditRecords}.
+   */
   auditHistory(): AsyncIterable<HistoryRow>;
 
   /**
@@ -437,7 +503,12 @@ export interface Mirror {
   /** This mirror's random id (32 hex digits), fixed at creation. */
   mirrorId(): Promise<string>;
 
-  /** Row counts for `status`. */
+  /**
+   * Row counts for `status`, by name: live and tombstoned conversations and messages, history,
+   * change log, export state, checkpoints, runs, and of erasures: `erasures` (rows of
+   * `erasures`), `messages_erased` and `conversations_erased` (rows whose record is a redaction
+   * marker, tombstoned ones too).
+   */
   counts(): Promise<Record<string, number>>;
 
   /**

@@ -327,6 +327,10 @@ export interface ConversationSummary {
   updatedAt: string | null;
   /** Live (not tombstoned) messages the mirror holds for it. */
   messages: number;
+  /** Of {@link messages}, those an erasure redacted (their record is a redaction marker: src/store/redaction.ts). */
+  erasedMessages: number;
+  /** Whether an erasure of the conversation redacted its own object (then `status` and `updatedAt` are null). */
+  erased: boolean;
   /** End of its last complete crawl (`last_synced_at`, ISO 8601 UTC); null when none completed. */
   lastSyncedAt: string | null;
   /** When it was tombstoned (deleted upstream); null while live. */
@@ -372,4 +376,72 @@ export interface HistoryRow {
   conversation_id: string;
   id: string;
   raw: string;
+}
+
+/**
+ * Whose data an erasure removes (issue 26): every message of a sender (`sender`: a customer's or a
+ * user's `sender.id`, spec 2.2), or a whole conversation (`conversation`: its messages and its own
+ * object).
+ */
+export type ErasureKind = 'sender' | 'conversation';
+
+/** An erasure asked of the mirror ({@link Mirror.eraseSubject}). */
+export interface ErasureRequest {
+  kind: ErasureKind;
+  /** The account (workspace) the subject belongs to (`default` without `X-Account-Id`). */
+  accountId: string;
+  /** The sender id (`kind: 'sender'`) or the conversation id (`kind: 'conversation'`). */
+  subject: string;
+  /** Why: e.g. the ticket reference of the request. Required, not blank. */
+  reason: string;
+  /** Count only: nothing is written (no `erasures` row either). @defaultValue false */
+  dryRun?: boolean;
+}
+
+/** What an erasure redacted (or, for a dry run, would redact), in rows. */
+export interface ErasureCounts {
+  /** `messages` rows redacted (live and tombstoned). */
+  messages: number;
+  /** `message_history` rows (superseded versions) redacted. */
+  history: number;
+  /** Unpublished change payloads (change-log rows above {@link ErasureResult.publishedThroughSeq}) redacted. */
+  pendingChanges: number;
+  /** `conversations` rows redacted: 0 or 1, for `kind: 'conversation'` only. */
+  conversations: number;
+  /**
+   * Change-log lines at or below {@link ErasureResult.publishedThroughSeq} that concern the subject:
+   * lines that may be in published export files, which the mirror cannot change (the archive
+   * step's work). Counted from the change log's keys, not from the files.
+   */
+  publishedLines: number;
+}
+
+/** What {@link Mirror.eraseSubject} did. */
+export interface ErasureResult extends ErasureCounts {
+  /** The new `erasures.id`; undefined for a dry run. */
+  erasureId: number | undefined;
+  dryRun: boolean;
+  /**
+   * The export watermark when the erasure ran, or the last seq of the export batch planned and not
+   * yet published when there is one (its files may already be in the export directory, and a
+   * re-publication must write the same bytes): every change line with a seq at or below it may be
+   * published and is left to the archive step; every one above it was redacted in the mirror.
+   */
+  publishedThroughSeq: number;
+}
+
+/** One row of `erasures` ({@link Mirror.erasures}). */
+export interface ErasureRow extends ErasureCounts {
+  /** Ascending from 1. */
+  id: number;
+  kind: ErasureKind;
+  accountId: string;
+  subject: string;
+  reason: string;
+  /** When it was requested (the mirror's clock), ISO 8601 UTC. */
+  requestedAt: string;
+  /** See {@link ErasureResult.publishedThroughSeq}. */
+  publishedThroughSeq: number;
+  /** When the archive step finished rewriting the published files; null until then. */
+  archiveDoneAt: string | null;
 }

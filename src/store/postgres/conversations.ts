@@ -16,6 +16,7 @@ import { signalOf } from '../mirror.js';
 import type { ChangeOp } from '../types.js';
 import { jsonbSafe, type ChangeBuffer } from './change-log.js';
 import { qualify, type Queryable } from './db.js';
+import { REDACTED_MARK, redactedConversation } from '../redaction.js';
 
 /** Row counts starting at zero. */
 export const zeroCounts = (): WriteCounts => ({ inserted: 0, updated: 0, unchanged: 0, deleted: 0 });
@@ -45,7 +46,7 @@ export class Conversations {
     // in seconds since the epoch (NULL when it is not an ISO 8601 time; iso_epoch never throws).
     this.matchingSql = `
       WITH served AS (
-        SELECT account_id, id, deleted_at, last_synced_at, raw->>'status' AS status,
+        SELECT account_id, id, deleted_at, last_synced_at, coalesce(strpos(raw_text, '${REDACTED_MARK}') > 0, false) AS erased, raw->>'status' AS status,
           coalesce(raw->>'updated_at', raw->>'last_activity_at', raw->>'last_message_at') AS updated_at
         FROM ${this.t('conversations')}
         WHERE ($1::bool OR deleted_at IS NULL)
@@ -143,11 +144,14 @@ export class Conversations {
    * synced by id (never listed) gets the stand-in `{"id": ...}` with an `insert` change; a
    * tombstoned one is revived with an `insert` change carrying its last known record, and its
    * crawl baseline cleared (see the SQLite group's `ensure`). Call inside a transaction.
+   *
+   * @param erasure - the erasure covering the conversation, if any: a stand-in is then its
+   *   redaction marker instead
    */
-  async ensure(q: Queryable, buf: ChangeBuffer, accountId: string, conversationId: string, now: string, runId: number | null): Promise<void> {
+  async ensure(q: Queryable, buf: ChangeBuffer, accountId: string, conversationId: string, now: string, runId: number | null, erasure?: number): Promise<void> {
     const prev = await this.lock(q, accountId, conversationId);
     if (prev && prev.deleted_at === null) return;
-    const standIn = JSON.stringify({ id: conversationId });
+    const standIn = erasure === undefined ? JSON.stringify({ id: conversationId }) : redactedConversation(conversationId, erasure);
     if (prev) {
       await q.query(
         `UPDATE ${this.t('conversations')} SET deleted_at = NULL, message_count = NULL, crawled_signal = NULL, updated_at = $1 WHERE account_id = $2 AND id = $3`,
@@ -265,15 +269,20 @@ export class Conversations {
       updated_at: string | null;
       last_synced_at: string | null;
       deleted_at: string | null;
+      erased: boolean;
       messages: number;
+      erased_messages: number;
     }>(
       `${this.matchingSql},
       page AS MATERIALIZED (
         SELECT * FROM matching ORDER BY updated_s DESC NULLS LAST, account_id, id LIMIT $5
       )
-      SELECT p.account_id, p.id, p.status, p.updated_at, p.last_synced_at, p.deleted_at,
-        (SELECT count(*)::int FROM ${this.t('messages')} m WHERE m.account_id = p.account_id AND m.conversation_id = p.id AND m.deleted_at IS NULL) AS messages
+      SELECT p.account_id, p.id, p.status, p.updated_at, p.last_synced_at, p.deleted_at, p.erased, n.messages, n.erased_messages
       FROM page p
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS messages, (count(*) FILTER (WHERE strpos(m.raw_text, '${REDACTED_MARK}') > 0))::int AS erased_messages
+        FROM ${this.t('messages')} m WHERE m.account_id = p.account_id AND m.conversation_id = p.id AND m.deleted_at IS NULL
+      ) n
       ORDER BY p.updated_s DESC NULLS LAST, p.account_id, p.id`,
       [...params, limit ?? null],
     );
@@ -284,6 +293,8 @@ export class Conversations {
         status: r.status,
         updatedAt: r.updated_at,
         messages: r.messages,
+        erasedMessages: r.erased_messages,
+        erased: r.erased,
         lastSyncedAt: r.last_synced_at,
         deletedAt: r.deleted_at,
       }),

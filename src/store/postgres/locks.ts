@@ -38,6 +38,13 @@ export const conversationLockKey = (schema: string, accountId: string, conversat
 export const listingLockKey = (schema: string, accountId: string): [number, number] => advisoryKeyPair(`convo-mirror:listing\0${schema}\0${accountId}`);
 
 /**
+ * Key of the erasure gate of `accountId` in the mirror in `schema` (transaction-scoped, 64-bit):
+ * every transaction writing the account's message or conversation records holds it shared, an
+ * erasure exclusive (see src/store/postgres/erasures.ts).
+ */
+export const erasureGateKey = (schema: string, accountId: string): string => advisoryKey64(`convo-mirror:erasure\0${schema}\0${accountId}`);
+
+/**
  * The name of the owner lock of the writer `instanceId` of the mirror in `schema` (see
  * {@link ownerLockKey}): `convo-mirror:owner`, the schema and the instance id as decimal text,
  * joined with NUL.

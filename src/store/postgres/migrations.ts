@@ -3,8 +3,9 @@
  * `schema` of `CONVO_MIRROR_DB`); `schema_version` holds how many of {@link PG_MIGRATIONS} have run
  * (the twin of SQLite's `PRAGMA user_version`).
  *
- * The tables, columns and meanings are SQLite's latest schema (src/store/migrations.ts, version
- * 8), with these differences, each for a reason:
+ * The tables, columns and meanings are SQLite's latest schema (src/store/sqlite/migrations.ts,
+ * version 9: version 1 here is SQLite's 8, version 2 SQLite's 9), with these differences, each for
+ * a reason:
  *
  * - `raw` is `jsonb` (the served object, for SQL and BI tools: `raw->>'status'`), and `raw_text`
  *   keeps it byte for byte as served (`JSON.stringify` of the API's object): the engine compares,
@@ -33,6 +34,7 @@ import { migrateLockKey } from './locks.js';
 import { RUNS_DDL } from './runs.js';
 import { LEDGER_DDL } from './export-ledger.js';
 import { STATUS_DDL } from './status.js';
+import { ERASURES_DDL } from './erasures.js';
 
 /** One migration: its statements for the mirror in `schema` (one simple query, several statements). */
 export type PgMigration = (schema: string) => string;
@@ -162,10 +164,14 @@ export function coreTablesDdl(schema: string): string {
 /**
  * The migrations, applied in order; `schema_version.version` holds how many have run. Append new
  * ones; never edit a released one. Version 1 is SQLite's schema version 8 as a whole (a PostgreSQL
- * mirror never had the earlier ones).
+ * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures).
  */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   (schema) => [coreTablesDdl(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema)].join(';\n'),
+  // 2: erasures (issue 26, the mirror side; SQLite's version 9). A redacted record is a marker
+  // (src/store/redaction.ts); the STORED generated message columns read NULL for it, and none of
+  // them (nor messages.raw, conversations.raw_text) is NOT NULL, so no constraint changes.
+  (schema) => ERASURES_DDL(schema).join(';\n'),
 ];
 
 /** The schema version this code writes and reads. */

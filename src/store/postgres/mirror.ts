@@ -7,7 +7,9 @@
  * - `conversations.ts`, `messages.ts`, `change-log.ts`: the mirror's rows and the change log (seqs
  *   in commit order, no gap: see change-log.ts);
  * - `runs.ts`, `export-ledger.ts`, `status.ts`, `audit.ts`: runs, the export ledger (a fenced
- *   chain head), `status` and `verify --deep` reads.
+ *   chain head), `status` and `verify --deep` reads;
+ * - `erasures.ts`: erasures and the redaction of their subjects (the account's erasure gate every
+ *   transaction writing its records takes: see that file).
  *
  * Every write method is one transaction, like the SQLite engine's: a message page is the upsert,
  * its change-log rows and the checkpoint, or nothing. The transaction runner
@@ -35,6 +37,9 @@ import type {
   ConversationFilter,
   ConversationListing,
   CrawlState,
+  ErasureRequest,
+  ErasureResult,
+  ErasureRow,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -57,7 +62,9 @@ import { ChangeBuffer, ChangeLog } from './change-log.js';
 import { checkConnection, checkout, createPool, translateError, type DatabaseStep } from './connect.js';
 import { Conversations } from './conversations.js';
 import { qualify } from './db.js';
-import { conversationLockKey, listingLockKey } from './locks.js';
+import { conversationLockKey, erasureGateKey, listingLockKey } from './locks.js';
+import { Erasures } from './erasures.js';
+import { checkErasureRequest, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
 import { Messages } from './messages.js';
 import { checkSchemaState, CreateSchemaFailed, migrate, PG_SCHEMA_VERSION, readSchemaVersion } from './migrations.js';
 import { Runs } from './runs.js';
@@ -170,6 +177,7 @@ export class PostgresMirror implements Mirror {
   private readonly ledger: ExportLedger;
   private readonly status: MirrorStatus;
   private readonly audit: AuditReads;
+  private readonly erasures_: Erasures;
 
   private constructor(target: PostgresTarget, pool: pg.Pool, lockPool: pg.Pool, opts: PostgresMirrorOptions, migrated: number, owner: OwnerLock | undefined) {
     this.target = target;
@@ -192,6 +200,7 @@ export class PostgresMirror implements Mirror {
     this.ledger = new ExportLedger(schema);
     this.status = new MirrorStatus(schema);
     this.audit = new AuditReads(schema);
+    this.erasures_ = new Erasures(schema);
   }
 
   /**
@@ -277,14 +286,21 @@ export class PostgresMirror implements Mirror {
    * the WAL is flushed in order, makes every earlier commit durable too. Export batch plans and
    * recorded publications are durable: no seq in a published file can be lost and handed out
    * again.
+   *
+   * `gate` takes the erasure gate of an account (src/store/postgres/erasures.ts) in the same round
+   * trip as BEGIN, before `f` reads anything: shared for a transaction that writes the account's
+   * message or conversation records, exclusive for an erasure.
    */
-  private tx<T>(f: (c: pg.PoolClient, buf: ChangeBuffer) => Promise<T>, durability: 'group' | 'durable' = 'group'): Promise<T> {
+  private tx<T>(f: (c: pg.PoolClient, buf: ChangeBuffer) => Promise<T>, durability: 'group' | 'durable' = 'group', gate?: { accountId: string; exclusive?: boolean }): Promise<T> {
+    const begin = durability === 'durable' ? 'BEGIN' : 'BEGIN; SET LOCAL synchronous_commit TO OFF';
+    // The key is a decimal integer this process computed: safe as a literal.
+    const lock = gate ? `; SELECT pg_advisory_xact_lock${gate.exclusive ? '' : '_shared'}((${erasureGateKey(this.schema, gate.accountId)})::bigint)` : '';
     return this.write(async () => {
       for (let attempt = 1; ; attempt++) {
         const client = await checkout(this.pool);
         let broken: Error | undefined;
         try {
-          await client.query(durability === 'durable' ? 'BEGIN' : 'BEGIN; SET LOCAL synchronous_commit TO OFF');
+          await client.query(begin + lock);
           const buf = new ChangeBuffer();
           const result = await f(client, buf);
           const seqs = await this.changes.flush(client, buf);
@@ -520,7 +536,14 @@ export class PostgresMirror implements Mirror {
 
   /** Upserts one page of the conversation list in one transaction (see the interface). */
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): Promise<WriteCounts> {
-    return this.tx((c, buf) => this.conversations.upsertPage(c, buf, accountId, page, runId, this.now()));
+    return this.tx(
+      async (c, buf) => {
+        const erased = await this.erasures_.conversationsInForce(c, accountId, page.data.map((conv) => conv.id));
+        return this.conversations.upsertPage(c, buf, accountId, redactConversationsPage(page, erased), runId, this.now());
+      },
+      'group',
+      { accountId },
+    );
   }
 
   /** Forgets the change signal a conversation was last crawled at. */
@@ -558,14 +581,18 @@ export class PostgresMirror implements Mirror {
    * (the messages' `delete` changes first).
    */
   tombstoneConversation(accountId: string, conversationId: string, runId: number | null): Promise<{ conversation: boolean; messages: number }> {
-    return this.tx(async (c, buf) => {
-      const now = this.now();
-      await this.conversations.lock(c, accountId, conversationId);
-      const messages = await this.messages.tombstoneLive(c, buf, accountId, conversationId, now, runId);
-      const conversation = await this.conversations.tombstone(c, buf, accountId, conversationId, now, runId);
-      await this.messages.clearCrawl(c, accountId, conversationId);
-      return { conversation, messages };
-    });
+    return this.tx(
+      async (c, buf) => {
+        const now = this.now();
+        await this.conversations.lock(c, accountId, conversationId);
+        const messages = await this.messages.tombstoneLive(c, buf, accountId, conversationId, now, runId);
+        const conversation = await this.conversations.tombstone(c, buf, accountId, conversationId, now, runId);
+        await this.messages.clearCrawl(c, accountId, conversationId);
+        return { conversation, messages };
+      },
+      'group',
+      { accountId },
+    );
   }
 
   // ---------------------------------------------------------------- message crawls
@@ -586,11 +613,17 @@ export class PostgresMirror implements Mirror {
    * superseded versions, the page's ids and the checkpoint.
    */
   commitMessagesPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null): Promise<WriteCounts> {
-    return this.tx(async (c, buf) => {
-      const now = this.now();
-      await this.conversations.ensure(c, buf, accountId, conversationId, now, runId);
-      return this.messages.commitPage(c, buf, accountId, conversationId, page, runId, now);
-    });
+    return this.tx(
+      async (c, buf) => {
+        const now = this.now();
+        // Erasures in force first: an erased message is compared and written as its marker.
+        const inForce = await this.erasures_.inForce(c, accountId, conversationId, pageSenderIds(page));
+        await this.conversations.ensure(c, buf, accountId, conversationId, now, runId, inForce.conversation);
+        return this.messages.commitPage(c, buf, accountId, conversationId, redactMessagesPage(page, inForce), runId, now);
+      },
+      'group',
+      { accountId },
+    );
   }
 
   /**
@@ -599,16 +632,22 @@ export class PostgresMirror implements Mirror {
    * clears the checkpoint.
    */
   completeCrawl(accountId: string, conversationId: string, runId: number | null, changeField?: string): Promise<{ deleted: number; messageCount: number }> {
-    return this.tx(async (c, buf) => {
-      const now = this.now();
-      await this.conversations.lock(c, accountId, conversationId);
-      const deleted = await this.messages.tombstoneUnseen(c, buf, accountId, conversationId, now, runId);
-      const messageCount = await this.messages.seenCount(c, accountId, conversationId);
-      await this.conversations.ensure(c, buf, accountId, conversationId, now, runId);
-      await this.conversations.finishCrawl(c, accountId, conversationId, messageCount, now, changeField);
-      await this.messages.clearCrawl(c, accountId, conversationId);
-      return { deleted, messageCount };
-    });
+    return this.tx(
+      async (c, buf) => {
+        const now = this.now();
+        const prev = await this.conversations.lock(c, accountId, conversationId);
+        const deleted = await this.messages.tombstoneUnseen(c, buf, accountId, conversationId, now, runId);
+        const messageCount = await this.messages.seenCount(c, accountId, conversationId);
+        // Only a missing or tombstoned conversation gets a row here: its stand-in may be erased.
+        const erasure = prev && prev.deleted_at === null ? undefined : (await this.erasures_.inForce(c, accountId, conversationId, [])).conversation;
+        await this.conversations.ensure(c, buf, accountId, conversationId, now, runId, erasure);
+        await this.conversations.finishCrawl(c, accountId, conversationId, messageCount, now, changeField);
+        await this.messages.clearCrawl(c, accountId, conversationId);
+        return { deleted, messageCount };
+      },
+      'group',
+      { accountId },
+    );
   }
 
   // ---------------------------------------------------------------- incremental sync
@@ -735,6 +774,33 @@ export class PostgresMirror implements Mirror {
   /** Published files and lines in all, and whether any batch was ever published. */
   exportTotals(): Promise<{ files: number; lines: number; everPublished: boolean }> {
     return this.guard(() => this.ledger.totals(this.pool));
+  }
+
+  // ---------------------------------------------------------------- erasure
+
+  /**
+   * Erases a subject (see `Mirror.eraseSubject`): one durable transaction holding the account's
+   * erasure gate exclusive (every page, listing page, tombstone and crawl completion of the
+   * account waits, and those in flight are waited for) and `export_state`'s row (no batch is
+   * planned meanwhile): see src/store/postgres/erasures.ts. A dry run reads one snapshot, locks
+   * nothing and writes nothing (it works on a read-only open too).
+   */
+  async eraseSubject(request: ErasureRequest): Promise<ErasureResult> {
+    checkErasureRequest(request);
+    if (request.dryRun === true) return this.snapshot((c) => this.erasures_.erase(c, request, this.now(), true));
+    return this.tx((c) => this.erasures_.erase(c, request, this.now(), false), 'durable', { accountId: request.accountId, exclusive: true });
+  }
+
+  /** Every `erasures` row, oldest first. */
+  erasures(): Promise<ErasureRow[]> {
+    return this.guard(() => this.erasures_.list(this.pool));
+  }
+
+  /** Records that the archive step finished an erasure (see the interface); one statement. */
+  async recordErasureArchived(erasureId: number, doneAt: string): Promise<boolean> {
+    const set = await this.write(() => this.erasures_.setArchived(this.pool, erasureId, doneAt));
+    if (set === undefined) throw new StoreError(`no erasure ${erasureId} in the mirror ${this.location}`, { erasure_id: erasureId, target: this.location }, undefined, 'ERASURE_UNKNOWN');
+    return set;
   }
 
   // ---------------------------------------------------------------- audit (verify --deep)

@@ -6,6 +6,7 @@ import { StoreError } from '../../errors.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
+import { REDACTED_MARK } from '../redaction.js';
 
 /** A row count `status` shows (the SQLite engine's names, in its order). */
 export const COUNT_NAMES = [
@@ -22,6 +23,9 @@ export const COUNT_NAMES = [
   'ledger_records',
   'checkpoints',
   'runs',
+  'erasures',
+  'messages_erased',
+  'conversations_erased',
 ] as const;
 /** A row count `status` shows. */
 export type CountName = (typeof COUNT_NAMES)[number];
@@ -56,6 +60,10 @@ const COUNTS = (t: (table: string) => string): Record<CountName, string> => {
     ledger_records: `SELECT count(*) FROM ${t('ledger')}`,
     checkpoints: `SELECT count(*) FROM ${t('checkpoints')}`,
     runs: `SELECT count(*) FROM ${t('runs')}`,
+    erasures: `SELECT count(*) FROM ${t('erasures')}`,
+    // Rows whose record is a redaction marker (src/store/redaction.ts), tombstoned ones too.
+    messages_erased: `SELECT count(*) FROM ${t('messages')} WHERE strpos(raw_text, '${REDACTED_MARK}') > 0`,
+    conversations_erased: `SELECT count(*) FROM ${t('conversations')} WHERE strpos(raw_text, '${REDACTED_MARK}') > 0`,
   };
 };
 

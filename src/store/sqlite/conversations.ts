@@ -8,6 +8,7 @@ import type { Db, Statement } from './sqlite.js';
 import type { Conversation, Page } from '../../api/schemas.js';
 import type { ChangeLog } from './change-log.js';
 import { signalOf, zeroCounts } from '../values.js';
+import { REDACTED_MARK, redactedConversation } from '../redaction.js';
 import type { ChangeOp, ConversationFilter, ConversationListing, ConversationSummary, CrawlState, WriteCounts } from '../types.js';
 
 type Key = [accountId: string, id: string];
@@ -36,7 +37,9 @@ interface ListRow {
   updated_at: string | number | null;
   last_synced_at: string | null;
   deleted_at: string | null;
-  messages: number;
+  /** `[live messages, of which redacted]` (JSON): one search of the messages for both. */
+  messages: string;
+  erased: number;
 }
 
 /**
@@ -47,7 +50,7 @@ interface ListRow {
  */
 const MATCHING_SQL = `
   WITH served AS (
-    SELECT account_id, id, deleted_at, last_synced_at,
+    SELECT account_id, id, deleted_at, last_synced_at, coalesce(instr(raw, '${REDACTED_MARK}') > 0, 0) AS erased,
       json_extract(raw, '$.status') AS status,
       coalesce(json_extract(raw, '$.updated_at'), json_extract(raw, '$.last_activity_at'), json_extract(raw, '$.last_message_at')) AS updated_at
     FROM conversations
@@ -63,16 +66,19 @@ const MATCHING_SQL = `
 
 /**
  * One page of {@link MATCHING_SQL}, newest update first (no readable time last, then by account
- * and id), `@limit` rows (-1 = all), each with its live message count: one statement, whose
- * correlated count is a search of the messages' primary key index per listed row (never a scan of
- * `messages`); the page is materialized first, so only listed rows are counted.
+ * and id), `@limit` rows (-1 = all), each with its live message count and how many of those an
+ * erasure redacted (`messages`: the JSON pair `[live, redacted]`): one statement, whose correlated
+ * count is one search of the messages' primary key index per listed row (never a scan of
+ * `messages`); the page is materialized first, so only listed rows are counted. A row is redacted
+ * when its record holds {@link REDACTED_MARK}.
  */
 export const LIST_CONVERSATIONS_SQL = `${MATCHING_SQL},
   page AS MATERIALIZED (
     SELECT * FROM matching ORDER BY updated_s DESC NULLS LAST, account_id, id LIMIT @limit
   )
-  SELECT p.account_id, p.id, p.status, p.updated_at, p.last_synced_at, p.deleted_at,
-    (SELECT count(*) FROM messages m WHERE m.account_id = p.account_id AND m.conversation_id = p.id AND m.deleted_at IS NULL) AS messages
+  SELECT p.account_id, p.id, p.status, p.updated_at, p.last_synced_at, p.deleted_at, p.erased,
+    (SELECT json_array(count(*), total(instr(m.raw, '${REDACTED_MARK}') > 0))
+     FROM messages m WHERE m.account_id = p.account_id AND m.conversation_id = p.id AND m.deleted_at IS NULL) AS messages
   FROM page p
   ORDER BY p.updated_s DESC NULLS LAST, p.account_id, p.id`;
 
@@ -158,11 +164,14 @@ export class Conversations {
    * know) with an `insert` change; the next listing replaces it with the object as served (an
    * `update`). A tombstoned one is revived with an `insert` change carrying its last known `raw`,
    * and its crawl baseline (`message_count`, `crawled_signal`) is cleared. Call inside a transaction.
+   *
+   * @param erasure - the erasure covering the conversation, if any: a stand-in is then its
+   *   redaction marker (`{"id": ..., "redacted": {"erasure": N}}`) instead
    */
-  ensure(accountId: string, conversationId: string, now: string, runId: number | null): void {
+  ensure(accountId: string, conversationId: string, now: string, runId: number | null, erasure?: number): void {
     const prev = this.get.get(accountId, conversationId);
     if (prev && prev.deleted_at === null) return;
-    const standIn = JSON.stringify({ id: conversationId });
+    const standIn = erasure === undefined ? JSON.stringify({ id: conversationId }) : redactedConversation(conversationId, erasure);
     if (prev) {
       this.revive.run(now, accountId, conversationId);
       this.logChange('insert', accountId, conversationId, now, runId, prev.raw ?? standIn);
@@ -253,17 +262,20 @@ export class Conversations {
       since: filter.sinceMs === undefined ? null : filter.sinceMs / 1000,
       deleted: filter.includeDeleted ? 1 : 0,
     };
-    const rows = this.listPage.all({ ...params, limit: limit ?? -1 }).map(
-      (r): ConversationSummary => ({
+    const rows = this.listPage.all({ ...params, limit: limit ?? -1 }).map((r): ConversationSummary => {
+      const [messages, erasedMessages] = JSON.parse(r.messages) as [number, number];
+      return {
         accountId: r.account_id,
         id: r.id,
         status: asText(r.status),
         updatedAt: asText(r.updated_at),
-        messages: r.messages,
+        messages,
+        erasedMessages,
+        erased: r.erased !== 0,
         lastSyncedAt: r.last_synced_at,
         deletedAt: r.deleted_at,
-      }),
-    );
+      };
+    });
     return { rows, total: this.listCount.get(params)?.n ?? 0 };
   }
 }

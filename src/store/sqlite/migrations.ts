@@ -309,4 +309,27 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE change_log_v8 RENAME TO change_log;
   CREATE INDEX change_log_by_run ON change_log (run_id);
   `,
+  /* 9: erasures (issue 26, the mirror side). One row per erasure asked of the mirror: whose data
+        (a sender of an account, or a conversation), why, when, what the mirror redacted, and what
+        the archive step must rewrite (every published line at or below published_through_seq).
+        A redacted record is a marker (src/store/redaction.ts); the derived message columns read
+        NULL for it, and none of them is NOT NULL since version 8, so no constraint changes. Pages
+        committed later look their erasures up by (account_id, kind, subject). */ `
+  CREATE TABLE erasures (
+    id                    INTEGER PRIMARY KEY,  -- ascending from 1 (rows are never deleted)
+    kind                  TEXT NOT NULL CHECK (kind IN ('sender', 'conversation')),
+    account_id            TEXT NOT NULL,
+    subject               TEXT NOT NULL,        -- the sender id or the conversation id
+    reason                TEXT NOT NULL CHECK (length(trim(reason)) > 0),
+    requested_at          TEXT NOT NULL,        -- ISO 8601 UTC, the mirror's clock
+    messages              INTEGER NOT NULL,     -- messages rows redacted
+    history               INTEGER NOT NULL,     -- message_history rows redacted
+    pending_changes       INTEGER NOT NULL,     -- unpublished change payloads redacted
+    conversations         INTEGER NOT NULL,     -- conversations rows redacted (0 or 1)
+    published_lines       INTEGER NOT NULL,     -- change-log lines at or below published_through_seq that concern the subject
+    published_through_seq INTEGER NOT NULL,     -- every line at or below it may be published: the archive step rewrites them
+    archive_done_at       TEXT                  -- when the archive step finished; NULL until then
+  );
+  CREATE INDEX erasures_by_subject ON erasures (account_id, kind, subject);
+  `,
 ];

@@ -6,7 +6,8 @@
  * - `open.ts` / `files.ts`: the writer's open and the read-only strategies, file fingerprints and
  *   private copies;
  * - `conversations.ts`, `messages.ts` (message pages, checkpoints, crawl pages, tombstones),
- *   `runs.ts`, `export-ledger.ts` (batches, files, watermark), `change-log.ts`, `status.ts`.
+ *   `runs.ts`, `export-ledger.ts` (batches, files, watermark), `change-log.ts`, `status.ts`,
+ *   `erasures.ts` (erasures and the redaction of their subjects: src/store/redaction.ts).
  *
  * better-sqlite3 in WAL mode. Pages commit with `synchronous=NORMAL` (group commit: a power cut may
  * take the last few commits back, each whole, and the crawl re-reads them); every export batch plan
@@ -37,11 +38,16 @@ import { Runs } from './runs.js';
 import { ExportLedger } from './export-ledger.js';
 import { MirrorStatus } from './status.js';
 import { AuditReads } from './audit.js';
+import { Erasures } from './erasures.js';
+import { checkErasureRequest, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
 import type {
   Checkpoint,
   ConversationFilter,
   ConversationListing,
   CrawlState,
+  ErasureRequest,
+  ErasureResult,
+  ErasureRow,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -101,6 +107,7 @@ export class SqliteMirror implements Mirror {
   private readonly ledger: ExportLedger;
   private readonly status: MirrorStatus;
   private readonly audit: AuditReads;
+  private readonly erasures_: Erasures;
 
   /** See {@link MirrorOptions.onPlanCommit}. */
   private readonly onPlanCommit: ((synchronous: number) => void) | undefined;
@@ -124,6 +131,7 @@ export class SqliteMirror implements Mirror {
     this.ledger = new ExportLedger(c.db);
     this.status = new MirrorStatus(c.db);
     this.audit = new AuditReads(c.db);
+    this.erasures_ = new Erasures(c.db);
   }
 
   /**
@@ -269,7 +277,12 @@ export class SqliteMirror implements Mirror {
   async upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): Promise<WriteCounts> {
     return this.write(() => {
       const now = this.now();
-      return this.db.transaction(() => this.conversations.upsertPage(accountId, page, runId, now)).immediate();
+      return this.db
+        .transaction(() => {
+          const erased = this.erasures_.conversationsInForce(accountId, page.data.map((c) => c.id));
+          return this.conversations.upsertPage(accountId, redactConversationsPage(page, erased), runId, now);
+        })
+        .immediate();
     });
   }
 
@@ -326,8 +339,10 @@ export class SqliteMirror implements Mirror {
       const now = this.now();
       return this.db
         .transaction(() => {
-          this.conversations.ensure(accountId, conversationId, now, runId);
-          return this.messages.commitPage(accountId, conversationId, page, runId, now);
+          // Erasures in force first: an erased message is compared and written as its marker.
+          const inForce = this.erasures_.inForce(accountId, conversationId, pageSenderIds(page));
+          this.conversations.ensure(accountId, conversationId, now, runId, inForce.conversation);
+          return this.messages.commitPage(accountId, conversationId, redactMessagesPage(page, inForce), runId, now);
         })
         .immediate();
     });
@@ -340,7 +355,7 @@ export class SqliteMirror implements Mirror {
         .transaction(() => {
           const deleted = this.messages.tombstoneUnseen(accountId, conversationId, now, runId);
           const messageCount = this.messages.seenCount(accountId, conversationId);
-          this.conversations.ensure(accountId, conversationId, now, runId);
+          this.conversations.ensure(accountId, conversationId, now, runId, this.erasures_.inForce(accountId, conversationId, []).conversation);
           this.conversations.finishCrawl(accountId, conversationId, messageCount, now, changeField);
           this.messages.clearCrawl(accountId, conversationId);
           return { deleted, messageCount };
@@ -466,6 +481,42 @@ export class SqliteMirror implements Mirror {
 
   async exportTotals(): Promise<{ files: number; lines: number; everPublished: boolean }> {
     return this.guard(() => this.ledger.totals());
+  }
+
+  // ---------------------------------------------------------------- erasure
+
+  /**
+   * Erases a subject (see `Mirror.eraseSubject`): one immediate transaction with SQLite's
+   * `secure_delete` on (the bytes of the records replaced are zeroed in their pages, freed pages
+   * too), then a `wal_checkpoint(TRUNCATE)` (best effort: readers may keep old frames in the WAL
+   * until the next checkpoint). A dry run reads in one deferred transaction and writes nothing
+   * (it works on a read-only mirror too).
+   */
+  async eraseSubject(request: ErasureRequest): Promise<ErasureResult> {
+    checkErasureRequest(request);
+    const now = this.now();
+    if (request.dryRun === true) return this.guard(() => this.db.transaction(() => this.erasures_.erase(request, now, true)).deferred());
+    const result = this.write(() => {
+      const before = this.db.pragma('secure_delete', { simple: true }) as number;
+      this.db.pragma('secure_delete = ON');
+      try {
+        return this.db.transaction(() => this.erasures_.erase(request, now, false)).immediate();
+      } finally {
+        this.db.pragma(`secure_delete = ${before === 0 ? 'OFF' : before === 1 ? 'ON' : 'FAST'}`);
+      }
+    });
+    this.write(() => this.db.pragma('wal_checkpoint(TRUNCATE)'));
+    return result;
+  }
+
+  async erasures(): Promise<ErasureRow[]> {
+    return this.guard(() => this.erasures_.all());
+  }
+
+  async recordErasureArchived(erasureId: number, doneAt: string): Promise<boolean> {
+    const set = this.write(() => this.erasures_.setArchived(erasureId, doneAt));
+    if (set === undefined) throw new StoreError(`no erasure ${erasureId} in the mirror ${this.file}`, { erasure_id: erasureId, file: this.file }, undefined, 'ERASURE_UNKNOWN');
+    return set;
   }
 
   // ---------------------------------------------------------------- audit (verify --deep)

@@ -2,6 +2,7 @@
  * What `status` and the manifest ask of the mirror as a whole: its id and its row counts.
  */
 import type { Db, Statement } from './sqlite.js';
+import { REDACTED_MARK } from '../redaction.js';
 
 /** The row counts `status` shows, each one query. */
 const COUNTS = {
@@ -19,6 +20,10 @@ const COUNTS = {
   ledger_records: `SELECT count(*) AS n FROM ledger`,
   checkpoints: `SELECT count(*) AS n FROM checkpoints`,
   runs: `SELECT count(*) AS n FROM runs`,
+  erasures: `SELECT count(*) AS n FROM erasures`,
+  // Rows whose record is a redaction marker (src/store/redaction.ts), tombstoned ones too.
+  messages_erased: `SELECT count(*) AS n FROM messages WHERE instr(raw, '${REDACTED_MARK}') > 0`,
+  conversations_erased: `SELECT count(*) AS n FROM conversations WHERE instr(raw, '${REDACTED_MARK}') > 0`,
 } as const;
 
 /** A row count `status` shows. */

@@ -1,0 +1,233 @@
+/**
+ * The redaction marker of an erasure (issue 26: GDPR Art. 17, CCPA deletion), the mirror side:
+ * pure functions over the records both engines keep, no SQL, no driver. What a redacted record
+ * is, byte for byte, is decided here and only here; the engines (src/store/sqlite/erasures.ts,
+ * src/store/postgres/erasures.ts) find the rows and write what these functions return.
+ *
+ * A redacted message keeps its key (account, conversation, id), its position and its times; its
+ * record (`raw`, a `message_history` version, an unpublished change payload) becomes exactly
+ *
+ * ```json
+ * {"id":"<id>","created_at":"<created_at>","redacted":{"erasure":<erasure id>}}
+ * ```
+ *
+ * (`content`, `visibility`, the whole `sender`, `attachments` and every other served field gone).
+ * A redacted conversation's record becomes `{"id":"<id>","redacted":{"erasure":<erasure id>}}`
+ * (the spec shows no field of a conversation, so nothing else is kept). The derived columns of a
+ * redacted message (content, visibility, sender_id, sender_name, sender_type, attachments) read
+ * NULL; `created_at` is kept.
+ */
+import type { Conversation, Message, Page } from '../api/schemas.js';
+import { StoreError } from '../errors.js';
+import type { ErasureKind, ErasureRequest } from './types.js';
+
+/**
+ * Text every redacted record holds and no served record does in practice (a served string holding
+ * it is JSON-escaped: `\"redacted\"`): the cheap SQL test (`instr`, `strpos`) of "this row is
+ * redacted" for counts and listings. {@link redactionOf} is the exact test.
+ */
+export const REDACTED_MARK = '"redacted":{"erasure":';
+
+/** The keys of a redacted message's record, in their written order. */
+const MESSAGE_MARKER_KEYS = ['id', 'created_at', 'redacted'];
+/** The keys of a redacted conversation's record, in their written order. */
+const CONVERSATION_MARKER_KEYS = ['id', 'redacted'];
+
+/** A whole number an erasure id can be (>= 1). */
+const isErasureId = (n: unknown): n is number => typeof n === 'number' && Number.isSafeInteger(n) && n >= 1;
+
+/**
+ * The redacted form of a message (see the module comment) as an object, whose `JSON.stringify` is
+ * {@link redactedMessage}'s text.
+ *
+ * @param message - the message as served (its object), or any version of it: only `id` and
+ *   `created_at` are read (`created_at` is kept when it is a string, else null)
+ * @param erasureId - the `erasures.id` that redacts it
+ * @param fallbackId - the id kept when `message` has no string `id` (its key in the mirror)
+ */
+export function messageMarker(message: Record<string, unknown>, erasureId: number, fallbackId?: string): Record<string, unknown> {
+  const createdAt = typeof message.created_at === 'string' ? message.created_at : null;
+  const id = typeof message.id === 'string' ? message.id : (fallbackId ?? null);
+  return { id, created_at: createdAt, redacted: { erasure: erasureId } };
+}
+
+/**
+ * The redacted record of a message, as JSON text (see the module comment).
+ *
+ * @param record - the message's record as stored (JSON text of the served object, of a superseded
+ *   version, of a change payload; a legacy export line of a message carries `id` and `created_at`
+ *   too)
+ * @param erasureId - the `erasures.id` that redacts it
+ * @param fallbackId - the id kept when the record has none (or is not JSON): the message's key
+ */
+export function redactedMessage(record: string, erasureId: number, fallbackId?: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(record);
+  } catch {
+    parsed = {};
+  }
+  return JSON.stringify(messageMarker(asObject(parsed), erasureId, fallbackId));
+}
+
+/** The redacted form of a conversation as an object: `{id, redacted: {erasure}}`. */
+export function conversationMarker(conversationId: string, erasureId: number): Record<string, unknown> {
+  return { id: conversationId, redacted: { erasure: erasureId } };
+}
+
+/** The redacted record of a conversation, as JSON text: `{"id":…,"redacted":{"erasure":N}}`. */
+export function redactedConversation(conversationId: string, erasureId: number): string {
+  return JSON.stringify(conversationMarker(conversationId, erasureId));
+}
+
+/**
+ * The erasure a stored record was redacted by; undefined for a record that is not a redaction
+ * marker (exactly the keys of one, in their order, with a whole `redacted.erasure` >= 1). Never
+ * throws: text that is not JSON is no marker.
+ */
+export function redactionOf(record: string | null): number | undefined {
+  if (record === null || !record.includes(REDACTED_MARK)) return undefined;
+  let v: unknown;
+  try {
+    v = JSON.parse(record);
+  } catch {
+    return undefined;
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return undefined;
+  const keys = Object.keys(v);
+  const shape = keys.length === 3 ? MESSAGE_MARKER_KEYS : CONVERSATION_MARKER_KEYS;
+  if (keys.length !== shape.length || keys.some((k, i) => k !== shape[i])) return undefined;
+  const redacted = (v as { redacted: unknown }).redacted;
+  if (typeof redacted !== 'object' || redacted === null || Object.keys(redacted).join() !== 'erasure') return undefined;
+  const id = (redacted as { erasure: unknown }).erasure;
+  return isErasureId(id) ? id : undefined;
+}
+
+/**
+ * The text a record naming sender `senderId` holds (its JSON string, quotes included): a cheap SQL
+ * prefilter (`instr`, `strpos`) of the rows {@link namesSender} then decides on.
+ */
+export const senderNeedle = (senderId: string): string => JSON.stringify(senderId);
+
+/**
+ * Whether a stored record (a message, a superseded version, a change payload, a legacy export
+ * line of a message) names `senderId` as its sender (`sender.id`). Never throws.
+ */
+export function namesSender(record: string | null, senderId: string): boolean {
+  if (record === null) return false;
+  try {
+    const sender = (asObject(JSON.parse(record)) as { sender?: unknown }).sender;
+    return typeof sender === 'object' && sender !== null && (sender as { id?: unknown }).id === senderId;
+  } catch {
+    return false;
+  }
+}
+
+/** `v` when it is a JSON object, else an empty one. */
+function asObject(v: unknown): Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+}
+
+/**
+ * Checks an erasure request before anything is read.
+ *
+ * @throws {@link StoreError} with code `ERASURE_INVALID` when `kind` is neither `sender` nor
+ *   `conversation`, or `accountId`, `subject` or `reason` is empty (blank)
+ */
+export function checkErasureRequest(r: ErasureRequest): void {
+  const bad = (why: string) => new StoreError(`erasure refused: ${why}`, { kind: r.kind, account_id: r.accountId }, undefined, 'ERASURE_INVALID');
+  if (r.kind !== 'sender' && r.kind !== 'conversation') throw bad(`kind must be 'sender' or 'conversation', got ${JSON.stringify(r.kind)}`);
+  if (typeof r.accountId !== 'string' || r.accountId === '') throw bad('the account id is empty');
+  if (typeof r.subject !== 'string' || r.subject.trim() === '') throw bad(`the ${r.kind} id is empty`);
+  if (typeof r.reason !== 'string' || r.reason.trim() === '') throw bad('a reason (e.g. the ticket reference) is required');
+}
+
+/**
+ * The erasures in force for one page of one conversation: the lowest erasure id covering the
+ * conversation (kind `conversation`), and per sender id the lowest covering it (kind `sender`).
+ * The lowest is the one that redacted a record first, so a record served again comes out as the
+ * mirror already holds it.
+ */
+export interface ErasuresInForce {
+  conversation: number | undefined;
+  senders: ReadonlyMap<string, number>;
+}
+
+/**
+ * Folds `(kind, subject, id)` rows of `erasures` into {@link ErasuresInForce} for the
+ * conversation `conversationId` (the lowest id per subject wins).
+ */
+export function erasuresInForce(conversationId: string, rows: readonly { kind: ErasureKind; subject: string; id: number }[]): ErasuresInForce {
+  let conversation: number | undefined;
+  const senders = new Map<string, number>();
+  for (const r of rows) {
+    const id = Number(r.id);
+    if (r.kind === 'conversation' && r.subject === conversationId) conversation = Math.min(conversation ?? id, id);
+    else if (r.kind === 'sender') senders.set(r.subject, Math.min(senders.get(r.subject) ?? id, id));
+  }
+  return { conversation, senders };
+}
+
+/** The distinct sender ids (`sender.id`, strings) of a page's served messages. */
+export function pageSenderIds(page: Page<Message>): string[] {
+  const out = new Set<string>();
+  for (const obj of page.raw) {
+    const sender = obj.sender;
+    const id = typeof sender === 'object' && sender !== null ? (sender as { id?: unknown }).id : undefined;
+    if (typeof id === 'string') out.add(id);
+  }
+  return [...out];
+}
+
+/**
+ * A message page as the mirror must store it: each served message an erasure covers (its
+ * conversation, or its sender, in `inForce`) replaced in `raw` by its marker
+ * ({@link messageMarker}, with the lowest covering erasure id); the page itself when none is. The
+ * page's `data` (ids, order) and `meta` are kept: only `raw` is written.
+ */
+export function redactMessagesPage(page: Page<Message>, inForce: ErasuresInForce): Page<Message> {
+  if (inForce.conversation === undefined && inForce.senders.size === 0) return page;
+  let changed = false;
+  const raw = page.raw.map((obj) => {
+    const sender = obj.sender;
+    const senderId = typeof sender === 'object' && sender !== null ? (sender as { id?: unknown }).id : undefined;
+    const bySender = typeof senderId === 'string' ? inForce.senders.get(senderId) : undefined;
+    const ids = [inForce.conversation, bySender].filter((n): n is number => n !== undefined);
+    if (ids.length === 0) return obj;
+    changed = true;
+    return messageMarker(obj, Math.min(...ids));
+  });
+  return changed ? { ...page, raw } : page;
+}
+
+/**
+ * A listing page as the mirror must store it: each conversation an erasure covers (`byId`:
+ * conversation id → the lowest erasure id) replaced in `raw` by its marker
+ * ({@link conversationMarker}); the page itself when none is.
+ */
+export function redactConversationsPage(page: Page<Conversation>, byId: ReadonlyMap<string, number>): Page<Conversation> {
+  if (byId.size === 0) return page;
+  let changed = false;
+  const raw = page.raw.map((obj, i) => {
+    const id = page.data[i]!.id;
+    const erasure = byId.get(id);
+    if (erasure === undefined) return obj;
+    changed = true;
+    return conversationMarker(id, erasure);
+  });
+  return changed ? { ...page, raw } : page;
+}
+
+/** A message's key within an account, as one string (NUL never occurs in the ids it joins). */
+export const messageKey = (conversationId: string, id: string): string => `${conversationId}\0${id}`;
+
+/**
+ * Whether a stored message record belongs to the sender erased again: it names `senderId`
+ * ({@link namesSender}), or it is the marker of one of the `earlier` erasures of the same sender
+ * (so erasing a sender again finds the messages, and the published lines, of the first time).
+ */
+export function belongsToSender(record: string | null, senderId: string, earlier: ReadonlySet<number>): boolean {
+  if (namesSender(record, senderId)) return true;
+  const by = earlier.size > 0 ? redactionOf(record) : undefined;
+  return by !== undefined && earlier.has(by);
+}

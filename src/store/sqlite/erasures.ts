@@ -1,0 +1,268 @@
+/**
+ * Erasures (issue 26, the mirror side): the `erasures` table, the redaction of a subject's rows
+ * (`messages`, `message_history`, unpublished `change_payloads`, a conversation's own row), and the
+ * erasures in force that a page committed later applies as it arrives. What a redacted record is
+ * belongs to src/store/redaction.ts; this group finds the rows and writes it. Methods that change
+ * rows expect to run inside the caller's transaction; none opens one itself. No change-log row is
+ * ever appended here.
+ */
+import type { Db, Statement } from './sqlite.js';
+import {
+  belongsToSender,
+  erasuresInForce,
+  messageKey,
+  namesSender,
+  REDACTED_MARK,
+  redactedConversation,
+  redactedMessage,
+  redactionOf,
+  senderNeedle,
+  type ErasuresInForce,
+} from '../redaction.js';
+import type { ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow } from '../types.js';
+
+/** A `messages` row as the erasure reads it (by rowid: a key holding a lone surrogate does not read back as stored). */
+interface MessageRow {
+  rowid: number;
+  conversation_id: string;
+  id: string;
+  raw: string;
+}
+/** A `message_history` row as the erasure reads it. */
+interface HistoryRow {
+  rowid: number;
+  id: string;
+  raw: string;
+}
+/** An unpublished change of the account: its keys (the payload is read when it concerns the subject). */
+type PendingKey = [seq: number, stream: string, conversation_id: string, record_id: string, named: number];
+
+/** The `erasures` columns as stored. */
+interface StoredErasure {
+  id: number;
+  kind: ErasureKind;
+  account_id: string;
+  subject: string;
+  reason: string;
+  requested_at: string;
+  messages: number;
+  history: number;
+  pending_changes: number;
+  conversations: number;
+  published_lines: number;
+  published_through_seq: number;
+  archive_done_at: string | null;
+}
+
+/** Maps a stored row to the interface's shape. */
+export const erasureRow = (r: StoredErasure): ErasureRow => ({
+  id: r.id,
+  kind: r.kind,
+  accountId: r.account_id,
+  subject: r.subject,
+  reason: r.reason,
+  requestedAt: r.requested_at,
+  messages: r.messages,
+  history: r.history,
+  pendingChanges: r.pending_changes,
+  conversations: r.conversations,
+  publishedLines: r.published_lines,
+  publishedThroughSeq: r.published_through_seq,
+  archiveDoneAt: r.archive_done_at,
+});
+
+/** Typed statements and row logic of erasures. */
+export class Erasures {
+  private readonly insert: Statement<[kind: string, accountId: string, subject: string, reason: string, requestedAt: string, publishedThrough: number]>;
+  private readonly setCounts: Statement<[messages: number, history: number, pending: number, conversations: number, published: number, id: number]>;
+  private readonly list: Statement<[], StoredErasure>;
+  private readonly archived: Statement<[doneAt: string, id: number]>;
+  private readonly exists: Statement<[id: number], { archive_done_at: string | null }>;
+  private readonly earlier: Statement<[accountId: string, kind: string, subject: string], { id: number }>;
+  private readonly publishedThrough: Statement<[], { n: number }>;
+  private readonly forPage: Statement<{ account: string; conversation: string; senders: string }, { kind: ErasureKind; subject: string; id: number }>;
+  private readonly forConversations: Statement<[accountId: string, ids: string], { kind: ErasureKind; subject: string; id: number }>;
+  private readonly ofConversationMessages: Statement<[accountId: string, conversationId: string], MessageRow>;
+  private readonly senderCandidates: Statement<[accountId: string, needle: string, mark: string | null], MessageRow>;
+  private readonly messageByKey: Statement<[accountId: string, conversationId: string, id: string], MessageRow>;
+  private readonly senderHistory: Statement<[accountId: string, needle: string], { conversation_id: string; id: string; raw: string }>;
+  private readonly historyOfKey: Statement<[accountId: string, conversationId: string, id: string], HistoryRow>;
+  private readonly historyOfConversation: Statement<[accountId: string, conversationId: string], HistoryRow>;
+  private readonly pendingOfAccount: Statement<[{ after: number; account: string; needle: string | null }], PendingKey>;
+  private readonly pendingOfConversation: Statement<[after: number, accountId: string, conversationId: string], PendingKey>;
+  private readonly payload: Statement<[seq: number], { record: string | null; line: string | null }>;
+  private readonly publishedOfAccount: Statement<[through: number, accountId: string], [conversation_id: string, record_id: string]>;
+  private readonly publishedOfConversation: Statement<[through: number, accountId: string, conversationId: string], { n: number }>;
+  private readonly conversationRaw: Statement<[accountId: string, id: string], { raw: string | null }>;
+  private readonly writeMessage: Statement<[raw: string, rowid: number]>;
+  private readonly writeHistory: Statement<[raw: string, rowid: number]>;
+  private readonly writePayload: Statement<[record: string, seq: number]>;
+  private readonly writeConversation: Statement<[raw: string, accountId: string, id: string]>;
+
+  constructor(db: Db) {
+    this.insert = db.prepare(`INSERT INTO erasures (kind, account_id, subject, reason, requested_at, messages, history, pending_changes, conversations, published_lines, published_through_seq)
+                              VALUES (?, ?, ?, ?, ?, 0, 0, 0, 0, 0, ?)`);
+    this.setCounts = db.prepare(`UPDATE erasures SET messages = ?, history = ?, pending_changes = ?, conversations = ?, published_lines = ? WHERE id = ?`);
+    this.list = db.prepare(`SELECT * FROM erasures ORDER BY id`);
+    this.archived = db.prepare(`UPDATE erasures SET archive_done_at = ? WHERE id = ? AND archive_done_at IS NULL`);
+    this.exists = db.prepare(`SELECT archive_done_at FROM erasures WHERE id = ?`);
+    this.earlier = db.prepare(`SELECT id FROM erasures WHERE account_id = ? AND kind = ? AND subject = ?`);
+    // A planned, unpublished batch may have its files in the export directory already, and its
+    // re-publication must write the same bytes: its range counts as published.
+    this.publishedThrough = db.prepare(
+      `SELECT max((SELECT watermark FROM export_state WHERE id = 1), coalesce((SELECT max(last_seq) FROM export_batches WHERE published_at IS NULL), 0)) AS n`,
+    );
+    this.forPage = db.prepare(
+      `SELECT kind, subject, min(id) AS id FROM erasures
+       WHERE account_id = @account AND ((kind = 'conversation' AND subject = @conversation)
+                                        OR (kind = 'sender' AND subject IN (SELECT value FROM json_each(@senders))))
+       GROUP BY kind, subject`,
+    );
+    this.forConversations = db.prepare(
+      `SELECT kind, subject, min(id) AS id FROM erasures
+       WHERE account_id = ? AND kind = 'conversation' AND subject IN (SELECT value FROM json_each(?)) GROUP BY kind, subject`,
+    );
+    this.ofConversationMessages = db.prepare(`SELECT rowid, conversation_id, id, raw FROM messages WHERE account_id = ? AND conversation_id = ?`);
+    // The rows whose text holds the sender's id, or (erasing again) a marker: decided in JS.
+    this.senderCandidates = db.prepare(`SELECT rowid, conversation_id, id, raw FROM messages WHERE account_id = ? AND (instr(raw, ?) > 0 OR instr(raw, ?) > 0)`);
+    this.messageByKey = db.prepare(`SELECT rowid, conversation_id, id, raw FROM messages WHERE account_id = ? AND conversation_id = ? AND id = ?`);
+    this.senderHistory = db.prepare(`SELECT conversation_id, id, raw FROM message_history WHERE account_id = ? AND instr(raw, ?) > 0`);
+    this.historyOfKey = db.prepare(`SELECT rowid, id, raw FROM message_history WHERE account_id = ? AND conversation_id = ? AND id = ?`);
+    this.historyOfConversation = db.prepare(`SELECT rowid, id, raw FROM message_history WHERE account_id = ? AND conversation_id = ?`);
+    // Above the published range: a range of the change log's primary key.
+    this.pendingOfAccount = db
+      .prepare<[{ after: number; account: string; needle: string | null }], PendingKey>(
+        `SELECT c.seq, c.stream, c.conversation_id, c.record_id, coalesce(instr(coalesce(p.record, p.line), @needle) > 0, 0)
+         FROM change_log c JOIN change_payloads p ON p.seq = c.seq
+         WHERE c.seq > @after AND c.account_id = @account AND c.stream = 'messages' ORDER BY c.seq`,
+      )
+      .raw(true);
+    this.pendingOfConversation = db
+      .prepare<[number, string, string], PendingKey>(
+        `SELECT c.seq, c.stream, c.conversation_id, c.record_id, 0
+         FROM change_log c JOIN change_payloads p ON p.seq = c.seq
+         WHERE c.seq > ? AND c.account_id = ? AND c.conversation_id = ? AND c.stream IN ('messages', 'conversations') ORDER BY c.seq`,
+      )
+      .raw(true);
+    this.payload = db.prepare(`SELECT record, line FROM change_payloads WHERE seq = ?`);
+    this.publishedOfAccount = db
+      .prepare<[number, string], [string, string]>(`SELECT conversation_id, record_id FROM change_log WHERE seq <= ? AND account_id = ? AND stream = 'messages'`)
+      .raw(true);
+    this.publishedOfConversation = db.prepare(
+      `SELECT count(*) AS n FROM change_log WHERE seq <= ? AND account_id = ? AND conversation_id = ? AND stream IN ('messages', 'conversations')`,
+    );
+    this.conversationRaw = db.prepare(`SELECT raw FROM conversations WHERE account_id = ? AND id = ?`);
+    this.writeMessage = db.prepare(`UPDATE messages SET raw = ? WHERE rowid = ?`);
+    this.writeHistory = db.prepare(`UPDATE message_history SET raw = ? WHERE rowid = ?`);
+    this.writePayload = db.prepare(`UPDATE change_payloads SET record = ?, line = NULL WHERE seq = ?`);
+    this.writeConversation = db.prepare(`UPDATE conversations SET raw = ? WHERE account_id = ? AND id = ?`);
+  }
+
+  /**
+   * The erasures in force for a page of messages of one conversation: those of the conversation
+   * and those of the page's senders (one indexed read).
+   */
+  inForce(accountId: string, conversationId: string, senderIds: readonly string[]): ErasuresInForce {
+    return erasuresInForce(conversationId, this.forPage.all({ account: accountId, conversation: conversationId, senders: JSON.stringify(senderIds) }));
+  }
+
+  /** The lowest erasure id of each of `ids` (conversations of the account) that an erasure covers. */
+  conversationsInForce(accountId: string, ids: readonly string[]): Map<string, number> {
+    return new Map(this.forConversations.all(accountId, JSON.stringify(ids)).map((r) => [r.subject, r.id]));
+  }
+
+  /** Every erasure, oldest first. */
+  all(): ErasureRow[] {
+    return this.list.all().map(erasureRow);
+  }
+
+  /**
+   * Sets `archive_done_at` of an erasure when not set yet (see `Mirror.recordErasureArchived`).
+   *
+   * @returns true when set now, false when set before; undefined when there is no such erasure
+   */
+  setArchived(id: number, doneAt: string): boolean | undefined {
+    if (!this.exists.get(id)) return undefined;
+    return this.archived.run(doneAt, id).changes > 0;
+  }
+
+  /**
+   * Erases a subject (see `Mirror.eraseSubject`; the request is checked by the caller). Call inside
+   * an immediate transaction, or a read transaction for a dry run (which writes nothing).
+   *
+   * @param now - the erasure's `requested_at`
+   */
+  erase(req: ErasureRequest, now: string, dryRun: boolean): ErasureResult {
+    const through = this.publishedThrough.get()?.n ?? 0;
+    const erasureId = dryRun ? undefined : Number(this.insert.run(req.kind, req.accountId, req.subject, req.reason, now, through).lastInsertRowid);
+    // A dry run computes the markers with a stand-in id and writes none of them.
+    const id = erasureId ?? 0;
+    const counts: ErasureCounts = { messages: 0, history: 0, pendingChanges: 0, conversations: 0, publishedLines: 0 };
+    const a = req.accountId;
+
+    /** Writes `write(marker)` for a record not redacted yet; returns whether it did (or would). */
+    const redact = (record: string | null, marker: () => string, write: (m: string) => void): boolean => {
+      if (record === null || redactionOf(record) !== undefined) return false;
+      if (!dryRun) write(marker());
+      return true;
+    };
+
+    if (req.kind === 'conversation') {
+      const c = req.subject;
+      for (const r of this.ofConversationMessages.all(a, c)) if (redact(r.raw, () => redactedMessage(r.raw, id, r.id), (m) => this.writeMessage.run(m, r.rowid))) counts.messages++;
+      for (const h of this.historyOfConversation.all(a, c)) if (redact(h.raw, () => redactedMessage(h.raw, id, h.id), (m) => this.writeHistory.run(m, h.rowid))) counts.history++;
+      for (const [seq, stream, , recordId] of this.pendingOfConversation.all(through, a, c)) {
+        const p = this.payload.get(seq);
+        const record = p?.record ?? p?.line ?? null;
+        const marker = () => (stream === 'conversations' ? redactedConversation(c, id) : redactedMessage(record!, id, recordId));
+        if (redact(record, marker, (m) => this.writePayload.run(m, seq))) counts.pendingChanges++;
+      }
+      const conv = this.conversationRaw.get(a, c);
+      if (conv && redact(conv.raw, () => redactedConversation(c, id), (m) => this.writeConversation.run(m, a, c))) counts.conversations++;
+      counts.publishedLines = this.publishedOfConversation.get(through, a, c)?.n ?? 0;
+    } else {
+      const s = req.subject;
+      const needle = senderNeedle(s);
+      const earlier = new Set(this.earlier.all(a, 'sender', s).map((r) => r.id).filter((n) => n !== erasureId));
+      // The subject's messages: every message a version of which (its row, a superseded version,
+      // an unpublished payload) names the sender, and those an earlier erasure of it redacted.
+      const rows = new Map<string, MessageRow>();
+      const keys = new Set<string>();
+      for (const r of this.senderCandidates.all(a, needle, earlier.size > 0 ? REDACTED_MARK : null)) {
+        if (!belongsToSender(r.raw, s, earlier)) continue;
+        const k = messageKey(r.conversation_id, r.id);
+        keys.add(k);
+        rows.set(k, r);
+      }
+      for (const h of this.senderHistory.all(a, needle)) if (namesSender(h.raw, s)) keys.add(messageKey(h.conversation_id, h.id));
+      const pending = this.pendingOfAccount.all({ after: through, account: a, needle });
+      for (const [seq, , conversationId, recordId, named] of pending) {
+        if (!named) continue;
+        const p = this.payload.get(seq);
+        if (namesSender(p?.record ?? p?.line ?? null, s)) keys.add(messageKey(conversationId, recordId));
+      }
+      for (const k of keys) {
+        if (rows.has(k)) continue;
+        const [conversationId, messageId] = k.split('\0') as [string, string];
+        const r = this.messageByKey.get(a, conversationId, messageId);
+        if (r) rows.set(k, r);
+      }
+      for (const r of rows.values()) if (redact(r.raw, () => redactedMessage(r.raw, id, r.id), (m) => this.writeMessage.run(m, r.rowid))) counts.messages++;
+      for (const k of keys) {
+        const [conversationId, messageId] = k.split('\0') as [string, string];
+        for (const h of this.historyOfKey.all(a, conversationId, messageId)) {
+          if (redact(h.raw, () => redactedMessage(h.raw, id, h.id), (m) => this.writeHistory.run(m, h.rowid))) counts.history++;
+        }
+      }
+      for (const [seq, , conversationId, recordId] of pending) {
+        if (!keys.has(messageKey(conversationId, recordId))) continue;
+        const p = this.payload.get(seq);
+        const record = p?.record ?? p?.line ?? null;
+        if (redact(record, () => redactedMessage(record!, id, recordId), (m) => this.writePayload.run(m, seq))) counts.pendingChanges++;
+      }
+      if (keys.size > 0) for (const [conversationId, recordId] of this.publishedOfAccount.iterate(through, a)) if (keys.has(messageKey(conversationId, recordId))) counts.publishedLines++;
+    }
+    if (erasureId !== undefined) this.setCounts.run(counts.messages, counts.history, counts.pendingChanges, counts.conversations, counts.publishedLines, erasureId);
+    return { ...counts, erasureId, dryRun, publishedThroughSeq: through };
+  }
+}
