@@ -64,7 +64,7 @@ import { Conversations } from './conversations.js';
 import { qualify } from './db.js';
 import { conversationLockKey, erasureGateKey, listingLockKey } from './locks.js';
 import { Erasures } from './erasures.js';
-import { checkErasureRequest, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
+import { checkErasureRequest, erasuresInForce, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
 import { Messages } from './messages.js';
 import { checkSchemaState, CreateSchemaFailed, migrate, PG_SCHEMA_VERSION, readSchemaVersion } from './migrations.js';
 import { Runs } from './runs.js';
@@ -135,6 +135,12 @@ export interface PostgresMirrorOptions {
  * `MirrorDatabaseError` (code `DB_UNREACHABLE`, `DB_AUTH`, `DB_MISSING`, `DB_PRIVILEGE`) when the
  * database cannot be reached or used, naming `CONVO_MIRROR_DB` and its masked URL.
  */
+/** What a transaction learned behind the erasure gate (see `tx`). */
+interface GateState {
+  /** The account has at least one erasure (false: nothing of the page can be erased; no lookup needed). */
+  erasures: boolean;
+}
+
 export class PostgresMirror implements Mirror {
   /** The engine holding this mirror. */
   readonly engine = 'postgres' as const;
@@ -291,7 +297,11 @@ export class PostgresMirror implements Mirror {
    * trip as BEGIN, before `f` reads anything: shared for a transaction that writes the account's
    * message or conversation records, exclusive for an erasure.
    */
-  private tx<T>(f: (c: pg.PoolClient, buf: ChangeBuffer) => Promise<T>, durability: 'group' | 'durable' = 'group', gate?: { accountId: string; exclusive?: boolean }): Promise<T> {
+  private tx<T>(
+    f: (c: pg.PoolClient, buf: ChangeBuffer, gated: GateState) => Promise<T>,
+    durability: 'group' | 'durable' = 'group',
+    gate?: { accountId: string; exclusive?: boolean },
+  ): Promise<T> {
     const begin = durability === 'durable' ? 'BEGIN' : 'BEGIN; SET LOCAL synchronous_commit TO OFF';
     // The key is a decimal integer this process computed: safe as a literal.
     const lock = gate ? `; SELECT pg_advisory_xact_lock${gate.exclusive ? '' : '_shared'}((${erasureGateKey(this.schema, gate.accountId)})::bigint)` : '';
@@ -300,9 +310,14 @@ export class PostgresMirror implements Mirror {
         const client = await checkout(this.pool);
         let broken: Error | undefined;
         try {
-          await client.query(begin + lock);
+          // Behind the gate, in the same round trip: whether the account has any erasure at all (a
+          // page of an account without one skips the lookup of the erasures in force).
+          const any = gate ? `; SELECT EXISTS (SELECT 1 FROM ${qualify(this.schema, 'erasures')} WHERE account_id = ${client.escapeLiteral(gate.accountId)}) AS any` : '';
+          const began = await client.query(begin + lock + any);
+          const last = Array.isArray(began) ? (began as pg.QueryResult[])[(began as pg.QueryResult[]).length - 1] : began;
+          const gated: GateState = { erasures: gate ? (last?.rows[0] as { any?: boolean } | undefined)?.any !== false : false };
           const buf = new ChangeBuffer();
-          const result = await f(client, buf);
+          const result = await f(client, buf, gated);
           const seqs = await this.changes.flush(client, buf);
           if (this.hooks.beforeCommit) {
             const sc = await client.query<{ synchronous_commit: string }>('SHOW synchronous_commit');
@@ -537,8 +552,8 @@ export class PostgresMirror implements Mirror {
   /** Upserts one page of the conversation list in one transaction (see the interface). */
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): Promise<WriteCounts> {
     return this.tx(
-      async (c, buf) => {
-        const erased = await this.erasures_.conversationsInForce(c, accountId, page.data.map((conv) => conv.id));
+      async (c, buf, gated) => {
+        const erased = gated.erasures ? await this.erasures_.conversationsInForce(c, accountId, page.data.map((conv) => conv.id)) : new Map<string, number>();
         return this.conversations.upsertPage(c, buf, accountId, redactConversationsPage(page, erased), runId, this.now());
       },
       'group',
@@ -614,10 +629,10 @@ export class PostgresMirror implements Mirror {
    */
   commitMessagesPage(accountId: string, conversationId: string, page: Page<Message>, runId: number | null): Promise<WriteCounts> {
     return this.tx(
-      async (c, buf) => {
+      async (c, buf, gated) => {
         const now = this.now();
         // Erasures in force first: an erased message is compared and written as its marker.
-        const inForce = await this.erasures_.inForce(c, accountId, conversationId, pageSenderIds(page));
+        const inForce = gated.erasures ? await this.erasures_.inForce(c, accountId, conversationId, pageSenderIds(page)) : erasuresInForce(conversationId, []);
         await this.conversations.ensure(c, buf, accountId, conversationId, now, runId, inForce.conversation);
         return this.messages.commitPage(c, buf, accountId, conversationId, redactMessagesPage(page, inForce), runId, now);
       },
@@ -633,13 +648,13 @@ export class PostgresMirror implements Mirror {
    */
   completeCrawl(accountId: string, conversationId: string, runId: number | null, changeField?: string): Promise<{ deleted: number; messageCount: number }> {
     return this.tx(
-      async (c, buf) => {
+      async (c, buf, gated) => {
         const now = this.now();
         const prev = await this.conversations.lock(c, accountId, conversationId);
         const deleted = await this.messages.tombstoneUnseen(c, buf, accountId, conversationId, now, runId);
         const messageCount = await this.messages.seenCount(c, accountId, conversationId);
         // Only a missing or tombstoned conversation gets a row here: its stand-in may be erased.
-        const erasure = prev && prev.deleted_at === null ? undefined : (await this.erasures_.inForce(c, accountId, conversationId, [])).conversation;
+        const erasure = (prev && prev.deleted_at === null) || !gated.erasures ? undefined : (await this.erasures_.inForce(c, accountId, conversationId, [])).conversation;
         await this.conversations.ensure(c, buf, accountId, conversationId, now, runId, erasure);
         await this.conversations.finishCrawl(c, accountId, conversationId, messageCount, now, changeField);
         await this.messages.clearCrawl(c, accountId, conversationId);
