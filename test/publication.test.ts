@@ -86,6 +86,9 @@ describe.each(engines)('$name', (engine) => {
       // 1,181 changes (6 conversations, 1,175 messages) and the run's line: at least three batches
       // went out during the run, each once 200 or more waited; the end published the rest.
       expect(sizes.reduce((a, b) => a + b, 0)).toBe(6 + 1175 + 1);
+      // The summary counts every line the run published, not only its end's (the run line comes after).
+      expect(s.export.lines).toBe(6 + 1175);
+      expect(s.export.files).toBeGreaterThan(batches.length - 1);
       expect(sizes.filter((n) => n >= 200).length, `batch sizes ${sizes.join(', ')}`).toBeGreaterThanOrEqual(3);
       batches.forEach((b, i) => expect(b.first_seq).toBe(i === 0 ? 1 : batches[i - 1]!.last_seq + 1));
       const syncedAt = new Map((await changeRows(h.mirror)).map((r) => [r.seq, r.synced_at]));

@@ -86,6 +86,7 @@ export class Publisher {
   private lastCount: number;
   /** The progressive publication in flight, if any (a second one is not queued behind it). */
   private progressive: Promise<ExportResult | undefined> | undefined;
+  private readonly totals = { files: 0, lines: 0 };
 
   /**
    * @param o.runId - the run recorded on the batches it plans
@@ -110,7 +111,7 @@ export class Publisher {
   async publish(o: { runLines?: 'hold' | 'now'; publisherWaitMs?: number } = {}): Promise<ExportResult> {
     this.last = this.o.clock.now();
     const s = this.settings;
-    return await publishChanges(this.mirror, {
+    const r = await publishChanges(this.mirror, {
       exportDir: s.exportDir,
       runId: this.o.runId,
       clock: this.o.clock,
@@ -122,6 +123,14 @@ export class Publisher {
       ...(s.witnessDir !== undefined ? { witnessDir: s.witnessDir } : {}),
       ...(o.publisherWaitMs !== undefined ? { publisherWaitMs: o.publisherWaitMs } : {}),
     });
+    this.totals.files += r.files.length;
+    this.totals.lines += r.lines;
+    return r;
+  }
+
+  /** Data files and lines this publisher has published so far, all its publications together. */
+  get published(): { files: number; lines: number } {
+    return { ...this.totals };
   }
 
   /**

@@ -141,8 +141,9 @@ async function buildSummary(deps: SyncDeps, o: RunOutcome, published: Published)
     durationMs: deps.clock.now() - o.run.startedMs,
     ...figures,
     export: {
-      files: exported?.files.length ?? 0,
-      lines: exported?.lines ?? 0,
+      // What the run's end published, and what it published before (progressive publications).
+      files: (exported?.files.length ?? 0) + (o.publishedDuringRun?.files ?? 0),
+      lines: (exported?.lines ?? 0) + (o.publishedDuringRun?.lines ?? 0),
       watermark: exported?.watermark ?? 0,
       resumed: exported?.resumed ?? false,
       ...(published.error !== undefined ? { error: describeError(published.error) } : {}),

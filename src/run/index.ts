@@ -51,7 +51,7 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     trigger: opts.trigger ?? 'cli',
     accountId: opts.accountId,
   });
-  const { result, fatal } = await syncRun(deps, run, opts);
+  const { result, fatal, publishedDuringRun } = await syncRun(deps, run, opts);
   const work = result ? workOfSync(result, named?.size) : undefined;
   // A first request sent ahead and not used by the run (a crawl that started past page 1) is
   // still part of what the run asked.
@@ -62,5 +62,6 @@ export async function runSync(deps: SyncDeps, opts: RunOptions): Promise<RunSumm
     work,
     fatal,
     interrupted: opts.signal?.aborted === true,
+    publishedDuringRun,
   });
 }

@@ -13,6 +13,8 @@ import type { RunHandle, RunOptions } from './types.js';
 /** What {@link syncRun} did: the sync's result (absent when it threw) and the error that stopped it. */
 export interface SyncOutcome {
   result?: WorkspaceResult;
+  /** What was published during the run, before its end (`publishIntervalMs`, `publishLines`). */
+  publishedDuringRun?: { files: number; lines: number };
   /** An {@link AuthError}, {@link ConfigError}, {@link MirrorUnusableError}, runaway list, or an unexpected error. */
   fatal?: unknown;
 }
@@ -55,9 +57,10 @@ export async function syncRun(deps: SyncDeps, run: RunHandle, opts: RunOptions):
       run.scope === 'workspace' ? await syncWorkspace(d, wsOpts) : await syncConversations(d, opts.conversationIds ?? [], wsOpts);
     // Stopped early (credentials, configuration, unusable mirror, runaway list): the result still
     // says what was committed before.
-    return result.fatal ? { result, fatal: result.fatal } : { result };
+    const during = publisher ? { publishedDuringRun: publisher.published } : {};
+    return result.fatal ? { result, fatal: result.fatal, ...during } : { result, ...during };
   } catch (err) {
-    return { fatal: err };
+    return { fatal: err, ...(publisher ? { publishedDuringRun: publisher.published } : {}) };
   }
 }
 

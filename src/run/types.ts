@@ -76,6 +76,8 @@ export interface RunOutcome {
   fatal?: unknown;
   /** The run was stopped by a shutdown signal (SIGINT/SIGTERM). */
   interrupted?: boolean;
+  /** Data files and lines published during the run, before its end; counted in the summary's `export`. */
+  publishedDuringRun?: { files: number; lines: number } | undefined;
 }
 
 /** Summary of a run, printed by the CLI and stored in `runs`. */
@@ -125,8 +127,11 @@ export interface RunSummary {
    */
   minimumRequests: number;
   /**
-   * Export publication. `error` is set when publication failed: nothing of this run was lost (the
-   * changes stay in the change log, above the unchanged watermark) and the next run publishes them.
+   * Export publication. `files` and `lines`: the data files and lines the run published, its
+   * progressive publications during the run included (a daemon's workspace run: its final
+   * publication's; its conversation jobs publish for the whole daemon). `error` is set when
+   * publication failed: nothing of this run was lost (the changes stay in the change log, above
+   * the unchanged watermark) and the next run publishes them.
    */
   export: {
     files: number;
