@@ -48,7 +48,7 @@ import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName
 import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from './manifest.js';
 import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
-import { LEDGER_DIR, RECORD_VERSION, asVersion1, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
+import { LEDGER_DIR, RECORD_VERSION, asVersion1, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
@@ -367,7 +367,8 @@ function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], pre
 }
 
 /**
- * Publishes a batch record (sealed: hashed, signed with `key` when given) as `_ledger/<batch>.json`,
+ * Publishes a record (a batch record, or an erasure record: src/export/erasure.ts; sealed: hashed,
+ * signed with `key` when given) as `_ledger/<batch>.json`,
  * unless that name already holds a record with the same hash (a batch re-published after a crash;
  * it is kept as it is, whatever its signature), or the version 1 record of the same batch (written
  * by a convo-mirror older than line commitments, which crashed before recording it: kept as it
@@ -377,7 +378,7 @@ function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], pre
  * @returns its ledger entry
  * @throws {@link ExportError} naming the file when it cannot be published, or holds anything else
  */
-function publishRecord(target: Target, body: RecordBody, key: SigningKey | undefined): LedgerEntry {
+function publishRecord(target: Target, body: AnyBody, key: SigningKey | undefined): LedgerEntry {
   let record = sealRecord(body, key ? (bytes) => sign(bytes, key) : undefined);
   const rel = recordPath(body.batch_id);
   const final = path.join(target.root, rel);
@@ -392,7 +393,7 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
     publishBytes(target, recordTempName(body.batch_id), final, renderRecord(record));
   } else {
     const parsed = parseRecord(existing);
-    const olderForm = parsed.ok && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
+    const olderForm = parsed.ok && !isErasureRecord(body) && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
     if (!parsed.ok || (parsed.record.hash !== record.hash && !olderForm)) {
       throw new ExportError(
         `refusing to replace the batch record ${final}: it records ${parsed.ok ? `another batch (hash ${parsed.record.hash})` : `something else (${parsed.why})`}`,
@@ -407,7 +408,8 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
     prev_hash: record.prev?.hash ?? null,
     path: rel,
     files: record.files.length,
-    lines: record.files.reduce((n, f) => n + f.lines, 0),
+    // An erasure record's lines: those it replaced by stubs.
+    lines: isErasureRecord(record) ? record.files.reduce((n, f) => n + f.redacted_seqs.length, 0) : record.files.reduce((n, f) => n + f.lines, 0),
     key_id: record.signature?.key_id ?? null,
   };
 }
