@@ -22,7 +22,13 @@
  *    (src/export/witness.ts) and published as `manifest.json`: neither ever shows a head the mirror
  *    has not recorded, nor goes back to an older one.
  * Publication costs what the batch holds: nothing written before is read or rewritten (except the
- * small manifest, and the last line of the witness file, read back).
+ * small manifest, and the last line of the witness file, read back), unless an erasure waits for
+ * its archive step: before planning a batch (and only once no batch planned earlier waits, whose
+ * record must come first), every erasure the mirror has not marked archived is finished
+ * (src/export/erasure.ts: the subject's published lines replaced by stubs in rewritten files, an
+ * erasure record in the chain, the replaced files removed), so the next `sync` or daemon
+ * publication finishes an erasure that `erase` left interrupted. `erase` publishes with
+ * {@link ExportOptions.newBatches} false: that step, and no new batch.
  *
  * Every call rewrites `manifest.json` with a fresh `signed_at`, also when nothing is pending: its
  * time says when the publisher last vouched for the head (as a CT log issues a fresh signed tree
@@ -49,6 +55,7 @@ import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from 
 import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
 import { LEDGER_DIR, RECORD_VERSION, asVersion1, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
+import { finishErasures, type ErasureArchived } from './erasure.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
@@ -59,6 +66,7 @@ export { witnessDirProblem, witnessFile } from './witness.js';
 export { exportLine } from './lines.js';
 export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 export type { ExportFailpoint } from './publish-fs.js';
+export type { ErasureArchived } from './erasure.js';
 
 /**
  * One file published by a call, as recorded in `export_files` and listed by its batch record (the
@@ -120,6 +128,13 @@ export interface ExportOptions {
    */
   failpoint?: (point: ExportFailpoint, file: string) => void | Promise<void>;
   /**
+   * Plan and publish a new batch of what waits in the change log. False (the `erase` command): only
+   * a batch planned before and not yet published is published (erasure records come after it), and
+   * the erasures waiting for the archive step are finished; nothing new is published.
+   * @defaultValue true
+   */
+  newBatches?: boolean | undefined;
+  /**
    * How long to wait for the mirror's publisher lock while another process publishes, ms; then
    * the call publishes nothing and returns {@link ExportResult.busy} (the changes stay in the
    * change log for the next publication). Polled every {@link PUBLISHER_POLL_MS}.
@@ -152,6 +167,11 @@ export interface ExportResult {
    * batch record are byte for byte the other's; no head, witness line or manifest was written).
    */
   busy?: 'busy' | 'fenced';
+  /**
+   * The erasures whose archive step this call finished (src/export/erasure.ts): each erasure's
+   * published lines replaced by stubs, its erasure record published. Absent or empty when none waited.
+   */
+  erasures?: ErasureArchived[];
 }
 
 /**
@@ -294,16 +314,36 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
   await migrateToLedger(mirror, target, mirrorId, opts, lease);
 
+  // 0. The archive step of erasures waiting for it, once no batch planned earlier waits (its
+  // record comes first: an erasure record takes the next batch id and chains on the head).
+  const pendingBatch = await mirror.pendingExportBatch();
+  const erasures =
+    pendingBatch === undefined
+      ? await finishErasures({
+          mirror,
+          target,
+          mirrorId,
+          clock,
+          logger: opts.logger,
+          failpoint: opts.failpoint,
+          publishRecord: (body) => publishRecord(target, body, opts.signingKey),
+          publishHead: (head, watermark) => void publishHead(target, mirrorId, head, watermark, opts),
+          assertLeaseHeld: () => assertLeaseHeld(lease),
+        })
+      : [];
+  const erased = erasures.length > 0 ? { erasures } : {};
+
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
   const held = await heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
-  const plan = held > 0 ? undefined : await mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
+  const noNew = opts.newBatches === false && pendingBatch === undefined;
+  const plan = held > 0 || noNew ? undefined : await mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
   if (!plan) {
     const head = await mirror.ledgerHead();
     const watermark = await mirror.exportWatermark();
     assertLeaseHeld(lease);
     publishHead(target, mirrorId, head, watermark, opts);
     if (held > 0) opts.logger?.debug({ run_lines: held }, 'run lines held: nothing changed; they go out with the next changes or at the heartbeat');
-    return { files: [], lines: 0, watermark, resumed: false, head, held };
+    return { files: [], lines: 0, watermark, resumed: false, head, held, ...erased };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
@@ -326,9 +366,10 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   if (plan.resumed) {
     // The interrupted batch is out; now publish what was committed since it was planned.
     const rest = await publishAlone(mirror, opts, lease);
-    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held };
+    const all = [...erasures, ...(rest.erasures ?? [])];
+    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held, ...(all.length > 0 ? { erasures: all } : {}) };
   }
-  return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0 };
+  return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0, ...erased };
 }
 
 /** Writes a batch's data files, one partition (stream, account, day) at a time, in seq order. */

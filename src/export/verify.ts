@@ -296,7 +296,7 @@ async function checkFiles(report: Report, root: string, chain: Chain, states: Fi
       found.push({
         path: p,
         problem: 'erasure',
-        detail: `erasure record ${by.record} (${recordPath(by.record)}) replaced it by ${by.newPath}, yet it is still here: it may still hold the lines that erasure erased (an interrupted erasure: the next convo-mirror erase or sync removes it)`,
+        detail: `erasure record ${by.record} (${recordPath(by.record)}) replaced it by ${by.newPath}, yet it is still here: it may hold the lines that erasure erased (left by an erasure interrupted after its record, the next convo-mirror erase or sync removes it; else remove it by hand)`,
       });
     }
   }
