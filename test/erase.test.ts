@@ -9,6 +9,7 @@
  * subject served again arrives redacted; a dry run counts and writes nothing. Real files, the real
  * fake over HTTP, real SQLite and PostgreSQL; nothing of ours mocked.
  */
+import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -25,10 +26,21 @@ import { FakeWorkspace, type FakeMessage } from '../src/fake-api/index.js';
 import type { ErasureKind } from '../src/store/mirror.js';
 import { engines, type EngineFixture } from './engines.js';
 import { ACCOUNT_ID, harnessPool, snapshotFiles, syncThenCrashPublication, tempDir, type Harness } from './helpers.js';
+import { docBlocks } from './doc-blocks.js';
 import { connectionOf } from './sql.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
+
+/** Whether python3 runs here (the docs' recipe is Python). */
+function hasPython(): boolean {
+  try {
+    execFileSync('python3', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 const A = ACCOUNT_ID;
 /** The content planted in one message of the subject: found nowhere once erased. */
@@ -452,6 +464,20 @@ describe('sqlite', () => {
     fs.chmodSync(abs, 0o600);
     fs.writeFileSync(abs, bytes);
     expect((await verified(h, false)).map((p) => [p.path, p.problem])).toEqual([[record!.files[0]!.new_path, 'sha256']]);
+  });
+
+  it.skipIf(!hasPython())("docs/export-format.md's Python recipe recomputes a rewritten file's original root, plain and gzipped (each stub counted as its leaf)", async () => {
+    const [recipe] = docBlocks('docs/export-format.md').filter((b) => b.marker?.startsWith('python on published files'));
+    const script = path.join(tempDir(), 'root.py');
+    fs.writeFileSync(script, recipe!.body);
+    const s = await scene(undefined);
+    s.ws.appendMessages(s.conversation, 6);
+    expect((await s.h.sync({ gzip: true })).status).toBe('succeeded');
+    await erase(s.h, 'conversation', s.conversation);
+    const [record] = erasureRecords(s.h.exportDir);
+    expect(record!.files.some((f) => f.new_path.endsWith('.gz'))).toBe(true);
+    expect(record!.files.some((f) => f.new_path.endsWith('.jsonl'))).toBe(true);
+    for (const f of record!.files) expect(execFileSync('python3', [script, path.join(s.h.exportDir, f.new_path)], { encoding: 'utf8' }), f.new_path).toBe(`${f.merkle_root}\n`);
   });
 
   it('a dry run counts what the archive step then rewrites, and writes nothing', async () => {
