@@ -106,6 +106,7 @@ async function finishOne(ctx: ErasureStepContext, e: ErasureRow): Promise<Erasur
   if (recorded) {
     // Interrupted after the mirror recorded the record: the record says what it replaced.
     record = readOwnRecord(target.root, recorded);
+    ctx.assertLeaseHeld();
     ctx.publishHead(await mirror.ledgerHead(), await mirror.exportWatermark());
   } else {
     const watermark = await mirror.exportWatermark();
