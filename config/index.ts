@@ -194,18 +194,20 @@ export type FieldKey = Exclude<keyof Config, 'workspaces'>;
 export type ConfigFlags = Partial<Record<keyof Config, string | number | boolean | undefined>>;
 
 /** Commands that take configuration flags (`fake-api` and `demo` have their own). */
-export type ConfigCommand = 'sync' | 'status' | 'verify' | 'daemon' | 'enqueue' | 'retry-failed' | 'check' | 'conversations' | 'config' | 'backup';
+export type ConfigCommand = 'sync' | 'status' | 'verify' | 'erase' | 'daemon' | 'enqueue' | 'retry-failed' | 'check' | 'conversations' | 'config' | 'backup';
 
 /** Commands that call the API. */
 const API: readonly ConfigCommand[] = ['sync', 'daemon', 'check', 'config'];
 /** Commands that open the mirror and its exports. */
-const MIRROR: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'check', 'conversations', 'config'];
+const MIRROR: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'erase', 'daemon', 'check', 'conversations', 'config'];
 /** Commands that open the mirror and write it or its exports, or name the workspace (`conversations` only reads the mirror and takes `--account`). */
 const MIRROR_WORK: readonly ConfigCommand[] = MIRROR.filter((c) => c !== 'conversations');
 /** Commands that reach the job queue. */
 const QUEUE: readonly ConfigCommand[] = ['status', 'daemon', 'enqueue', 'retry-failed', 'check', 'config'];
 /** Every command that takes configuration flags. */
-const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed', 'check', 'conversations', 'config', 'backup'];
+const EVERY: readonly ConfigCommand[] = ['sync', 'status', 'verify', 'erase', 'daemon', 'enqueue', 'retry-failed', 'check', 'conversations', 'config', 'backup'];
+/** Commands that publish to the archive: they sign records and witness heads (`erase` publishes its erasure records). */
+const PUBLISH: readonly ConfigCommand[] = [...API, 'erase'];
 
 /**
  * One configuration field: where it comes from (flag, env), how it is validated, its default, and
@@ -318,7 +320,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'JSON file listing the workspaces, each with its account_id, api_key_env (the variable holding its key) and optional base_url',
     helpNote: 'instead of --account-id',
-    commands: ['sync', 'daemon', 'check'],
+    commands: ['sync', 'erase', 'daemon', 'check'],
   },
   concurrency: {
     env: 'CONVO_MIRROR_CONCURRENCY',
@@ -387,7 +389,7 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: booleanSetting(),
     defaultValue: false,
     help: 'create files 0640 and directories 0750 instead of 0600 and 0700',
-    commands: [...API, 'backup'],
+    commands: [...PUBLISH, 'backup'],
   },
   exportGzip: {
     env: 'CONVO_MIRROR_EXPORT_GZIP',
@@ -429,14 +431,14 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     flag: '--signing-key-file <file>',
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'Ed25519 private key (PEM) that signs every ledger record; convo-mirror keygen makes one',
-    commands: API,
+    commands: PUBLISH,
   },
   witnessDir: {
     env: 'CONVO_MIRROR_WITNESS_DIR',
     flag: '--witness-dir <dir>',
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'existing directory on another disk or mount where each new signed head is appended (<mirror id>.heads.jsonl), for verify --witness',
-    commands: API,
+    commands: PUBLISH,
   },
   db: {
     env: 'CONVO_MIRROR_DB',

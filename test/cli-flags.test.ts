@@ -13,7 +13,7 @@ import { buildProgram, EXIT } from '../src/cli/index.js';
 import { configFlagsOf, flagHelp, takesField } from '../src/cli/flags.js';
 import { ROOT, assertBuilt, run } from './children.js';
 
-const COMMANDS: readonly ConfigCommand[] = ['check', 'conversations', 'sync', 'status', 'verify', 'daemon', 'enqueue', 'retry-failed'];
+const COMMANDS: readonly ConfigCommand[] = ['check', 'conversations', 'sync', 'status', 'verify', 'erase', 'daemon', 'enqueue', 'retry-failed'];
 const FIELDS = Object.entries(CONFIG_FIELDS) as [keyof Config, FieldDef][];
 
 function commandOf(program: Command, name: string): Command {

@@ -163,6 +163,7 @@ describe.each(engines)('$name', (engine) => {
           conversations: 0,
           publishedLines: 4,
           publishedThroughSeq: planned,
+          archiveBatchId: null,
           archiveDoneAt: null,
         },
       ]);

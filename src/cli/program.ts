@@ -9,6 +9,7 @@ import { addCheckCommand } from './check.js';
 import { addStatusCommand } from './status.js';
 import { addConversationsCommand } from './conversations.js';
 import { addVerifyCommand } from './verify.js';
+import { addEraseCommand } from './erase.js';
 import { addBackupCommand } from './backup.js';
 import { addKeygenCommand } from './keygen.js';
 import { addDaemonCommand } from './daemon.js';
@@ -26,6 +27,7 @@ const COMMANDS: readonly ((program: Command, setExit: SetExit) => void)[] = [
   addStatusCommand,
   addConversationsCommand,
   addVerifyCommand,
+  addEraseCommand,
   addBackupCommand,
   addKeygenCommand,
   addDaemonCommand,

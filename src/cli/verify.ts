@@ -94,6 +94,21 @@ export function problemLine(p: VerifyProblem): string {
   return escapeForTerminal(`problem: ${p.path || '(exports)'}: ${p.problem}${values}${p.detail ? ` (${p.detail})` : ''}`);
 }
 
+/**
+ * One line per erasure record (`erased: record 9 (_ledger/….json): erasure 3 of a sender of account
+ * …, requested …, reason "DSR-1": 4 lines in 2 files`), and one per file erased without line proof;
+ * escaped (a reason is whatever the operator typed).
+ */
+export function erasureLines(r: Pick<VerifyResult, 'erasures' | 'erasedWithoutLineProof'>): string[] {
+  const out = r.erasures.map(
+    (e) =>
+      `erased: record ${e.record} (${e.path}): erasure ${e.erasure.id} of a ${e.erasure.kind} of account ${e.erasure.account_id}, requested ${e.erasure.requested_at}, reason ${JSON.stringify(e.erasure.reason)}: ` +
+      `${e.lines} line${e.lines === 1 ? '' : 's'} in ${e.files} file${e.files === 1 ? '' : 's'} replaced by stubs`,
+  );
+  for (const p of r.erasedWithoutLineProof) out.push(`erased without line proof: ${p} (published by a record of version 1, which has no Merkle root: its bytes are proven by the SHA-256 of the erasure record that rewrote it, its lines are not)`);
+  return out.map((l) => escapeForTerminal(l));
+}
+
 /** Prints the report (problems on stderr; checks and verdict on stdout); returns the exit code. */
 function printVerify(r: VerifyResult, o: { json: boolean; deepWithoutDb: boolean }): number {
   const code = o.deepWithoutDb ? EXIT.CONFIG : r.problems.length === 0 ? EXIT.OK : EXIT.FAILURES;
@@ -103,7 +118,7 @@ function printVerify(r: VerifyResult, o: { json: boolean; deepWithoutDb: boolean
     return code;
   }
   for (const p of r.problems) process.stderr.write(problemLine(p) + '\n');
-  const lines = r.checks.map((c) => `${MARK[c.status]} ${c.name}: ${escapeForTerminal(c.detail)}`);
+  const lines = [...erasureLines(r), ...r.checks.map((c) => `${MARK[c.status]} ${c.name}: ${escapeForTerminal(c.detail)}`)];
   lines.push(escapeForTerminal(r.verdict + withoutDb));
   if (o.deepWithoutDb) lines.push(`--deep needs the mirror's database: none at the configured CONVO_MIRROR_DB`);
   process.stdout.write(lines.join('\n') + '\n');

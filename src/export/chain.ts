@@ -6,15 +6,15 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { LedgerHead } from '../store/mirror.js';
-import { LEDGER_DIR, batchIdOfName, parseRecord, type LedgerRecord } from './ledger.js';
+import { LEDGER_DIR, batchIdOfName, isErasureRecord, parseRecord, type AnyRecord } from './ledger.js';
 import { kindOf } from './paths.js';
 import { MAX_RECORD_BYTES, readIfPresent } from './publish-fs.js';
 import type { VerifyProblem } from './verify-types.js';
 
 /** The chain as found on disk. */
 export interface Chain {
-  /** Every record that reads back sound (shape and hash), by batch id, whether or not its link holds. */
-  records: LedgerRecord[];
+  /** Every record that reads back sound (shape and hash), by batch id, whether or not its link holds: batch and erasure records. */
+  records: AnyRecord[];
   /** The last record of the unbroken chain from genesis, if any: the head the archive proves. */
   head: LedgerHead | undefined;
   /** Batch id of the first record whose link (or own content) is broken; undefined when the chain is whole. */
@@ -53,7 +53,7 @@ function listLedgerDir(root: string): { names: Map<number, string>; problems: Ve
 }
 
 /** Reads and checks one record file on its own: shape, hash, the batch id its name says, the mirror. */
-function readRecord(root: string, id: number, rel: string, mirrorId: string | undefined): { record?: LedgerRecord; formatting?: boolean; problem?: VerifyProblem; paths?: string[] } {
+function readRecord(root: string, id: number, rel: string, mirrorId: string | undefined): { record?: AnyRecord; formatting?: boolean; problem?: VerifyProblem; paths?: string[] } {
   let bytes: Buffer | undefined;
   try {
     bytes = readIfPresent(path.join(root, rel), MAX_RECORD_BYTES);
@@ -81,10 +81,15 @@ function namedPaths(bytes: Buffer): string[] {
   }
 }
 
-/** Why `r` does not follow `prev` (undefined when it does), and whether `prev` itself is suspect (its hash does not match the link). */
-function linkProblem(r: LedgerRecord, prev: LedgerRecord | undefined, first: boolean): { why: string; prevSuspect?: boolean } | undefined {
+/**
+ * Why `r` does not follow `prev` (undefined when it does), and whether `prev` itself is suspect
+ * (its hash does not match the link). `lastBatch` is the last batch record up to `prev`
+ * (an erasure record covers no seq: the batch record after it starts where the one before it ended).
+ */
+function linkProblem(r: AnyRecord, prev: AnyRecord | undefined, first: boolean, lastBatch: { batch_id: number; last_seq: number } | undefined): { why: string; prevSuspect?: boolean } | undefined {
   if (!prev) {
     if (r.prev === null) return undefined;
+    if (first && isErasureRecord(r)) return { why: `an erasure record, but its previous record (batch ${r.prev.batch_id}) is missing: the chain does not start at a genesis record` };
     return first
       ? { why: `its previous record (batch ${r.prev.batch_id}) is missing: the chain does not start at a genesis record` }
       : { why: `its previous record (batch ${r.prev.batch_id}) is missing or damaged` };
@@ -96,7 +101,9 @@ function linkProblem(r: LedgerRecord, prev: LedgerRecord | undefined, first: boo
   if (r.prev.hash !== prev.hash) {
     return { why: `batch ${r.batch_id} links to it with hash ${r.prev.hash}, but it hashes to ${prev.hash}: it was altered (and re-hashed), or replaced`, prevSuspect: true };
   }
-  if (r.first_seq !== prev.last_seq + 1) return { why: `starts at seq ${r.first_seq}, but batch ${prev.batch_id} ended at ${prev.last_seq}` };
+  if (!isErasureRecord(r) && lastBatch !== undefined && r.first_seq !== lastBatch.last_seq + 1) {
+    return { why: `starts at seq ${r.first_seq}, but batch ${lastBatch.batch_id} ended at ${lastBatch.last_seq}` };
+  }
   return undefined;
 }
 
@@ -112,14 +119,15 @@ function linkProblem(r: LedgerRecord, prev: LedgerRecord | undefined, first: boo
  */
 export function readChain(root: string, mirrorId?: string): Chain {
   const { names, problems } = listLedgerDir(root);
-  const records: LedgerRecord[] = [];
+  const records: AnyRecord[] = [];
   const formatting: string[] = [];
   const suspectPaths = new Set<string>();
   /** The unbroken prefix from genesis, while it lasts. */
-  const prefix: LedgerRecord[] = [];
+  const prefix: AnyRecord[] = [];
   let intact = true;
   let brokenAt: number | undefined;
-  let prev: { record: LedgerRecord; rel: string } | undefined;
+  /** The record before, and the last batch record up to it. */
+  let prev: { record: AnyRecord; rel: string; lastBatch: { batch_id: number; last_seq: number } | undefined } | undefined;
   let owner = mirrorId;
   const ordered = [...names].sort((a, b) => a[0] - b[0]);
   ordered.forEach(([id, rel], index) => {
@@ -136,14 +144,14 @@ export function readChain(root: string, mirrorId?: string): Chain {
     owner ??= r.mirror_id;
     records.push(r);
     if (read.formatting) formatting.push(rel);
-    const link = linkProblem(r, prev?.record, index === 0);
+    const link = linkProblem(r, prev?.record, index === 0, prev?.lastBatch);
     if (link) {
       problems.push({ path: link.prevSuspect && prev ? prev.rel : rel, problem: 'chain', detail: link.why });
       brokenAt ??= link.prevSuspect && prev ? prev.record.batch_id : id;
       if (intact && link.prevSuspect) prefix.pop();
       intact = false;
     } else if (intact) prefix.push(r);
-    prev = { record: r, rel };
+    prev = { record: r, rel, lastBatch: isErasureRecord(r) ? prev?.lastBatch : { batch_id: r.batch_id, last_seq: r.last_seq } };
   });
   const last = prefix.at(-1);
   return { records, head: last ? { batch_id: last.batch_id, hash: last.hash } : undefined, brokenAt, formatting, suspectPaths, problems };

@@ -4,15 +4,21 @@
  * the mirror: each live or tombstoned message and conversation, each `message_history` version
  * (the version an `update` line replaced), each run that has a line. Every seq up to the watermark
  * must be in exactly one file. Differences are named by key, first by seq.
+ *
+ * A stub (a line an erasure replaced: src/export/stub.ts) replays as an erased version of its key:
+ * it matches a mirror row, or a `message_history` version, that holds a redaction marker
+ * (src/store/redaction.ts), whichever erasure's, and nothing else.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import type { ChangeStream, Mirror } from '../store/mirror.js';
-import { Replay, type Difference, type ReplayLine } from '../store/replay.js';
+import { redactionOf } from '../store/redaction.js';
+import { ERASED_BODY, Replay, type Difference, type ReplayLine } from '../store/replay.js';
 import { exportLine, lineBody, recordBody } from './lines.js';
-import type { LedgerRecord, RecordFile } from './ledger.js';
+import type { FileState } from './file-states.js';
 import { MAX_GUNZIP_BYTES } from './verify-files.js';
+import { parseStub } from './stub.js';
 import type { VerifyProblem } from './verify-types.js';
 
 /** Differences and line problems named one by one; the rest are counted. */
@@ -33,13 +39,14 @@ const SAYS: Record<Difference['kind'], string> = {
 /**
  * Replays the archive against the mirror; see the module comment.
  *
- * @param records - the sound batch records (files that cannot be read are reported by the file check, and skipped here)
+ * @param files - the data files the records say the archive holds now (src/export/file-states.ts;
+ *   files that cannot be read are reported by the file check, and skipped here)
  * @returns the problems (kind `deep`), empty when the exports and the mirror agree
  */
-export async function deepCheck(mirror: Mirror, root: string, records: LedgerRecord[]): Promise<VerifyProblem[]> {
+export async function deepCheck(mirror: Mirror, root: string, files: readonly FileState[]): Promise<VerifyProblem[]> {
   const replay = new Replay();
   try {
-    const problems = replayFiles(replay, root, records);
+    const problems = replayFiles(replay, root, files);
     const watermark = await mirror.exportWatermark();
     await replay.batchAsync(async () => {
       // What is committed but not published yet is part of the mirror's state.
@@ -79,28 +86,34 @@ function lineOf(stream: ChangeStream, line: Record<string, unknown>): ReplayLine
 }
 
 /** Adds every line of every listed file; returns the problems of lines (not JSON, out of range, exported twice). */
-function replayFiles(replay: Replay, root: string, records: LedgerRecord[]): VerifyProblem[] {
+function replayFiles(replay: Replay, root: string, files: readonly FileState[]): VerifyProblem[] {
   const problems: VerifyProblem[] = [];
   let more = 0;
   const say = (p: VerifyProblem) => (problems.length < SHOWN ? problems.push(p) : more++);
-  for (const r of records) {
-    for (const f of r.files) {
-      replay.batch(() => {
-        let n = 0;
-        for (const text of readLines(path.join(root, f.path), f.path.endsWith('.gz'))) {
-          n++;
-          const why = addLine(replay, f, text);
-          if (why) say({ path: f.path, problem: 'deep', detail: `line ${n}: ${why}` });
-        }
-      });
-    }
+  for (const f of files) {
+    replay.batch(() => {
+      let n = 0;
+      for (const text of readLines(path.join(root, f.path), f.path.endsWith('.gz'))) {
+        n++;
+        const why = addLine(replay, f, text);
+        if (why) say({ path: f.path, problem: 'deep', detail: `line ${n}: ${why}` });
+      }
+    });
   }
   if (more) problems.push({ path: '', problem: 'deep', detail: `and ${more} more line problems` });
   return problems;
 }
 
 /** Adds one line of file `f`; returns why it is wrong, if it is. */
-function addLine(replay: Replay, f: RecordFile, text: string): string | undefined {
+function addLine(replay: Replay, f: FileState, text: string): string | undefined {
+  const { first_seq: first, last_seq: last, stream } = f.original;
+  const stub = f.rewrittenBy.length > 0 ? parseStub(Buffer.from(text, 'utf8')) : undefined;
+  if (stub) {
+    if (stub.seq < first || stub.seq > last) return `seq ${stub.seq} outside the file's range ${first}-${last}`;
+    const key = { seq: stub.seq, stream: stream as ChangeStream, account_id: stub.account_id, conversation_id: stream === 'runs' ? '' : stub.conversation_id, id: stub.id, op: stub.op, body: ERASED_BODY };
+    if (!replay.addLine(key)) return `seq ${stub.seq} is exported twice`;
+    return undefined;
+  }
   let line: Record<string, unknown>;
   try {
     line = JSON.parse(text) as Record<string, unknown>;
@@ -109,8 +122,8 @@ function addLine(replay: Replay, f: RecordFile, text: string): string | undefine
   }
   if (typeof line !== 'object' || line === null || !Number.isInteger(line.seq)) return 'not an export line (no seq)';
   const seq = line.seq as number;
-  if (seq < f.first_seq || seq > f.last_seq) return `seq ${seq} outside the file's range ${f.first_seq}-${f.last_seq}`;
-  if (!replay.addLine(lineOf(f.stream as ChangeStream, line))) return `seq ${seq} is exported twice`;
+  if (seq < first || seq > last) return `seq ${seq} outside the file's range ${first}-${last}`;
+  if (!replay.addLine(lineOf(stream as ChangeStream, line))) return `seq ${seq} is exported twice`;
   return undefined;
 }
 
@@ -156,10 +169,11 @@ async function loadMirror(replay: Replay, mirror: Mirror): Promise<void> {
     for (const table of ['messages', 'conversations'] as const) {
       for await (const r of mirror.auditRecords(table)) {
         const record = r.raw ?? JSON.stringify({ id: r.id });
-        replay.addLive({ stream: table, account_id: r.account_id, conversation_id: r.conversation_id, id: r.id, deleted: r.deleted !== 0, body: recordBody(table, r.account_id, r.conversation_id, r.id, record) });
+        const erased = redactionOf(r.raw) !== undefined;
+        replay.addLive({ stream: table, account_id: r.account_id, conversation_id: r.conversation_id, id: r.id, deleted: r.deleted !== 0, body: recordBody(table, r.account_id, r.conversation_id, r.id, record), erased });
       }
     }
-    for await (const h of mirror.auditHistory()) replay.addHistory(h.seq, h.account_id, h.conversation_id, h.id, recordBody('messages', h.account_id, h.conversation_id, h.id, h.raw));
+    for await (const h of mirror.auditHistory()) replay.addHistory(h.seq, h.account_id, h.conversation_id, h.id, recordBody('messages', h.account_id, h.conversation_id, h.id, h.raw), redactionOf(h.raw) !== undefined);
     for (const run of await mirror.auditRuns()) {
       // A run still running was taken up again after a line said it ended: nothing to compare yet.
       const body = run.status === 'running' ? null : recordBody('runs', run.accountId, '', String(run.id), run.record);

@@ -22,7 +22,13 @@
  *    (src/export/witness.ts) and published as `manifest.json`: neither ever shows a head the mirror
  *    has not recorded, nor goes back to an older one.
  * Publication costs what the batch holds: nothing written before is read or rewritten (except the
- * small manifest, and the last line of the witness file, read back).
+ * small manifest, and the last line of the witness file, read back), unless an erasure waits for
+ * its archive step: before planning a batch (and only once no batch planned earlier waits, whose
+ * record must come first), every erasure the mirror has not marked archived is finished
+ * (src/export/erasure.ts: the subject's published lines replaced by stubs in rewritten files, an
+ * erasure record in the chain, the replaced files removed), so the next `sync` or daemon
+ * publication finishes an erasure that `erase` left interrupted. `erase` publishes with
+ * {@link ExportOptions.newBatches} false: that step, and no new batch.
  *
  * Every call rewrites `manifest.json` with a fresh `signed_at`, also when nothing is pending: its
  * time says when the publisher last vouched for the head (as a CT log issues a fresh signed tree
@@ -48,7 +54,8 @@ import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName
 import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from './manifest.js';
 import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
-import { LEDGER_DIR, RECORD_VERSION, asVersion1, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type RecordBody } from './ledger.js';
+import { LEDGER_DIR, RECORD_VERSION, asVersion1, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
+import { finishErasures, type ErasureArchived } from './erasure.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
@@ -59,6 +66,7 @@ export { witnessDirProblem, witnessFile } from './witness.js';
 export { exportLine } from './lines.js';
 export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 export type { ExportFailpoint } from './publish-fs.js';
+export type { ErasureArchived } from './erasure.js';
 
 /**
  * One file published by a call, as recorded in `export_files` and listed by its batch record (the
@@ -120,6 +128,13 @@ export interface ExportOptions {
    */
   failpoint?: (point: ExportFailpoint, file: string) => void | Promise<void>;
   /**
+   * Plan and publish a new batch of what waits in the change log. False (the `erase` command): only
+   * a batch planned before and not yet published is published (erasure records come after it), and
+   * the erasures waiting for the archive step are finished; nothing new is published.
+   * @defaultValue true
+   */
+  newBatches?: boolean | undefined;
+  /**
    * How long to wait for the mirror's publisher lock while another process publishes, ms; then
    * the call publishes nothing and returns {@link ExportResult.busy} (the changes stay in the
    * change log for the next publication). Polled every {@link PUBLISHER_POLL_MS}.
@@ -152,6 +167,11 @@ export interface ExportResult {
    * batch record are byte for byte the other's; no head, witness line or manifest was written).
    */
   busy?: 'busy' | 'fenced';
+  /**
+   * The erasures whose archive step this call finished (src/export/erasure.ts): each erasure's
+   * published lines replaced by stubs, its erasure record published. Absent or empty when none waited.
+   */
+  erasures?: ErasureArchived[];
 }
 
 /**
@@ -294,16 +314,36 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   const target: Target = { root: dir, temp: prepareTempDir(dir, modes), modes, failpoint: opts.failpoint };
   await migrateToLedger(mirror, target, mirrorId, opts, lease);
 
+  // 0. The archive step of erasures waiting for it, once no batch planned earlier waits (its
+  // record comes first: an erasure record takes the next batch id and chains on the head).
+  const pendingBatch = await mirror.pendingExportBatch();
+  const erasures =
+    pendingBatch === undefined
+      ? await finishErasures({
+          mirror,
+          target,
+          mirrorId,
+          clock,
+          logger: opts.logger,
+          failpoint: opts.failpoint,
+          publishRecord: (body) => publishRecord(target, body, opts.signingKey),
+          publishHead: (head, watermark) => void publishHead(target, mirrorId, head, watermark, opts),
+          assertLeaseHeld: () => assertLeaseHeld(lease),
+        })
+      : [];
+  const erased = erasures.length > 0 ? { erasures } : {};
+
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
   const held = await heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
-  const plan = held > 0 ? undefined : await mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
+  const noNew = opts.newBatches === false && pendingBatch === undefined;
+  const plan = held > 0 || noNew ? undefined : await mirror.planExportBatch(opts.runId ?? null, isoNow(clock), opts.gzip === true);
   if (!plan) {
     const head = await mirror.ledgerHead();
     const watermark = await mirror.exportWatermark();
     assertLeaseHeld(lease);
     publishHead(target, mirrorId, head, watermark, opts);
     if (held > 0) opts.logger?.debug({ run_lines: held }, 'run lines held: nothing changed; they go out with the next changes or at the heartbeat');
-    return { files: [], lines: 0, watermark, resumed: false, head, held };
+    return { files: [], lines: 0, watermark, resumed: false, head, held, ...erased };
   }
   if (plan.resumed) opts.logger?.warn({ batch: plan.id, first_seq: plan.first_seq, last_seq: plan.last_seq }, 're-publishing an export batch interrupted earlier');
 
@@ -326,9 +366,10 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   if (plan.resumed) {
     // The interrupted batch is out; now publish what was committed since it was planned.
     const rest = await publishAlone(mirror, opts, lease);
-    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held };
+    const all = [...erasures, ...(rest.erasures ?? [])];
+    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held, ...(all.length > 0 ? { erasures: all } : {}) };
   }
-  return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0 };
+  return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0, ...erased };
 }
 
 /** Writes a batch's data files, one partition (stream, account, day) at a time, in seq order. */
@@ -367,7 +408,8 @@ function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], pre
 }
 
 /**
- * Publishes a batch record (sealed: hashed, signed with `key` when given) as `_ledger/<batch>.json`,
+ * Publishes a record (a batch record, or an erasure record: src/export/erasure.ts; sealed: hashed,
+ * signed with `key` when given) as `_ledger/<batch>.json`,
  * unless that name already holds a record with the same hash (a batch re-published after a crash;
  * it is kept as it is, whatever its signature), or the version 1 record of the same batch (written
  * by a convo-mirror older than line commitments, which crashed before recording it: kept as it
@@ -377,7 +419,7 @@ function batchBody(mirrorId: string, plan: ExportBatch, files: ExportFile[], pre
  * @returns its ledger entry
  * @throws {@link ExportError} naming the file when it cannot be published, or holds anything else
  */
-function publishRecord(target: Target, body: RecordBody, key: SigningKey | undefined): LedgerEntry {
+function publishRecord(target: Target, body: AnyBody, key: SigningKey | undefined): LedgerEntry {
   let record = sealRecord(body, key ? (bytes) => sign(bytes, key) : undefined);
   const rel = recordPath(body.batch_id);
   const final = path.join(target.root, rel);
@@ -392,7 +434,7 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
     publishBytes(target, recordTempName(body.batch_id), final, renderRecord(record));
   } else {
     const parsed = parseRecord(existing);
-    const olderForm = parsed.ok && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
+    const olderForm = parsed.ok && !isErasureRecord(body) && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
     if (!parsed.ok || (parsed.record.hash !== record.hash && !olderForm)) {
       throw new ExportError(
         `refusing to replace the batch record ${final}: it records ${parsed.ok ? `another batch (hash ${parsed.record.hash})` : `something else (${parsed.why})`}`,
@@ -407,7 +449,8 @@ function publishRecord(target: Target, body: RecordBody, key: SigningKey | undef
     prev_hash: record.prev?.hash ?? null,
     path: rel,
     files: record.files.length,
-    lines: record.files.reduce((n, f) => n + f.lines, 0),
+    // An erasure record's lines: those it replaced by stubs.
+    lines: isErasureRecord(record) ? record.files.reduce((n, f) => n + f.redacted_seqs.length, 0) : record.files.reduce((n, f) => n + f.lines, 0),
     key_id: record.signature?.key_id ?? null,
   };
 }

@@ -17,6 +17,21 @@
  * `kind` is `migration` for the genesis record that takes in the files of an export directory
  * published before the ledger existed. `prev` is null on the genesis record.
  *
+ * An **erasure record** (`kind: "erasure"`, issue 26) is a record of the same chain and id
+ * sequence (it takes the next batch id, chains on the head), published when an erasure replaced
+ * the subject's published lines by stubs (src/export/stub.ts) in rewritten files
+ * (src/export/erasure.ts). It covers no seq; it says which erasure (not whose data: the subject is
+ * personal data), and for each file it replaced the path and SHA-256 it had, the rewritten file's,
+ * the Merkle root the file's original record committed to (absent for a file of a version 1
+ * record), and the seqs erased with their leaf hashes:
+ * ```json
+ * { "format": "convo-mirror-ledger", "version": 2, "kind": "erasure", "mirror_id": "…", "batch_id": 9,
+ *   "erasure": { "id": 3, "kind": "sender", "account_id": "…", "reason": "DSR-1234", "requested_at": "…" },
+ *   "files": [{ "path", "new_path", "stream", "sha256", "new_sha256", "merkle_root", "redacted_seqs": [17, 40], "redacted_leaves": ["…", "…"] }],
+ *   "prev": { "batch_id": 8, "hash": "…" }, "hash": "…", "signature": { … } }
+ * ```
+ * Hashed, signed and written exactly as a batch record.
+ *
  * Versions: a record of version 2 commits, for each file, to the Merkle tree hash of its lines
  * (`merkle_root`: src/export/merkle.ts) beside the SHA-256 of its bytes; version 1 (the records
  * written before) has no `merkle_root`, and is read and verified as it always was. convo-mirror
@@ -37,8 +52,28 @@ export const LEDGER_DIR = '_ledger';
 /** Record file names: the batch id on 12 digits. */
 const RECORD_NAME_RE = /^(\d{12})\.json$/;
 
-/** A partition file's path as convo-mirror writes it: `<stream>/account=<id>/date=<day>/<first>-<last>.jsonl[.gz]`. */
-const DATA_PATH_RE = /^(messages|conversations|runs)\/account=[^/]+\/date=\d{4}-\d{2}-\d{2}\/\d{12}-\d{12}\.jsonl(\.gz)?$/;
+/**
+ * A partition file's path as convo-mirror writes it: `<stream>/account=<id>/date=<day>/<first>-<last>.jsonl[.gz]`,
+ * or, rewritten by erasure `N` (src/export/erasure.ts), `<first>-<last>.e<N>.jsonl[.gz]`.
+ */
+const DATA_PATH_RE = /^(messages|conversations|runs)\/account=[^/]+\/date=\d{4}-\d{2}-\d{2}\/\d{12}-\d{12}(\.e[1-9]\d{0,14})?\.jsonl(\.gz)?$/;
+
+/** The `.e<N>` of a rewritten file's name (see {@link DATA_PATH_RE}). */
+const ERASED_SUFFIX_RE = /\.e[1-9]\d{0,14}(?=\.jsonl(?:\.gz)?$)/;
+
+/**
+ * The path a data file has once erasure `erasureId` rewrote it: the original name (the seq range)
+ * with `.e<erasure id>` before `.jsonl` (`…/000000000101-000000000250.e3.jsonl`, `.e3.jsonl.gz`);
+ * a file rewritten before drops its earlier `.e<M>` (one suffix at most, the latest erasure's).
+ */
+export function erasedPath(p: string, erasureId: number): string {
+  return originalPath(p).replace(/(\.jsonl(?:\.gz)?)$/, `.e${erasureId}$1`);
+}
+
+/** The path a data file was first published under: `p` without the `.e<N>` of a rewrite. */
+export function originalPath(p: string): string {
+  return p.replace(ERASED_SUFFIX_RE, '');
+}
 
 /** A file a record lists. */
 export interface RecordFile {
@@ -83,12 +118,84 @@ export interface RecordBody {
   prev: LedgerHead | null;
 }
 
-/** A whole record as published. */
+/** A whole batch record as published. */
 export interface LedgerRecord extends RecordBody {
   /** SHA-256 (hex) of {@link recordBodyBytes}. */
   hash: string;
   signature?: Signature;
 }
+
+/** The erasure an erasure record is for: no subject id (the record is public; the subject is personal data). */
+export interface ErasureInfo {
+  /** The mirror's `erasures.id`: the `N` of the stubs' `redacted.erasure` and of the rewritten files' `.e<N>`. */
+  id: number;
+  kind: 'sender' | 'conversation';
+  account_id: string;
+  /** Why (a ticket reference), as given to `erase --reason`. */
+  reason: string;
+  /** When the erasure was asked of the mirror, ISO 8601 UTC. */
+  requested_at: string;
+}
+
+/** One file an erasure record replaced. */
+export interface ErasureRecordFile {
+  /** The path replaced (a file of a batch record, or one an earlier erasure record wrote). */
+  path: string;
+  /** The rewritten file ({@link erasedPath}). */
+  new_path: string;
+  stream: string;
+  /** SHA-256 (hex) of the file replaced, as stored. */
+  sha256: string;
+  /** SHA-256 (hex) of the rewritten file, as stored. */
+  new_sha256: string;
+  /**
+   * The Merkle root the file's original (batch) record commits to, which the rewritten file still
+   * hashes to when each stub counts as the leaf it carries; absent for a file of a version 1
+   * record (no root: such a file is erased without line proof).
+   */
+  merkle_root?: string;
+  /** The seqs of the lines this record replaced by stubs, ascending (never empty). */
+  redacted_seqs: number[];
+  /** The leaf hash (hex) of each of those lines, in the same order: what its stub carries. */
+  redacted_leaves: string[];
+}
+
+/** An erasure record's body: everything its hash covers. */
+export interface ErasureBody {
+  format: 'convo-mirror-ledger';
+  /** Always 2 (erasure records came with line commitments). */
+  version: 2;
+  kind: 'erasure';
+  mirror_id: string;
+  /** Its place in the chain: the next batch id when it was published. */
+  batch_id: number;
+  erasure: ErasureInfo;
+  files: ErasureRecordFile[];
+  /** The record it chains on (never null: an erasure record is never a genesis record). */
+  prev: LedgerHead;
+}
+
+/** A whole erasure record as published. */
+export interface ErasureRecord extends ErasureBody {
+  /** SHA-256 (hex) of {@link recordBodyBytes}. */
+  hash: string;
+  signature?: Signature;
+}
+
+/** Any record of the ledger: a batch (or migration) record, or an erasure record. */
+export type AnyRecord = LedgerRecord | ErasureRecord;
+/** Any record's body. */
+export type AnyBody = RecordBody | ErasureBody;
+
+/** Whether `r` is an erasure record. */
+export function isErasureRecord(r: AnyRecord): r is ErasureRecord;
+export function isErasureRecord(r: AnyBody): r is ErasureBody;
+export function isErasureRecord(r: AnyBody): boolean {
+  return r.kind === 'erasure';
+}
+
+/** An erasure record file's fields in their fixed order (`merkle_root` only when present). */
+const ERASURE_FILE_FIELDS: readonly (keyof ErasureRecordFile)[] = ['path', 'new_path', 'stream', 'sha256', 'new_sha256', 'merkle_root', 'redacted_seqs', 'redacted_leaves'];
 
 /** Record versions convo-mirror reads. */
 export type RecordVersion = 1 | 2;
@@ -122,9 +229,10 @@ export function isDataPath(p: string): boolean {
  * The canonical body of `r` (fields in their fixed order, whatever the source object's order).
  *
  * @throws Error when a file's `merkle_root` does not go with the version (absent from a version 2
- *   record, present in a version 1 record), or the version is unknown: the body would not read back
+ *   batch record, present in a version 1 record), or the version is unknown: the body would not read back
  */
-function canonicalBody(r: RecordBody): RecordBody {
+function canonicalBody(r: AnyBody): AnyBody {
+  if (isErasureRecord(r)) return canonicalErasureBody(r);
   const fields = FILE_FIELDS[r.version];
   if (fields === undefined) throw new Error(`batch record ${r.batch_id}: version ${String(r.version)}, which this convo-mirror does not write`);
   for (const f of r.files) {
@@ -147,17 +255,37 @@ function canonicalBody(r: RecordBody): RecordBody {
   };
 }
 
+/** The canonical body of an erasure record (see the module comment). */
+function canonicalErasureBody(r: ErasureBody): ErasureBody {
+  const e = r.erasure;
+  return {
+    format: r.format,
+    version: r.version,
+    kind: r.kind,
+    mirror_id: r.mirror_id,
+    batch_id: r.batch_id,
+    erasure: { id: e.id, kind: e.kind, account_id: e.account_id, reason: e.reason, requested_at: e.requested_at },
+    files: r.files.map(
+      (f) =>
+        Object.fromEntries(
+          ERASURE_FILE_FIELDS.filter((k) => k !== 'merkle_root' || f.merkle_root !== undefined).map((k) => [k, k === 'redacted_seqs' || k === 'redacted_leaves' ? [...f[k]] : f[k]]),
+        ) as unknown as ErasureRecordFile,
+    ),
+    prev: { batch_id: r.prev.batch_id, hash: r.prev.hash },
+  };
+}
+
 /**
  * The bytes a record's hash and signature cover: its canonical body as compact JSON, UTF-8. A file's
  * `merkle_root` follows its `sha256` in version 2; version 1 bodies are byte for byte what they
  * were before version 2 existed.
  */
-export function recordBodyBytes(r: RecordBody): Buffer {
+export function recordBodyBytes(r: AnyBody): Buffer {
   return Buffer.from(JSON.stringify(canonicalBody(r)), 'utf8');
 }
 
 /** SHA-256 (hex) of {@link recordBodyBytes}. */
-export function recordHash(r: RecordBody): string {
+export function recordHash(r: AnyBody): string {
   return crypto.createHash('sha256').update(recordBodyBytes(r)).digest('hex');
 }
 
@@ -177,7 +305,10 @@ export function asVersion1(body: RecordBody): RecordBody {
  * @throws Error from {@link recordBodyBytes}'s canonical form when the files' `merkle_root` does
  *   not go with the version
  */
-export function sealRecord(body: RecordBody, sign?: (bytes: Buffer) => Signature): LedgerRecord {
+export function sealRecord(body: RecordBody, sign?: (bytes: Buffer) => Signature): LedgerRecord;
+export function sealRecord(body: ErasureBody, sign?: (bytes: Buffer) => Signature): ErasureRecord;
+export function sealRecord(body: AnyBody, sign?: (bytes: Buffer) => Signature): AnyRecord;
+export function sealRecord(body: AnyBody, sign?: (bytes: Buffer) => Signature): AnyRecord {
   const canonical = canonicalBody(body);
   const bytes = recordBodyBytes(canonical);
   const hash = crypto.createHash('sha256').update(bytes).digest('hex');
@@ -185,7 +316,7 @@ export function sealRecord(body: RecordBody, sign?: (bytes: Buffer) => Signature
 }
 
 /** The exact bytes of a record's file: the record indented by 2, LF-terminated, UTF-8. */
-export function renderRecord(r: LedgerRecord): Buffer {
+export function renderRecord(r: AnyRecord): Buffer {
   const out: Record<string, unknown> = { ...canonicalBody(r), hash: r.hash };
   if (r.signature) out.signature = { algorithm: r.signature.algorithm, key_id: r.signature.key_id, value: r.signature.value };
   return Buffer.from(JSON.stringify(out, null, 2) + '\n', 'utf8');
@@ -222,17 +353,50 @@ const RecordSchemas = {
   1: z.strictObject({ ...recordFields, version: z.literal(1), files: z.array(RecordFileV1Schema) }),
   2: z.strictObject({ ...recordFields, version: z.literal(2), files: z.array(RecordFileV2Schema) }),
 } as const;
+const ErasureFileSchema = z
+  .strictObject({
+    path: z.string(),
+    new_path: z.string(),
+    stream: z.enum(['messages', 'conversations']),
+    sha256: sha256Hex,
+    new_sha256: sha256Hex,
+    merkle_root: z.string().regex(/^[0-9a-f]{64}$/, 'a Merkle tree hash in lowercase hex (64 digits)').optional(),
+    redacted_seqs: z.array(seq).min(1),
+    redacted_leaves: z.array(z.string().regex(/^[0-9a-f]{64}$/, 'a leaf hash in lowercase hex (64 digits)')),
+  })
+  .refine((f) => f.redacted_leaves.length === f.redacted_seqs.length, { message: 'redacted_leaves must give one leaf per seq of redacted_seqs', path: ['redacted_leaves'] })
+  .refine((f) => f.redacted_seqs.every((s, i) => i === 0 || s > f.redacted_seqs[i - 1]!), { message: 'redacted_seqs must be in ascending order, each once', path: ['redacted_seqs'] });
+const ErasureRecordSchema = z.strictObject({
+  format: z.literal('convo-mirror-ledger'),
+  version: z.literal(2),
+  kind: z.literal('erasure'),
+  mirror_id: recordFields.mirror_id,
+  batch_id: recordFields.batch_id,
+  erasure: z.strictObject({
+    id: z.number().int().min(1),
+    kind: z.enum(['sender', 'conversation']),
+    account_id: z.string(),
+    reason: z.string(),
+    requested_at: z.string(),
+  }),
+  files: z.array(ErasureFileSchema).min(1),
+  prev: z.strictObject({ batch_id: z.number().int().min(1), hash: sha256Hex }),
+  hash: sha256Hex,
+  signature: recordFields.signature,
+});
 
 /** What reading a record file back found. */
 export type ParsedRecord =
-  | { ok: true; record: LedgerRecord; /** The file is not byte for byte {@link renderRecord} of its content. */ formatting: boolean }
+  | { ok: true; record: AnyRecord; /** The file is not byte for byte {@link renderRecord} of its content. */ formatting: boolean }
   | { ok: false; why: string };
 
 /**
  * Reads a record file's bytes back, trusting nothing: JSON, a version it knows (1 or 2), the exact
- * shape of that version (no missing, extra or mistyped field: a version 2 file without
- * `merkle_root`, or a version 1 file with one, is refused), data file paths convo-mirror could have
- * written, and the hash recomputed from the body. Whether the bytes are the canonical rendering is
+ * shape of that version and kind (no missing, extra or mistyped field: a version 2 batch record
+ * without `merkle_root`, or a version 1 record with one, is refused; an erasure record is of
+ * version 2, chains on a record, lists at least one file with one leaf per erased seq, its seqs
+ * ascending, and each file's `new_path` is the rewrite of its `path` by that erasure), data file
+ * paths convo-mirror could have written, and the hash recomputed from the body. Whether the bytes are the canonical rendering is
  * reported apart (`formatting`).
  *
  * @returns the record, or why it cannot be one (`not JSON: …`, `version 3, which this convo-mirror
@@ -246,16 +410,23 @@ export function parseRecord(bytes: Buffer): ParsedRecord {
   } catch (err) {
     return { ok: false, why: `not JSON: ${(err as Error).message}` };
   }
-  const version = typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as { version?: unknown }).version : undefined;
+  const obj = typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as { version?: unknown; kind?: unknown }) : undefined;
+  const version = obj?.version;
   if (version !== 1 && version !== 2) return { ok: false, why: `version ${JSON.stringify(version) ?? 'absent'}, which this convo-mirror does not know (it writes ${RECORD_VERSION})` };
-  const parsed = RecordSchemas[version].safeParse(json);
+  const erasure = obj?.kind === 'erasure';
+  const parsed = erasure ? ErasureRecordSchema.safeParse(json) : RecordSchemas[version].safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     return { ok: false, why: `${issue.path.join('.') || 'record'}: ${issue.message}` };
   }
-  const record = parsed.data as LedgerRecord;
-  const badPath = record.files.findIndex((f) => !isDataPath(f.path));
-  if (badPath !== -1) return { ok: false, why: `files[${badPath}].path ${JSON.stringify(record.files[badPath]!.path)} is not a data file path` };
+  const record = parsed.data as AnyRecord;
+  const paths = isErasureRecord(record) ? record.files.flatMap((f, i) => [{ i, field: 'path', p: f.path }, { i, field: 'new_path', p: f.new_path }]) : record.files.map((f, i) => ({ i, field: 'path', p: f.path }));
+  const bad = paths.find((x) => !isDataPath(x.p));
+  if (bad) return { ok: false, why: `files[${bad.i}].${bad.field} ${JSON.stringify(bad.p)} is not a data file path` };
+  if (isErasureRecord(record)) {
+    const odd = record.files.findIndex((f) => f.new_path !== erasedPath(f.path, record.erasure.id) || !f.path.startsWith(`${f.stream}/`) || f.path.endsWith('.gz') !== f.new_path.endsWith('.gz'));
+    if (odd !== -1) return { ok: false, why: `files[${odd}]: new_path ${JSON.stringify(record.files[odd]!.new_path)} is not the rewrite of ${JSON.stringify(record.files[odd]!.path)} by erasure ${record.erasure.id} (${erasedPath(record.files[odd]!.path, record.erasure.id)}), or its stream is not the path's` };
+  }
   const actual = recordHash(record);
   if (actual !== record.hash) return { ok: false, why: `hash ${record.hash} does not match its content (${actual}): the record was edited` };
   return { ok: true, record, formatting: !renderRecord(record).equals(bytes) };

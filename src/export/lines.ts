@@ -13,6 +13,7 @@
  * `status`, figures, `failures`, `ledger_head`: see `Runs.lineRecord` in src/store/sqlite/runs.ts).
  */
 import type { ExportChange } from '../store/mirror.js';
+import { redactionOf } from '../store/redaction.js';
 import { ExportError } from '../errors.js';
 
 /** The fields of a change-log row a line is built from. */
@@ -34,6 +35,11 @@ function messageFields(c: LineSource, message: Record<string, unknown>): Record<
   if (message.attachments !== undefined) out.attachments = message.attachments;
   out.created_at = message.created_at;
   return out;
+}
+
+/** The fields after `seq` of the line of a message whose record is a redaction marker. */
+function redactedMessageFields(c: LineSource, marker: Record<string, unknown>): Record<string, unknown> {
+  return { op: c.op, synced_at: c.synced_at, account_id: c.account_id, conversation_id: c.conversation_id, id: marker.id, created_at: marker.created_at, redacted: marker.redacted };
 }
 
 /** The conversation line's fields after `seq`, in their written order. */
@@ -88,7 +94,9 @@ export function exportLine(change: LineSource): string {
   }
   const fields =
     change.stream === 'messages'
-      ? messageFields(change, (record ?? {}) as Record<string, unknown>)
+      ? redactionOf(change.record) !== undefined
+        ? redactedMessageFields(change, record as Record<string, unknown>)
+        : messageFields(change, (record ?? {}) as Record<string, unknown>)
       : change.stream === 'runs'
         ? runFields(change, record)
         : conversationFields(change, record);

@@ -27,13 +27,18 @@ export const STREAM_DIRS = ['messages', 'conversations', 'runs'] as const;
 
 /**
  * Temp names convo-mirror generates: `<stream>-<batch>-<first seq>.<pid>.tmp`,
- * `ledger-<batch>.<pid>.tmp` and `manifest.json.<pid>.tmp`.
+ * `erasure-<erasure id>-<first seq>.<pid>.tmp`, `ledger-<batch>.<pid>.tmp` and `manifest.json.<pid>.tmp`.
  */
 const TEMP_NAME_RE = /^(?:[a-z]+-\d+-\d+|ledger-\d+|manifest\.json)\.\d+\.tmp$/;
 
 /** Temp name of the data file of batch `batchId` whose first line has `firstSeq`, in {@link TEMP_DIR}. */
 export function partitionTempName(stream: string, batchId: number, firstSeq: number): string {
   return `${stream}-${batchId}-${firstSeq}.${process.pid}.tmp`;
+}
+
+/** Temp name of the file erasure `erasureId` rewrites from the data file whose first seq is `firstSeq`, in {@link TEMP_DIR}. */
+export function erasureTempName(erasureId: number, firstSeq: number): string {
+  return `erasure-${erasureId}-${firstSeq}.${process.pid}.tmp`;
 }
 
 /** Temp name of batch `batchId`'s ledger record, in {@link TEMP_DIR}. */

@@ -21,8 +21,29 @@ import { TEMP_DIR, isTempName, kindOf } from './paths.js';
  *   mirror yet (`file` is the record's path);
  * - `before-head`: the batch is recorded in the mirror (its head moved), the witness line (with a
  *   witness) and the manifest are not written yet (`file` is the manifest's path).
+ *
+ * And in the archive step of an erasure (src/export/erasure.ts):
+ * - `erasure-after-file`: one more rewritten file is in place (`file` is its path); the files it
+ *   replaces are all still there;
+ * - `erasure-before-record`: every rewritten file is in place, the erasure record is not written
+ *   (`file` is the record's final path);
+ * - `erasure-before-mirror`: the erasure record is in `_ledger/`, the mirror has not recorded it
+ *   (the head has not moved);
+ * - `erasure-after-record`: the mirror recorded it (the head moved); the witness line, the manifest
+ *   and the removal of the replaced files are not done (`file` is the record's path);
+ * - `erasure-after-delete`: the replaced files are removed, the erasure is not marked archived in
+ *   the mirror (`file` is the record's path).
  */
-export type ExportFailpoint = 'before-rename' | 'before-ledger' | 'before-record' | 'before-head';
+export type ExportFailpoint =
+  | 'before-rename'
+  | 'before-ledger'
+  | 'before-record'
+  | 'before-head'
+  | 'erasure-after-file'
+  | 'erasure-before-record'
+  | 'erasure-before-mirror'
+  | 'erasure-after-record'
+  | 'erasure-after-delete';
 
 /** Where a publication writes: the export root, its temp directory, modes, and the test hook. */
 export interface Target {

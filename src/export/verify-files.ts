@@ -9,7 +9,10 @@ import crypto from 'node:crypto';
 import zlib from 'node:zlib';
 import { pipeline } from 'node:stream/promises';
 import { recordPath } from './ledger.js';
-import { LineTreeHasher } from './merkle.js';
+import type { FileState } from './file-states.js';
+import { LineSplitter, LineTooLong, readDataFile } from './line-stream.js';
+import { LineTreeHasher, MerkleTreeBuilder, leafHash } from './merkle.js';
+import { parseStub, seqOfLine } from './stub.js';
 import { TEMP_DIR, isTempName, kindOf } from './paths.js';
 import type { VerifyProblem } from './verify-types.js';
 
@@ -121,6 +124,92 @@ export async function checkListed(root: string, dirs: DirCheck, f: Listed, batch
     });
   }
   return out;
+}
+
+/** Problems named one by one in a rewritten file, at most; the rest are counted in one more. */
+const ERASED_SHOWN = 20;
+
+/**
+ * A file an erasure record rewrote (see src/export/file-states.ts) against what the records say
+ * of it now, streamed: a regular file reached without a symlink, with the latest SHA-256 and the
+ * original line count; each stub (src/export/stub.ts) one of a seq an erasure record lists, with
+ * the leaf it recorded; no line the records list as erased other than a stub, none missing; and,
+ * when its original record is of version 2, the Merkle tree hash of its lines, each stub counted
+ * as the leaf it carries, the root that record commits to: every line not erased is proven
+ * unchanged. Without a root (version 1) the file is erased without line proof
+ * (`withoutLineProof`), proven by the erasure record's SHA-256 alone.
+ *
+ * Problems: `missing`, `not-regular`, `sha256` (found, expected: the erasure record's),
+ * `lines`, `merkle_root` (found, expected: the original record's root), `erasure` (detail names
+ * the seq and the record).
+ */
+export async function checkErased(root: string, dirs: DirCheck, f: FileState): Promise<{ problems: VerifyProblem[]; withoutLineProof: boolean }> {
+  const withoutLineProof = f.original.merkle_root === undefined;
+  const viaDir = dirs.problemFor(f.path);
+  if (viaDir) return { problems: [viaDir], withoutLineProof };
+  const abs = path.join(root, f.path);
+  let st: fs.Stats;
+  try {
+    st = fs.lstatSync(abs);
+  } catch {
+    return { problems: [{ path: f.path, problem: 'missing' }], withoutLineProof };
+  }
+  if (!st.isFile()) return { problems: [{ path: f.path, problem: 'not-regular', detail: `${kindOf(st)}, expected a regular file` }], withoutLineProof };
+  const out: VerifyProblem[] = [];
+  let more = 0;
+  const say = (p: VerifyProblem) => (out.length < ERASED_SHOWN ? out.push(p) : more++);
+  const tree = new MerkleTreeBuilder();
+  const stubs = new Set<number>();
+  let leafProblems = 0;
+  const record = (id: number) => `erasure record ${id} (${recordPath(id)})`;
+  const splitter = new LineSplitter((line, index) => {
+    const stub = parseStub(line);
+    if (stub) {
+      tree.pushHex(stub.leaf);
+      stubs.add(stub.seq);
+      const listed = f.erased.get(stub.seq);
+      if (!listed) say({ path: f.path, problem: 'erasure', detail: `line ${index + 1}: a stub of seq ${stub.seq} that no erasure record lists: an erased line is listed by the erasure record that replaced it` });
+      else if (listed.leaf !== stub.leaf) {
+        leafProblems++;
+        say({ path: f.path, problem: 'erasure', found: stub.leaf, expected: listed.leaf, detail: `seq ${stub.seq} (line ${index + 1}): its stub carries this leaf, ${record(listed.record)} the expected one` });
+      }
+      return;
+    }
+    tree.push(leafHash(line));
+    const seq = seqOfLine(line);
+    const listed = seq === undefined ? undefined : f.erased.get(seq);
+    if (listed) say({ path: f.path, problem: 'erasure', detail: `seq ${seq!} (line ${index + 1}): ${record(listed.record)} lists it as erased, yet the line is not a stub` });
+  });
+  let digest;
+  try {
+    digest = await readDataFile(abs, f.path.endsWith('.gz'), (chunk) => splitter.update(chunk));
+    splitter.end();
+  } catch (err) {
+    if (err instanceof LineTooLong) return { problems: [{ path: f.path, problem: 'lines', detail: err.message }], withoutLineProof };
+    return { problems: [{ path: f.path, problem: 'missing', detail: `cannot read it: ${(err as Error).message}` }], withoutLineProof };
+  }
+  const problems: VerifyProblem[] = [];
+  if (digest.sha256 !== f.sha256) problems.push({ path: f.path, problem: 'sha256', found: digest.sha256, expected: f.sha256 });
+  if (digest.unreadable) {
+    problems.push({ path: f.path, problem: 'lines', detail: digest.unreadable });
+    return { problems, withoutLineProof };
+  }
+  if (splitter.lines !== f.original.lines) problems.push({ path: f.path, problem: 'lines', found: splitter.lines, expected: f.original.lines });
+  for (const [seq, e] of f.erased) if (!stubs.has(seq)) say({ path: f.path, problem: 'erasure', detail: `seq ${seq}: ${record(e.record)} lists it as erased, but no stub of it is in the file` });
+  problems.push(...out);
+  if (more > 0) problems.push({ path: f.path, problem: 'erasure', detail: `and ${more} more problems of its erased lines` });
+  if (!withoutLineProof && tree.rootHex() !== f.original.merkle_root) {
+    problems.push({
+      path: f.path,
+      problem: 'merkle_root',
+      found: tree.rootHex(),
+      expected: f.original.merkle_root,
+      detail:
+        `the Merkle tree hash of its ${tree.size} lines, each stub counted as the leaf it carries, is not the one the record of batch ${f.batch} (${recordPath(f.batch)}) commits to: ` +
+        (leafProblems > 0 ? 'a stub carries another leaf than recorded (above), or another line was changed' : 'a line that was not erased was changed, added, removed or moved'),
+    });
+  }
+  return { problems, withoutLineProof };
 }
 
 /** What {@link digestFile} found. */

@@ -30,7 +30,12 @@
  *   have, or the other way round, or another hash);
  * - `unlisted`: anything in `messages/`, `conversations/`, `runs/` or `_ledger/` that no record lists;
  * - `deep`: `--deep` found the exports and the mirror's rows disagree (detail names the key);
- * - `temp`: an entry in `.convo-mirror-tmp/`, left by an interrupted publication.
+ * - `temp`: an entry in `.convo-mirror-tmp/`, left by an interrupted publication;
+ * - `erasure`: a file an erasure record rewrote does not hold what the records say of its erased
+ *   lines (a stub no erasure record lists, a stub whose leaf is not the one recorded, a line
+ *   recorded as erased that is not a stub, one missing), a file an erasure record replaced still
+ *   there, or an erasure record that does not follow the records before it (detail names the
+ *   file, the seq and the record).
  */
 export type VerifyProblemKind =
   | 'missing'
@@ -50,7 +55,8 @@ export type VerifyProblemKind =
   | 'mirror'
   | 'unlisted'
   | 'deep'
-  | 'temp';
+  | 'temp'
+  | 'erasure';
 
 /** A problem found by `verify`. */
 export interface VerifyProblem {

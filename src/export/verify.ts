@@ -15,16 +15,18 @@ import type { LedgerHead, Mirror } from '../store/mirror.js';
 import { readChain, type Chain } from './chain.js';
 import { deepCheck } from './deep.js';
 import { checkHeadSignature, type SignedHead } from './head.js';
-import { LEDGER_DIR, recordBodyBytes, recordPath, type LedgerRecord } from './ledger.js';
+import { LEDGER_DIR, isErasureRecord, recordBodyBytes, recordPath, type AnyRecord, type LedgerRecord } from './ledger.js';
+import { fileStates, type ErasureSummary, type FileStates } from './file-states.js';
 import { readManifest, type ReadManifest } from './manifest.js';
 import { MANIFEST, STREAM_DIRS } from './paths.js';
 import { MAX_MANIFEST_BYTES, readIfPresent } from './publish-fs.js';
 import { checkSignature, type PublicKey, type SignatureCheck } from './signing.js';
-import { DirCheck, checkListed, checkTemp, walkTree } from './verify-files.js';
+import { DirCheck, checkErased, checkListed, checkTemp, walkTree } from './verify-files.js';
 import type { Check, CheckName, VerifyProblem } from './verify-types.js';
 import { readWitnessLines, witnessFile } from './witness.js';
 
 export type { Check, CheckName, VerifyProblem, VerifyProblemKind } from './verify-types.js';
+export type { ErasureSummary } from './file-states.js';
 
 /** A chain head an auditor noted: its hash, and optionally its batch id (`42:<hash>` on the command line). */
 export interface HeadRef {
@@ -103,6 +105,16 @@ export interface ArchiveReport {
   lines: number;
   /** Records carrying a signature. */
   signed: number;
+  /**
+   * The erasure records of the chain (src/export/erasure.ts), each with its erasure (id, kind,
+   * account, reason, time) and the files and lines it erased; empty when there is none.
+   */
+  erasures: ErasureSummary[];
+  /**
+   * Files rewritten by an erasure record whose original record is of version 1 (no Merkle root):
+   * erased without line proof, their bytes proven by the erasure record's SHA-256 alone.
+   */
+  erasedWithoutLineProof: string[];
   /** The newest signed head with a time (see {@link VerifyOptions.maxAgeMs}), if any. */
   newestSignedHead: NewestSignedHead | undefined;
   /** One line: `archive intact: …` or `NOT intact: <check> FAILED (…), …` ({@link archiveVerdict}). */
@@ -189,7 +201,7 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
     const why = rootStat ? `${root} is not a directory` : `${root} does not exist`;
     if (published) report.add('chain', [{ path: MANIFEST, problem: 'missing', detail: why }], '');
     else report.add('chain', [], `nothing published yet (${why})`);
-    const empty = { exportDir: root, checks: report.checks, problems: report.problems, head: undefined, records: 0, files: 0, lines: 0, signed: 0, newestSignedHead: undefined };
+    const empty = { exportDir: root, checks: report.checks, problems: report.problems, head: undefined, records: 0, files: 0, lines: 0, signed: 0, erasures: [], erasedWithoutLineProof: [], newestSignedHead: undefined };
     return { ...empty, verdict: archiveVerdict(empty) };
   }
 
@@ -200,7 +212,8 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   const chain = readChain(root, await mirror?.mirrorId());
   await o.failpoint?.('chain-read');
   await checkLedger(report, chain, mirror);
-  const listed = await checkFiles(report, root, chain);
+  const states = fileStates(chain.records);
+  const { listed, withoutLineProof } = await checkFiles(report, root, chain, states);
   const manifest = await checkManifest(report, root, chain, mirror);
   const manifestHead = manifest?.ok && manifest.signed ? manifest.signed : undefined;
   checkSignatures(report, chain.records, manifest, o.publicKey, o.signedFrom);
@@ -215,13 +228,14 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   const newestSignedHead = checkAge(report, timed, { key: o.publicKey, maxAgeMs: o.maxAgeMs, now: (o.clock ?? systemClock).now() });
   if (mirror) await checkMirror(report, chain, mirror);
   else report.skip('mirror', 'no database');
-  if (o.deep && mirror) report.add('deep', await deepCheck(mirror, root, chain.records), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
+  if (o.deep && mirror) report.add('deep', await deepCheck(mirror, root, [...states.current.values()]), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
   else report.skip('deep', o.deep ? 'needs the database' : 'not asked (--deep)');
   report.add('temp', checkTemp(root), 'no leftovers of an interrupted publication');
-  const files = chain.records.reduce((n, r) => n + r.files.length, 0);
-  const lines = chain.records.reduce((n, r) => n + r.files.reduce((m, f) => m + f.lines, 0), 0);
+  const batches = chain.records.filter((r): r is LedgerRecord => !isErasureRecord(r));
+  const files = batches.reduce((n, r) => n + r.files.length, 0);
+  const lines = batches.reduce((n, r) => n + r.files.reduce((m, f) => m + f.lines, 0), 0);
   const signed = chain.records.filter((r) => r.signature !== undefined).length;
-  const out = { exportDir: root, checks: report.checks, problems: report.problems, head: chain.head, records: chain.records.length, files, lines, signed, newestSignedHead };
+  const out = { exportDir: root, checks: report.checks, problems: report.problems, head: chain.head, records: chain.records.length, files, lines, signed, erasures: states.erasures, erasedWithoutLineProof: withoutLineProof, newestSignedHead };
   return { ...out, verdict: archiveVerdict(out) };
 }
 
@@ -240,47 +254,73 @@ async function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefi
 }
 
 /**
- * Every file the sound records list against its record (one at a time, streamed), then what lies
- * in the partition trees and `_ledger/` that no record lists.
+ * Every file the sound records list against its record (one at a time, streamed), followed through
+ * the erasure records that rewrote it (src/export/file-states.ts): a file never erased against its
+ * batch record; a rewritten one against its latest SHA-256 and, line by line, its erased lines and
+ * the root of its original record ({@link checkErased}); a file an erasure record replaced must be
+ * gone. Then what lies in the partition trees and `_ledger/` that no record lists.
  *
- * @returns the batch listing each file
+ * @returns the record that last names each path (for the first bad batch), and the rewritten
+ *   files erased without line proof
  */
-async function checkFiles(report: Report, root: string, chain: Chain): Promise<Map<string, number>> {
-  const records = chain.records;
-  const listed = new Map<string, number>();
-  const found: VerifyProblem[] = [];
+async function checkFiles(report: Report, root: string, chain: Chain, states: FileStates): Promise<{ listed: Map<string, number>; withoutLineProof: string[] }> {
+  const found: VerifyProblem[] = [...states.problems];
   const dirs = new DirCheck(root);
   let lines = 0;
   let rooted = 0;
-  for (const r of records) {
-    for (const f of r.files) {
-      const other = listed.get(f.path);
-      if (other !== undefined) {
-        found.push({ path: f.path, problem: 'record', detail: `listed by batch ${other} and again by batch ${r.batch_id}` });
-        continue;
-      }
-      listed.set(f.path, r.batch_id);
-      lines += f.lines;
-      if (f.merkle_root !== undefined) rooted++;
-      found.push(...(await checkListed(root, dirs, f, r.batch_id)));
+  let rewritten = 0;
+  let erasedLines = 0;
+  const withoutLineProof: string[] = [];
+  for (const f of states.current.values()) {
+    lines += f.original.lines;
+    if (f.original.merkle_root !== undefined) rooted++;
+    if (f.rewrittenBy.length === 0) {
+      found.push(...(await checkListed(root, dirs, f.original, f.batch)));
+      continue;
+    }
+    rewritten++;
+    erasedLines += f.erased.size;
+    const r = await checkErased(root, dirs, f);
+    found.push(...r.problems);
+    if (r.withoutLineProof) withoutLineProof.push(f.path);
+  }
+  for (const [p, by] of states.replaced) {
+    if (states.current.has(p)) continue;
+    let st: fs.Stats | undefined;
+    try {
+      st = fs.lstatSync(path.join(root, p));
+    } catch {
+      st = undefined;
+    }
+    if (st) {
+      found.push({
+        path: p,
+        problem: 'erasure',
+        detail: `erasure record ${by.record} (${recordPath(by.record)}) replaced it by ${by.newPath}, yet it is still here: it may hold the lines that erasure erased (left by an erasure interrupted after its record, the next convo-mirror erase or sync removes it; else remove it by hand)`,
+      });
     }
   }
   const what =
     rooted === 0
       ? 'sizes, line counts and SHA-256 as recorded'
-      : rooted === listed.size
+      : rooted === states.current.size
         ? 'sizes, line counts, SHA-256 and the Merkle roots of their lines as recorded'
         : `sizes, line counts and SHA-256 as recorded; the Merkle roots of the lines of the ${rooted} files listed by records of version 2 too`;
-  report.add('files', found, `${listed.size} files, ${lines} lines: ${what}`);
+  const erased =
+    rewritten === 0
+      ? ''
+      : `; ${rewritten} rewritten by erasure records (${erasedLines} lines erased, each a stub carrying its line's leaf): their SHA-256 as the erasure record says${rewritten > withoutLineProof.length ? ', the lines not erased proven unchanged by the roots of their original records' : ''}` +
+        (withoutLineProof.length > 0 ? `; ${withoutLineProof.length} erased without line proof (published by records of version 1, which have no root)` : '');
+  report.add('files', found, `${states.current.size} files, ${lines} lines: ${what}${erased}`);
   const unlisted: VerifyProblem[] = chain.problems.filter((p) => p.problem === 'unlisted');
   for (const stream of STREAM_DIRS) {
     for (const e of walkTree(root, stream)) {
-      if (listed.has(e.rel) || chain.suspectPaths.has(e.rel)) continue;
+      if (states.listed.has(e.rel) || chain.suspectPaths.has(e.rel)) continue;
       unlisted.push(e.kind === 'regular file' ? { path: e.rel, problem: 'unlisted' } : { path: e.rel, problem: 'unlisted', detail: e.kind === 'symbolic link' ? 'symbolic link, not followed' : e.kind });
     }
   }
   report.add('unlisted', unlisted, `nothing in ${STREAM_DIRS.join('/, ')}/ or ${LEDGER_DIR}/ that no record lists`);
-  return listed;
+  return { listed: states.listed, withoutLineProof };
 }
 
 /**
@@ -314,7 +354,8 @@ async function checkManifest(report: Report, root: string, chain: Chain, mirror:
   }
   const found: VerifyProblem[] = [];
   const expectedHead = mirror ? await mirror.ledgerHead() : last ? { batch_id: last.batch_id, hash: last.hash } : undefined;
-  const expectedWatermark = mirror ? await mirror.exportWatermark() : (last?.last_seq ?? 0);
+  const lastBatch = chain.records.filter((r): r is LedgerRecord => !isErasureRecord(r)).at(-1);
+  const expectedWatermark = mirror ? await mirror.exportWatermark() : (lastBatch?.last_seq ?? 0);
   const whose = mirror ? 'as the mirror records' : 'as the last record says';
   if (m.mirror_id !== mirrorId) found.push({ path: MANIFEST, problem: 'manifest', found: `mirror ${m.mirror_id}`, expected: `mirror ${mirrorId}` });
   if (m.version === 1) {
@@ -339,7 +380,7 @@ function signatureWords(verdict: Exclude<SignatureCheck, 'valid'>, keyId: string
  * With a key: every record from `signedFrom` on (all without it) and the head pointer signed by
  * it; records before `signedFrom` may be unsigned (reported). Without: the signatures counted.
  */
-function checkSignatures(report: Report, records: LedgerRecord[], manifest: ReadManifest | undefined, key: PublicKey | undefined, signedFrom: number | undefined): void {
+function checkSignatures(report: Report, records: AnyRecord[], manifest: ReadManifest | undefined, key: PublicKey | undefined, signedFrom: number | undefined): void {
   const signed = records.filter((r) => r.signature !== undefined).length;
   const headSigned = manifest?.ok && manifest.signed?.signature !== undefined;
   if (!key) {
@@ -348,7 +389,7 @@ function checkSignatures(report: Report, records: LedgerRecord[], manifest: Read
     return;
   }
   const found: VerifyProblem[] = [];
-  const unsigned: LedgerRecord[] = [];
+  const unsigned: AnyRecord[] = [];
   for (const r of records) {
     const rel = recordPath(r.batch_id);
     if (!r.signature) {
@@ -376,7 +417,7 @@ function checkSignatures(report: Report, records: LedgerRecord[], manifest: Read
  * followed only by signed records (suggesting `--signed-from`), or for an archive with no signed
  * record at all; else one per record.
  */
-function unsignedProblems(records: LedgerRecord[], unsigned: LedgerRecord[], key: PublicKey, signedFrom: number | undefined): VerifyProblem[] {
+function unsignedProblems(records: AnyRecord[], unsigned: AnyRecord[], key: PublicKey, signedFrom: number | undefined): VerifyProblem[] {
   if (unsigned.length === 0) return [];
   const first = records[0]!.batch_id;
   const isPrefix = signedFrom === undefined && unsigned.every((r, i) => r === records[i]);
@@ -399,11 +440,11 @@ function unsignedProblems(records: LedgerRecord[], unsigned: LedgerRecord[], key
 }
 
 /** `all 8 records signed by <key>`, or `records 1–7 unsigned (accepted by --signed-from 8), 8–12 signed by <key>`. */
-function signedDetail(records: LedgerRecord[], key: PublicKey, signedFrom: number | undefined): string {
+function signedDetail(records: AnyRecord[], key: PublicKey, signedFrom: number | undefined): string {
   if (signedFrom === undefined || records.length === 0) return `all ${records.length} records signed by ${key.keyId}`;
   const before = records.filter((r) => r.batch_id < signedFrom);
   const from = records.filter((r) => r.batch_id >= signedFrom);
-  const range = (rs: LedgerRecord[]) => span(rs[0]!.batch_id, rs.at(-1)!.batch_id);
+  const range = (rs: AnyRecord[]) => span(rs[0]!.batch_id, rs.at(-1)!.batch_id);
   const parts: string[] = [];
   if (before.length > 0) {
     const unsignedBefore = before.filter((r) => !r.signature).length;
@@ -422,7 +463,7 @@ function firstBadBatch(chain: Chain, problems: VerifyProblem[], listed: Map<stri
   let firstBad = chain.brokenAt;
   for (const p of problems) {
     const batch = listed.get(p.path);
-    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines', 'merkle_root'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
+    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines', 'merkle_root', 'erasure'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
   }
   return firstBad;
 }
@@ -432,7 +473,7 @@ type Unproven =
   /** No record of the archive is that head; `removed`: the records after the chain's end up to it are all gone. */
   | { kind: 'absent'; removed: [number, number] | undefined }
   /** The archive's record of that batch has another hash. */
-  | { kind: 'replaced'; record: LedgerRecord }
+  | { kind: 'replaced'; record: AnyRecord }
   /** It is in the chain, but batch `firstBad` at or before it is broken or its files changed. */
   | { kind: 'broken'; firstBad: number };
 

@@ -26,6 +26,7 @@ import type {
   ErasureRequest,
   ErasureResult,
   ErasureRow,
+  ErasureSubject,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -38,10 +39,12 @@ import type {
   PublisherLease,
   PublishedFile,
   RecordRow,
+  ReplacedFile,
   RunChanges,
   RunFailureRecord,
   RunFigures,
   RunStart,
+  SubjectLine,
   WriteCounts,
 } from './types.js';
 
@@ -59,6 +62,7 @@ export type {
   ErasureRequest,
   ErasureResult,
   ErasureRow,
+  ErasureSubject,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -72,6 +76,7 @@ export type {
   PublisherLease,
   PublishedFile,
   RecordRow,
+  ReplacedFile,
   RunChanges,
   RunFailureRecord,
   RunFigures,
@@ -79,6 +84,7 @@ export type {
   RunScope,
   RunStart,
   RunTrigger,
+  SubjectLine,
   WriteCounts,
 } from './types.js';
 export { signalOf } from './values.js';
@@ -475,6 +481,47 @@ export interface Mirror {
    * @throws {@link StoreError} with code `ERASURE_UNKNOWN` when there is no such erasure
    */
   recordErasureArchived(erasureId: number, doneAt: string): Promise<boolean>;
+
+  /**
+   * The change-log lines at or below `throughSeq` that concern `subject`, by seq (streamed from
+   * the change log's keys: the payloads of published lines are pruned, but their keys stay): kind
+   * `conversation`, every line of the conversation in the `messages` and `conversations` streams;
+   * kind `sender`, every `messages` line of a message of the sender (one a version of which names
+   * it, or the redaction marker of an erasure of the same sender: after an erasure, its markers
+   * are how the mirror still knows them). What the archive step rewrites in the published files
+   * (with `throughSeq` the erasure's {@link ErasureResult.publishedThroughSeq}), and what a dry
+   * run counts there. `runs` lines are never the subject's. Read in one snapshot; writes nothing.
+   *
+   * Cost: kind `sender`, the account's messages naming the sender or redacted, and the account's
+   * `messages` lines up to `throughSeq` (their keys); kind `conversation`, the conversation's lines.
+   */
+  subjectLines(subject: ErasureSubject, throughSeq: number): Promise<SubjectLine[]>;
+
+  /**
+   * Reserves, for erasure `erasureId`'s record in the ledger, the batch id it takes: the next one
+   * (above every batch planned and every record), recorded as the erasure's `archiveBatchId`, so
+   * no batch is ever planned under it and a re-run after a crash writes the same record under the
+   * same name. Returns the id reserved earlier when there is one still usable (recorded, or above
+   * the chain head); a reservation a head moved past (another publisher recorded meanwhile) is
+   * replaced. Call with the publisher lock held.
+   *
+   * @throws {@link StoreError} `ERASURE_UNKNOWN` for no such erasure; `LEDGER_FENCED` when an
+   *   export batch is planned and not published (publish it first: its record must come before)
+   */
+  planErasureRecord(erasureId: number): Promise<number>;
+
+  /**
+   * Records erasure `erasureId`'s record, published in the ledger (src/export/erasure.ts), in one
+   * transaction: the chain head moves to `entry` by compare-and-set from the head it chains on
+   * (`entry.prev_hash`, never null: an erasure record is never a genesis record), its ledger
+   * entry, and in `export_files` each replaced path replaced by its rewritten file. The watermark
+   * does not move (an erasure record covers no new seq).
+   *
+   * @param publishedAt - ISO 8601 UTC, recorded on the entry and the rewritten files
+   * @throws {@link StoreError} with code `LEDGER_FENCED` when the head is not the one `entry`
+   *   chains on, or `entry.batch_id` is not the id {@link planErasureRecord} reserved; nothing was changed
+   */
+  recordErasureRecord(erasureId: number, entry: LedgerEntry, files: readonly ReplacedFile[], publishedAt: string): Promise<void>;
 
   // ---------------------------------------------------------------- audit (verify --deep)
 

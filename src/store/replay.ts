@@ -9,6 +9,12 @@ import { Database, type Db, type Statement } from './sqlite/sqlite.js';
 /** A stream of the change log. */
 type Stream = 'messages' | 'conversations' | 'runs';
 
+/**
+ * The body of a line an erasure replaced by its stub: it says only that the version was erased, so
+ * it matches a mirror row or history version that holds a redaction marker (`erased`), and nothing else.
+ */
+export const ERASED_BODY = '\u0000erased';
+
 /** One export line as replayed. */
 export interface ReplayLine {
   seq: number;
@@ -32,6 +38,8 @@ export interface LiveRow {
   deleted: boolean;
   /** `lineBody` of the line it would be exported as; null: compare nothing (a run still running). */
   body: string | null;
+  /** Its record is a redaction marker (an erasure redacted it): a stub ({@link ERASED_BODY}) matches it. @defaultValue false */
+  erased?: boolean;
 }
 
 /** A difference between the replay and the mirror. */
@@ -52,20 +60,20 @@ const KEY = `stream, account_id, conversation_id, id`;
 export class Replay {
   private readonly db: Db;
   private readonly insertLine: Statement<ReplayLine>;
-  private readonly insertLive: Statement<LiveRow & { deletedInt: number }>;
-  private readonly insertHistory: Statement<[seq: number, accountId: string, conversationId: string, id: string, body: string]>;
+  private readonly insertLive: Statement<Omit<LiveRow, 'erased'> & { deletedInt: number; erasedInt: number }>;
+  private readonly insertHistory: Statement<[seq: number, accountId: string, conversationId: string, id: string, body: string, erased: number]>;
 
   constructor() {
     this.db = new Database('');
     this.db.exec(`
       CREATE TABLE lines (seq INTEGER PRIMARY KEY, stream TEXT, account_id TEXT, conversation_id TEXT, id TEXT, op TEXT, body TEXT);
       CREATE INDEX lines_by_key ON lines (${KEY}, seq);
-      CREATE TABLE live (stream TEXT, account_id TEXT, conversation_id TEXT, id TEXT, deleted INTEGER, body TEXT, PRIMARY KEY (${KEY}));
-      CREATE TABLE history (seq INTEGER, account_id TEXT, conversation_id TEXT, id TEXT, body TEXT);
+      CREATE TABLE live (stream TEXT, account_id TEXT, conversation_id TEXT, id TEXT, deleted INTEGER, body TEXT, erased INTEGER, PRIMARY KEY (${KEY}));
+      CREATE TABLE history (seq INTEGER, account_id TEXT, conversation_id TEXT, id TEXT, body TEXT, erased INTEGER);
       CREATE INDEX history_by_seq ON history (seq);`);
     this.insertLine = this.db.prepare(`INSERT OR IGNORE INTO lines (seq, ${KEY}, op, body) VALUES (@seq, @stream, @account_id, @conversation_id, @id, @op, @body)`);
-    this.insertLive = this.db.prepare(`INSERT OR REPLACE INTO live (${KEY}, deleted, body) VALUES (@stream, @account_id, @conversation_id, @id, @deletedInt, @body)`);
-    this.insertHistory = this.db.prepare(`INSERT INTO history (seq, account_id, conversation_id, id, body) VALUES (?, ?, ?, ?, ?)`);
+    this.insertLive = this.db.prepare(`INSERT OR REPLACE INTO live (${KEY}, deleted, body, erased) VALUES (@stream, @account_id, @conversation_id, @id, @deletedInt, @body, @erasedInt)`);
+    this.insertHistory = this.db.prepare(`INSERT INTO history (seq, account_id, conversation_id, id, body, erased) VALUES (?, ?, ?, ?, ?, ?)`);
   }
 
   /** Runs `f` in one transaction (bulk inserts). */
@@ -95,12 +103,16 @@ export class Replay {
   }
 
   addLive(r: LiveRow): void {
-    this.insertLive.run({ ...r, deletedInt: r.deleted ? 1 : 0 });
+    const { erased, ...row } = r;
+    this.insertLive.run({ ...row, deletedInt: r.deleted ? 1 : 0, erasedInt: erased === true ? 1 : 0 });
   }
 
-  /** Adds a `message_history` row in line form: the version the update `seq` replaced. */
-  addHistory(seq: number, accountId: string, conversationId: string, id: string, body: string): void {
-    this.insertHistory.run(seq, accountId, conversationId, id, body);
+  /**
+   * Adds a `message_history` row in line form: the version the update `seq` replaced (`erased`:
+   * it holds a redaction marker, which a stub matches).
+   */
+  addHistory(seq: number, accountId: string, conversationId: string, id: string, body: string, erased = false): void {
+    this.insertHistory.run(seq, accountId, conversationId, id, body, erased ? 1 : 0);
   }
 
   /** Ranges of seq in `[1, upTo]` that no line holds, at most `limit`. */
@@ -127,7 +139,7 @@ export class Replay {
                     WHEN l.op <> 'delete' AND m.deleted = 1 THEN 'deleted'
                     ELSE 'differs' END AS kind, l.stream, l.account_id, l.conversation_id, l.id, l.seq
         FROM latest l LEFT JOIN live m USING (${KEY})
-        WHERE m.stream IS NULL OR (m.body IS NOT NULL AND (m.body IS NOT l.body OR m.deleted <> (l.op = 'delete')))
+        WHERE m.stream IS NULL OR (m.body IS NOT NULL AND ((m.body IS NOT l.body AND NOT (l.body = @erased AND m.erased = 1)) OR m.deleted <> (l.op = 'delete')))
         UNION ALL
         SELECT 'not-exported', m.stream, m.account_id, m.conversation_id, m.id, NULL
         FROM live m LEFT JOIN latest l USING (${KEY}) WHERE l.seq IS NULL AND m.stream <> 'runs'
@@ -135,12 +147,12 @@ export class Replay {
         SELECT CASE WHEN h.seq IS NULL THEN 'history-missing' ELSE 'history-differs' END, 'messages', u.account_id, u.conversation_id, u.id, u.seq
         FROM upd u LEFT JOIN history h ON h.seq = u.seq
         WHERE u.stream = 'messages' AND u.op = 'update'
-          AND (h.seq IS NULL OR h.body IS NOT u.prev OR h.account_id IS NOT u.account_id OR h.conversation_id IS NOT u.conversation_id OR h.id IS NOT u.id)
+          AND (h.seq IS NULL OR (h.body IS NOT u.prev AND NOT (u.prev = @erased AND h.erased = 1)) OR h.account_id IS NOT u.account_id OR h.conversation_id IS NOT u.conversation_id OR h.id IS NOT u.id)
         UNION ALL
         SELECT 'history-unexported', 'messages', h.account_id, h.conversation_id, h.id, h.seq
         FROM history h LEFT JOIN lines l ON l.seq = h.seq AND l.stream = 'messages' AND l.op = 'update' WHERE l.seq IS NULL)`;
-    const first = this.db.prepare<[], Difference>(`${sql} SELECT * FROM d ORDER BY seq IS NULL, seq, stream, account_id, conversation_id, id LIMIT ${Math.max(1, limit)}`).all();
-    const total = this.db.prepare<[], { n: number }>(`${sql} SELECT count(*) AS n FROM d`).get()?.n ?? 0;
+    const first = this.db.prepare<{ erased: string }, Difference>(`${sql} SELECT * FROM d ORDER BY seq IS NULL, seq, stream, account_id, conversation_id, id LIMIT ${Math.max(1, limit)}`).all({ erased: ERASED_BODY });
+    const total = this.db.prepare<{ erased: string }, { n: number }>(`${sql} SELECT count(*) AS n FROM d`).get({ erased: ERASED_BODY })?.n ?? 0;
     return { first, total };
   }
 

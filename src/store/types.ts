@@ -442,6 +442,36 @@ export interface ErasureRow extends ErasureCounts {
   requestedAt: string;
   /** See {@link ErasureResult.publishedThroughSeq}. */
   publishedThroughSeq: number;
+  /**
+   * The batch id of the erasure record the archive step published in the ledger (its
+   * `_ledger/<batch id>.json`), once the mirror recorded it; null before, and for an erasure
+   * whose published lines were already erased (no record needed).
+   */
+  archiveBatchId: number | null;
   /** When the archive step finished rewriting the published files; null until then. */
   archiveDoneAt: string | null;
+}
+
+/** Whose data an erasure concerns: an {@link ErasureRequest} without its reason. */
+export type ErasureSubject = Pick<ErasureRequest, 'kind' | 'accountId' | 'subject'>;
+
+/**
+ * A change-log line of an erased subject at or below an erasure's published-through seq: a line
+ * that may be in a published export file ({@link Mirror.subjectLines}).
+ */
+export interface SubjectLine {
+  seq: number;
+  stream: ChangeStream;
+}
+
+/**
+ * A published data file an erasure record replaced by a rewritten one
+ * ({@link Mirror.recordErasureRecord}): the path it had, and the file now recorded in its place
+ * (its `batch_id` stays the batch that first published its lines).
+ */
+export interface ReplacedFile {
+  /** The path replaced (relative to the export directory, `/`-separated). */
+  from: string;
+  /** The rewritten file, as `export_files` records it from now on. */
+  file: PublishedFile;
 }

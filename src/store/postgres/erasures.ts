@@ -36,7 +36,7 @@ import {
   senderNeedle,
   type ErasuresInForce,
 } from '../redaction.js';
-import type { ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow } from '../types.js';
+import type { ChangeStream, ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow, ErasureSubject, SubjectLine } from '../types.js';
 
 /**
  * The DDL of `erasures` in `schema` (migration 2): SQLite's columns and meanings (migration 9 there);
@@ -64,6 +64,15 @@ export const ERASURES_DDL = (schema: string): string[] => {
     `CREATE INDEX erasures_by_subject ON ${t('erasures')} (account_id, kind, subject)`,
   ];
 };
+
+/**
+ * Migration 3 (SQLite's 10): the batch id reserved for an erasure's record in the ledger
+ * (`Mirror.planErasureRecord`), so an archive step interrupted at any point writes the same record
+ * under the same name, and one interrupted after the record was recorded deletes what it replaced.
+ */
+export const ERASURES_ARCHIVE_DDL = (schema: string): string[] => [
+  `ALTER TABLE ${qualify(schema, 'erasures')} ADD COLUMN archive_batch_id bigint -- the erasure record's batch id in the ledger; NULL until reserved`,
+];
 
 /** A `messages` row as the erasure reads it. */
 interface MessageRow {
@@ -100,8 +109,27 @@ interface StoredErasure {
   conversations: number;
   published_lines: number;
   published_through_seq: number;
+  archive_batch_id: number | null;
   archive_done_at: string | null;
 }
+
+/** Maps a stored row to the interface's shape. */
+const rowOf = (r: StoredErasure): ErasureRow => ({
+  id: r.id,
+  kind: r.kind,
+  accountId: r.account_id,
+  subject: r.subject,
+  reason: r.reason,
+  requestedAt: r.requested_at,
+  messages: r.messages,
+  history: r.history,
+  pendingChanges: r.pending_changes,
+  conversations: r.conversations,
+  publishedLines: r.published_lines,
+  publishedThroughSeq: r.published_through_seq,
+  archiveBatchId: r.archive_batch_id,
+  archiveDoneAt: r.archive_done_at,
+});
 
 /** Rows written by one redaction statement, at most. */
 const WRITE_CHUNK = 1000;
@@ -148,21 +176,95 @@ export class Erasures {
   /** Every erasure, oldest first. */
   async list(q: Queryable): Promise<ErasureRow[]> {
     const rows = await this.all<StoredErasure>(q, `SELECT * FROM ${this.t('erasures')} ORDER BY id`);
-    return rows.map((r) => ({
-      id: r.id,
-      kind: r.kind,
-      accountId: r.account_id,
-      subject: r.subject,
-      reason: r.reason,
-      requestedAt: r.requested_at,
-      messages: r.messages,
-      history: r.history,
-      pendingChanges: r.pending_changes,
-      conversations: r.conversations,
-      publishedLines: r.published_lines,
-      publishedThroughSeq: r.published_through_seq,
-      archiveDoneAt: r.archive_done_at,
-    }));
+    return rows.map(rowOf);
+  }
+
+  /** The erasure `id`; undefined when there is none. */
+  async get(q: Queryable, id: number, forUpdate = false): Promise<ErasureRow | undefined> {
+    const rows = await this.all<StoredErasure>(q, `SELECT * FROM ${this.t('erasures')} WHERE id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [id]);
+    return rows[0] ? rowOf(rows[0]) : undefined;
+  }
+
+  /** Sets `archive_batch_id` of an erasure (the batch id reserved for its record). */
+  async setArchiveBatch(q: Queryable, id: number, batchId: number): Promise<void> {
+    await q.query({ text: `UPDATE ${this.t('erasures')} SET archive_batch_id = $1 WHERE id = $2`, values: [batchId, id] });
+  }
+
+  /**
+   * The change-log lines at or below `through` that concern `subject` (see `Mirror.subjectLines`),
+   * by seq. Call inside one snapshot.
+   */
+  async subjectLines(q: Queryable, subject: ErasureSubject, through: number): Promise<SubjectLine[]> {
+    const a = subject.accountId;
+    if (subject.kind === 'conversation') {
+      return this.all<SubjectLine>(
+        q,
+        `SELECT seq, stream FROM ${this.t('change_log')} WHERE seq <= $1 AND account_id = $2 AND conversation_id = $3 AND stream IN ('messages', 'conversations') ORDER BY seq`,
+        [through, a, subject.subject],
+      );
+    }
+    const ids = await this.all<{ id: number }>(q, `SELECT id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = 'sender' AND subject = $2`, [a, subject.subject]);
+    const { keys } = await this.senderKeys(q, a, subject.subject, new Set(ids.map((r) => r.id)), through);
+    if (keys.size === 0) return [];
+    const all = [...keys].map((k) => k.split('\0') as [string, string]);
+    const rows = await this.all<{ seq: number }>(
+      q,
+      `SELECT c.seq FROM ${this.t('change_log')} c
+       JOIN unnest($3::text[], $4::text[]) AS k(cid, mid) ON c.conversation_id = k.cid AND c.record_id = k.mid
+       WHERE c.seq <= $1 AND c.account_id = $2 AND c.stream = 'messages' ORDER BY c.seq`,
+      [through, a, all.map((k) => k[0]), all.map((k) => k[1])],
+    );
+    return rows.map((r) => ({ seq: r.seq, stream: 'messages' as ChangeStream }));
+  }
+
+  /**
+   * The messages of sender `s` in account `a`: every message a version of which (its row, a
+   * superseded version, a change payload above `through`) names the sender, and those an `earlier`
+   * erasure of it redacted; with their rows (when the mirror has one) and the unpublished changes
+   * of the account.
+   */
+  private async senderKeys(q: Queryable, a: string, s: string, earlier: ReadonlySet<number>, through: number): Promise<{ rows: Map<string, MessageRow>; keys: Set<string>; pending: PendingKey[] }> {
+    const needle = senderNeedle(s);
+    const rows = new Map<string, MessageRow>();
+    const keys = new Set<string>();
+    const candidates = await this.all<MessageRow>(
+      q,
+      `SELECT conversation_id, id, raw_text AS raw FROM ${this.t('messages')}
+       WHERE account_id = $1 AND (strpos(raw_text, $2) > 0 OR strpos(raw_text, $3::text) > 0)`,
+      [a, needle, earlier.size > 0 ? REDACTED_MARK : null],
+    );
+    for (const r of candidates) {
+      if (!belongsToSender(r.raw, s, earlier)) continue;
+      const k = messageKey(r.conversation_id, r.id);
+      keys.add(k);
+      rows.set(k, r);
+    }
+    const named = await this.all<{ conversation_id: string; id: string; raw: string }>(
+      q,
+      `SELECT conversation_id, id, raw_text AS raw FROM ${this.t('message_history')} WHERE account_id = $1 AND strpos(raw_text, $2) > 0`,
+      [a, needle],
+    );
+    for (const h of named) if (namesSender(h.raw, s)) keys.add(messageKey(h.conversation_id, h.id));
+    const pending = await this.all<PendingKey>(
+      q,
+      `SELECT c.seq, c.stream, c.conversation_id, c.record_id, coalesce(strpos(coalesce(p.record, p.line), $3) > 0, false) AS named
+       FROM ${this.t('change_log')} c JOIN ${this.t('change_payloads')} p ON p.seq = c.seq
+       WHERE c.seq > $1 AND c.account_id = $2 AND c.stream = 'messages' ORDER BY c.seq`,
+      [through, a, needle],
+    );
+    const namedPayloads = await this.payloads(q, pending.filter((p) => p.named).map((p) => p.seq));
+    for (const p of pending) if (p.named && namesSender(namedPayloads.get(p.seq) ?? null, s)) keys.add(messageKey(p.conversation_id, p.record_id));
+    const missing = [...keys].filter((k) => !rows.has(k)).map((k) => k.split('\0') as [string, string]);
+    if (missing.length > 0) {
+      const more = await this.all<MessageRow>(
+        q,
+        `SELECT m.conversation_id, m.id, m.raw_text AS raw FROM ${this.t('messages')} m
+         JOIN unnest($2::text[], $3::text[]) AS k(cid, mid) ON m.conversation_id = k.cid AND m.id = k.mid WHERE m.account_id = $1`,
+        [a, missing.map((k) => k[0]), missing.map((k) => k[1])],
+      );
+      for (const r of more) rows.set(messageKey(r.conversation_id, r.id), r);
+    }
+    return { rows, keys, pending };
   }
 
   /**
@@ -263,50 +365,11 @@ export class Erasures {
       )[0]!.n;
     } else {
       const s = req.subject;
-      const needle = senderNeedle(s);
       const earlierIds = await this.all<{ id: number }>(q, `SELECT id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = 'sender' AND subject = $2`, [a, s]);
       const earlier = new Set(earlierIds.map((r) => r.id).filter((n) => n !== erasureId));
       // The subject's messages: every message a version of which (its row, a superseded version,
       // an unpublished payload) names the sender, and those an earlier erasure of it redacted.
-      const rows = new Map<string, MessageRow>();
-      const keys = new Set<string>();
-      const candidates = await this.all<MessageRow>(
-        q,
-        `SELECT conversation_id, id, raw_text AS raw FROM ${this.t('messages')}
-         WHERE account_id = $1 AND (strpos(raw_text, $2) > 0 OR strpos(raw_text, $3::text) > 0)`,
-        [a, needle, earlier.size > 0 ? REDACTED_MARK : null],
-      );
-      for (const r of candidates) {
-        if (!belongsToSender(r.raw, s, earlier)) continue;
-        const k = messageKey(r.conversation_id, r.id);
-        keys.add(k);
-        rows.set(k, r);
-      }
-      const named = await this.all<{ conversation_id: string; id: string; raw: string }>(
-        q,
-        `SELECT conversation_id, id, raw_text AS raw FROM ${this.t('message_history')} WHERE account_id = $1 AND strpos(raw_text, $2) > 0`,
-        [a, needle],
-      );
-      for (const h of named) if (namesSender(h.raw, s)) keys.add(messageKey(h.conversation_id, h.id));
-      const pending = await this.all<PendingKey>(
-        q,
-        `SELECT c.seq, c.stream, c.conversation_id, c.record_id, coalesce(strpos(coalesce(p.record, p.line), $3) > 0, false) AS named
-         FROM ${this.t('change_log')} c JOIN ${this.t('change_payloads')} p ON p.seq = c.seq
-         WHERE c.seq > $1 AND c.account_id = $2 AND c.stream = 'messages' ORDER BY c.seq`,
-        [through, a, needle],
-      );
-      const namedPayloads = await this.payloads(q, pending.filter((p) => p.named).map((p) => p.seq));
-      for (const p of pending) if (p.named && namesSender(namedPayloads.get(p.seq) ?? null, s)) keys.add(messageKey(p.conversation_id, p.record_id));
-      const missing = [...keys].filter((k) => !rows.has(k)).map((k) => k.split('\0') as [string, string]);
-      if (missing.length > 0) {
-        const more = await this.all<MessageRow>(
-          q,
-          `SELECT m.conversation_id, m.id, m.raw_text AS raw FROM ${this.t('messages')} m
-           JOIN unnest($2::text[], $3::text[]) AS k(cid, mid) ON m.conversation_id = k.cid AND m.id = k.mid WHERE m.account_id = $1`,
-          [a, missing.map((k) => k[0]), missing.map((k) => k[1])],
-        );
-        for (const r of more) rows.set(messageKey(r.conversation_id, r.id), r);
-      }
+      const { rows, keys, pending } = await this.senderKeys(q, a, s, earlier, through);
       for (const r of rows.values()) if (open(r.raw)) messageWrites.push({ cid: r.conversation_id, id: r.id, marker: redactedMessage(r.raw, id, r.id) });
       const all = [...keys].map((k) => k.split('\0') as [string, string]);
       if (all.length > 0) {

@@ -23,7 +23,7 @@ import { checkout } from './connect.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile } from '../types.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile, ReplacedFile } from '../types.js';
 
 /**
  * The DDL of the export ledger in `schema` (statements, in order), for the engine's migration
@@ -372,6 +372,82 @@ export class ExportLedger {
     await this.insertEntry(q, entry, publishedAt);
     await q.query({ text: `UPDATE ${this.t('export_state')} SET watermark = $1 WHERE id = 1`, values: [batch.last_seq] });
     await q.query({ text: `DELETE FROM ${this.t('change_payloads')} WHERE seq <= $1`, values: [batch.last_seq] });
+  }
+
+  /**
+   * The batch id the next record of the ledger takes: above every batch planned (published or
+   * not) and every record recorded. (Ids a rolled-back plan took from the identity are skipped by
+   * the identity itself; this reads committed rows only, so it is the same on every call until a
+   * plan or a record commits.)
+   */
+  async nextBatchId(q: Queryable): Promise<number> {
+    const r = await this.one<{ id: number }>(
+      q,
+      `SELECT (greatest((SELECT coalesce(max(id), 0) FROM ${this.t('export_batches')}), (SELECT coalesce(max(batch_id), 0) FROM ${this.t('ledger')})) + 1)::bigint AS id`,
+    );
+    return r!.id;
+  }
+
+  /**
+   * Reserves batch id `id` (an erasure record's): the identity of `export_batches` is moved to at
+   * least `id`, so no batch is ever planned under it (a sequence move is not rolled back: at
+   * worst an id is skipped).
+   */
+  async reserveBatchId(q: Queryable, id: number): Promise<void> {
+    await q.query({
+      text: `SELECT setval(s::regclass, greatest($1::bigint, coalesce(pg_sequence_last_value(s::regclass), 0)))
+             FROM (SELECT pg_get_serial_sequence($2, 'id') AS s) x`,
+      values: [id, this.t('export_batches')],
+    });
+  }
+
+  /** Whether the ledger records a record of batch `id`. */
+  async recorded(q: Queryable, id: number): Promise<boolean> {
+    return (await this.one<{ n: number }>(q, `SELECT count(*) AS n FROM ${this.t('ledger')} WHERE batch_id = $1`, [id]))!.n > 0;
+  }
+
+  /**
+   * Locks `export_state`'s row until commit (as planning does first), so no batch is planned
+   * meanwhile; returns the batch planned and not yet published, if any.
+   */
+  async lockPlanning(q: Queryable): Promise<number | undefined> {
+    await q.query(`SELECT 1 FROM ${this.t('export_state')} WHERE id = 1 FOR UPDATE`);
+    return (await this.pendingRow(q))?.id;
+  }
+
+  /**
+   * Records an erasure record (see `Mirror.recordErasureRecord`): the head moved by compare-and-set
+   * from `expectedHead`, its ledger entry, and in `export_files` each replaced path replaced by
+   * the rewritten file. Call inside a transaction, and roll it back when this throws.
+   *
+   * @throws {@link LedgerFencedError} when the head is not `expectedHead`; nothing was changed
+   */
+  async recordErasure(q: Queryable, entry: LedgerEntry, files: readonly ReplacedFile[], publishedAt: string, expectedHead: LedgerHead | undefined): Promise<void> {
+    await this.moveHead(q, expectedHead, entry);
+    await this.insertEntry(q, entry, publishedAt);
+    if (files.length === 0) return;
+    await q.query({ text: `DELETE FROM ${this.t('export_files')} WHERE path = ANY ($1::text[])`, values: [files.map((f) => f.from)] });
+    const f = files.map((x) => x.file);
+    await q.query({
+      text: `INSERT INTO ${this.t('export_files')} (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
+             SELECT f.*, $11 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[]) AS f
+             ON CONFLICT (path) DO UPDATE SET batch_id = excluded.batch_id, stream = excluded.stream, account_id = excluded.account_id, date = excluded.date,
+               first_seq = excluded.first_seq, last_seq = excluded.last_seq, lines = excluded.lines, bytes = excluded.bytes, sha256 = excluded.sha256,
+               published_at = excluded.published_at`,
+      values: [
+        f.map((x) => x.path),
+        f.map((x) => x.batch_id),
+        f.map((x) => x.stream),
+        f.map((x) => x.account_id),
+        f.map((x) => x.date),
+        f.map((x) => x.first_seq),
+        f.map((x) => x.last_seq),
+        f.map((x) => x.lines),
+        f.map((x) => x.bytes),
+        f.map((x) => x.sha256),
+        publishedAt,
+      ],
+    });
   }
 
   /**

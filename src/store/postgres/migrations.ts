@@ -34,7 +34,7 @@ import { migrateLockKey } from './locks.js';
 import { RUNS_DDL } from './runs.js';
 import { LEDGER_DDL } from './export-ledger.js';
 import { STATUS_DDL } from './status.js';
-import { ERASURES_DDL } from './erasures.js';
+import { ERASURES_ARCHIVE_DDL, ERASURES_DDL } from './erasures.js';
 
 /** One migration: its statements for the mirror in `schema` (one simple query, several statements). */
 export type PgMigration = (schema: string) => string;
@@ -164,7 +164,7 @@ export function coreTablesDdl(schema: string): string {
 /**
  * The migrations, applied in order; `schema_version.version` holds how many have run. Append new
  * ones; never edit a released one. Version 1 is SQLite's schema version 8 as a whole (a PostgreSQL
- * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures).
+ * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures), 3 SQLite's 10 (the erasure record's batch id).
  */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   (schema) => [coreTablesDdl(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema)].join(';\n'),
@@ -172,6 +172,9 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   // (src/store/redaction.ts); the STORED generated message columns read NULL for it, and none of
   // them (nor messages.raw, conversations.raw_text) is NOT NULL, so no constraint changes.
   (schema) => ERASURES_DDL(schema).join(';\n'),
+  // 3: the batch id reserved for an erasure's record in the ledger (issue 26, the archive step;
+  // SQLite's version 10).
+  (schema) => ERASURES_ARCHIVE_DDL(schema).join(';\n'),
 ];
 
 /** The schema version this code writes and reads. */

@@ -40,6 +40,9 @@ import type {
   ErasureRequest,
   ErasureResult,
   ErasureRow,
+  ErasureSubject,
+  ReplacedFile,
+  SubjectLine,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -816,6 +819,47 @@ export class PostgresMirror implements Mirror {
     const set = await this.write(() => this.erasures_.setArchived(this.pool, erasureId, doneAt));
     if (set === undefined) throw new StoreError(`no erasure ${erasureId} in the mirror ${this.location}`, { erasure_id: erasureId, target: this.location }, undefined, 'ERASURE_UNKNOWN');
     return set;
+  }
+
+  /** The subject's lines at or below `throughSeq` (see the interface), in one snapshot. */
+  subjectLines(subject: ErasureSubject, throughSeq: number): Promise<SubjectLine[]> {
+    return this.snapshot((c) => this.erasures_.subjectLines(c, subject, throughSeq));
+  }
+
+  /**
+   * Reserves the batch id of erasure `erasureId`'s record (see the interface), in one durable
+   * transaction holding `export_state`'s row (as planning does: no batch is planned meanwhile).
+   */
+  planErasureRecord(erasureId: number): Promise<number> {
+    return this.tx(async (c) => {
+      const pending = await this.ledger.lockPlanning(c);
+      const e = await this.erasures_.get(c, erasureId, true);
+      if (!e) throw new StoreError(`no erasure ${erasureId} in the mirror ${this.location}`, { erasure_id: erasureId, target: this.location }, undefined, 'ERASURE_UNKNOWN');
+      const head = await this.ledger.head(c);
+      if (e.archiveBatchId !== null && ((await this.ledger.recorded(c, e.archiveBatchId)) || head === undefined || e.archiveBatchId > head.batch_id)) return e.archiveBatchId;
+      if (pending !== undefined) {
+        throw new StoreError(`erasure ${erasureId}: export batch ${pending} is planned and not published: publish it before the erasure record`, { erasure_id: erasureId, batch_id: pending }, undefined, 'LEDGER_FENCED');
+      }
+      const id = await this.ledger.nextBatchId(c);
+      await this.ledger.reserveBatchId(c, id);
+      await this.erasures_.setArchiveBatch(c, erasureId, id);
+      return id;
+    }, 'durable');
+  }
+
+  /**
+   * Records an erasure record in one durable transaction (see the interface): the head moved by
+   * compare-and-set from the head `entry` chains on, the entry, the replaced files.
+   */
+  recordErasureRecord(erasureId: number, entry: LedgerEntry, files: readonly ReplacedFile[], publishedAt: string): Promise<void> {
+    return this.tx(async (c) => {
+      if (entry.prev_hash === null) throw new StoreError(`erasure record ${entry.batch_id} not recorded: it chains on no record. Nothing was changed`, { batch_id: entry.batch_id }, undefined, 'LEDGER_FENCED');
+      const reserved = (await this.erasures_.get(c, erasureId, true))?.archiveBatchId ?? null;
+      if (reserved !== entry.batch_id) {
+        throw new StoreError(`erasure record ${entry.batch_id} not recorded: erasure ${erasureId} reserved batch id ${reserved ?? 'none'} for its record. Nothing was changed`, { batch_id: entry.batch_id, erasure_id: erasureId }, undefined, 'LEDGER_FENCED');
+      }
+      await this.ledger.recordErasure(c, entry, files, publishedAt, await this.headChainedOn(c, entry));
+    }, 'durable');
   }
 
   // ---------------------------------------------------------------- audit (verify --deep)

@@ -19,7 +19,7 @@ import {
   senderNeedle,
   type ErasuresInForce,
 } from '../redaction.js';
-import type { ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow } from '../types.js';
+import type { ChangeStream, ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow, ErasureSubject, SubjectLine } from '../types.js';
 
 /** A `messages` row as the erasure reads it (by rowid: a key holding a lone surrogate does not read back as stored). */
 interface MessageRow {
@@ -51,6 +51,7 @@ interface StoredErasure {
   conversations: number;
   published_lines: number;
   published_through_seq: number;
+  archive_batch_id: number | null;
   archive_done_at: string | null;
 }
 
@@ -68,6 +69,7 @@ export const erasureRow = (r: StoredErasure): ErasureRow => ({
   conversations: r.conversations,
   publishedLines: r.published_lines,
   publishedThroughSeq: r.published_through_seq,
+  archiveBatchId: r.archive_batch_id,
   archiveDoneAt: r.archive_done_at,
 });
 
@@ -77,6 +79,10 @@ export class Erasures {
   private readonly setCounts: Statement<[messages: number, history: number, pending: number, conversations: number, published: number, id: number]>;
   private readonly list: Statement<[], StoredErasure>;
   private readonly archived: Statement<[doneAt: string, id: number]>;
+  private readonly archiveBatch: Statement<[batchId: number, id: number]>;
+  private readonly one: Statement<[id: number], StoredErasure>;
+  private readonly publishedSeqsOfAccount: Statement<[through: number, accountId: string], [seq: number, conversation_id: string, record_id: string]>;
+  private readonly publishedSeqsOfConversation: Statement<[through: number, accountId: string, conversationId: string], [seq: number, stream: ChangeStream]>;
   private readonly exists: Statement<[id: number], { archive_done_at: string | null }>;
   private readonly earlier: Statement<[accountId: string, kind: string, subject: string], { id: number }>;
   private readonly publishedThrough: Statement<[], { n: number }>;
@@ -105,7 +111,17 @@ export class Erasures {
     this.setCounts = db.prepare(`UPDATE erasures SET messages = ?, history = ?, pending_changes = ?, conversations = ?, published_lines = ? WHERE id = ?`);
     this.list = db.prepare(`SELECT * FROM erasures ORDER BY id`);
     this.archived = db.prepare(`UPDATE erasures SET archive_done_at = ? WHERE id = ? AND archive_done_at IS NULL`);
+    this.archiveBatch = db.prepare(`UPDATE erasures SET archive_batch_id = ? WHERE id = ?`);
+    this.one = db.prepare(`SELECT * FROM erasures WHERE id = ?`);
     this.exists = db.prepare(`SELECT archive_done_at FROM erasures WHERE id = ?`);
+    this.publishedSeqsOfAccount = db
+      .prepare<[number, string], [number, string, string]>(`SELECT seq, conversation_id, record_id FROM change_log WHERE seq <= ? AND account_id = ? AND stream = 'messages' ORDER BY seq`)
+      .raw(true);
+    this.publishedSeqsOfConversation = db
+      .prepare<[number, string, string], [number, ChangeStream]>(
+        `SELECT seq, stream FROM change_log WHERE seq <= ? AND account_id = ? AND conversation_id = ? AND stream IN ('messages', 'conversations') ORDER BY seq`,
+      )
+      .raw(true);
     this.earlier = db.prepare(`SELECT id FROM erasures WHERE account_id = ? AND kind = ? AND subject = ?`);
     // A planned, unpublished batch may have its files in the export directory already, and its
     // re-publication must write the same bytes: its range counts as published.
@@ -186,6 +202,66 @@ export class Erasures {
     return this.archived.run(doneAt, id).changes > 0;
   }
 
+  /** The erasure `id`; undefined when there is none. */
+  get(id: number): ErasureRow | undefined {
+    const r = this.one.get(id);
+    return r ? erasureRow(r) : undefined;
+  }
+
+  /** Sets `archive_batch_id` of an erasure (the batch id reserved for its record). Call inside a transaction. */
+  setArchiveBatch(id: number, batchId: number): void {
+    this.archiveBatch.run(batchId, id);
+  }
+
+  /**
+   * The change-log lines at or below `through` that concern `subject` (see `Mirror.subjectLines`),
+   * by seq: kind `conversation`, every line of the conversation in the `messages` and
+   * `conversations` streams; kind `sender`, every `messages` line of a message of the sender's
+   * (one a version of which names it, or the marker of an erasure of the same sender). Call inside
+   * a read transaction (one snapshot).
+   */
+  subjectLines(subject: ErasureSubject, through: number): SubjectLine[] {
+    const a = subject.accountId;
+    if (subject.kind === 'conversation') return this.publishedSeqsOfConversation.all(through, a, subject.subject).map(([seq, stream]) => ({ seq, stream }));
+    const all = new Set(this.earlier.all(a, 'sender', subject.subject).map((r) => r.id));
+    const { keys } = this.senderKeys(a, subject.subject, all, through);
+    const out: SubjectLine[] = [];
+    if (keys.size > 0) for (const [seq, conversationId, recordId] of this.publishedSeqsOfAccount.iterate(through, a)) if (keys.has(messageKey(conversationId, recordId))) out.push({ seq, stream: 'messages' });
+    return out;
+  }
+
+  /**
+   * The messages of sender `s` in account `a`: every message a version of which (its row, a
+   * superseded version, a change payload above `through`) names the sender, and those an `earlier`
+   * erasure of it redacted; with their rows (when the mirror has one) and the unpublished changes
+   * of the account.
+   */
+  private senderKeys(a: string, s: string, earlier: ReadonlySet<number>, through: number): { rows: Map<string, MessageRow>; keys: Set<string>; pending: PendingKey[] } {
+    const needle = senderNeedle(s);
+    const rows = new Map<string, MessageRow>();
+    const keys = new Set<string>();
+    for (const r of this.senderCandidates.all(a, needle, earlier.size > 0 ? REDACTED_MARK : null)) {
+      if (!belongsToSender(r.raw, s, earlier)) continue;
+      const k = messageKey(r.conversation_id, r.id);
+      keys.add(k);
+      rows.set(k, r);
+    }
+    for (const h of this.senderHistory.all(a, needle)) if (namesSender(h.raw, s)) keys.add(messageKey(h.conversation_id, h.id));
+    const pending = this.pendingOfAccount.all({ after: through, account: a, needle });
+    for (const [seq, , conversationId, recordId, named] of pending) {
+      if (!named) continue;
+      const p = this.payload.get(seq);
+      if (namesSender(p?.record ?? p?.line ?? null, s)) keys.add(messageKey(conversationId, recordId));
+    }
+    for (const k of keys) {
+      if (rows.has(k)) continue;
+      const [conversationId, messageId] = k.split('\0') as [string, string];
+      const r = this.messageByKey.get(a, conversationId, messageId);
+      if (r) rows.set(k, r);
+    }
+    return { rows, keys, pending };
+  }
+
   /**
    * Erases a subject (see `Mirror.eraseSubject`; the request is checked by the caller). Call inside
    * an immediate transaction, or a read transaction for a dry run (which writes nothing).
@@ -222,31 +298,10 @@ export class Erasures {
       counts.publishedLines = this.publishedOfConversation.get(through, a, c)?.n ?? 0;
     } else {
       const s = req.subject;
-      const needle = senderNeedle(s);
       const earlier = new Set(this.earlier.all(a, 'sender', s).map((r) => r.id).filter((n) => n !== erasureId));
       // The subject's messages: every message a version of which (its row, a superseded version,
       // an unpublished payload) names the sender, and those an earlier erasure of it redacted.
-      const rows = new Map<string, MessageRow>();
-      const keys = new Set<string>();
-      for (const r of this.senderCandidates.all(a, needle, earlier.size > 0 ? REDACTED_MARK : null)) {
-        if (!belongsToSender(r.raw, s, earlier)) continue;
-        const k = messageKey(r.conversation_id, r.id);
-        keys.add(k);
-        rows.set(k, r);
-      }
-      for (const h of this.senderHistory.all(a, needle)) if (namesSender(h.raw, s)) keys.add(messageKey(h.conversation_id, h.id));
-      const pending = this.pendingOfAccount.all({ after: through, account: a, needle });
-      for (const [seq, , conversationId, recordId, named] of pending) {
-        if (!named) continue;
-        const p = this.payload.get(seq);
-        if (namesSender(p?.record ?? p?.line ?? null, s)) keys.add(messageKey(conversationId, recordId));
-      }
-      for (const k of keys) {
-        if (rows.has(k)) continue;
-        const [conversationId, messageId] = k.split('\0') as [string, string];
-        const r = this.messageByKey.get(a, conversationId, messageId);
-        if (r) rows.set(k, r);
-      }
+      const { rows, keys, pending } = this.senderKeys(a, s, earlier, through);
       for (const r of rows.values()) if (redact(r.raw, () => redactedMessage(r.raw, id, r.id), (m) => this.writeMessage.run(m, r.rowid))) counts.messages++;
       for (const k of keys) {
         const [conversationId, messageId] = k.split('\0') as [string, string];

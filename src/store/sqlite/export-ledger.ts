@@ -5,7 +5,7 @@
  * the files and the records' format; this owns what was published.
  */
 import type { Db, Statement } from './sqlite.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile } from '../types.js';
+import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile, ReplacedFile } from '../types.js';
 
 
 
@@ -147,6 +147,11 @@ export class ExportLedger {
   private readonly insertEntry: Statement<LedgerEntry & { published_at: string }>;
   private readonly entries: Statement<[], LedgerEntry>;
   private readonly genesisOf: Statement<[], { batch_id: number | null; published_at: string | null; n: number }>;
+  private readonly nextId: Statement<[], { id: number }>;
+  private readonly reserveId: Statement<[id: number]>;
+  private readonly seedId: Statement<[id: number]>;
+  private readonly deleteFile: Statement<[path: string]>;
+  private readonly entryOf: Statement<[batchId: number], { batch_id: number }>;
 
   constructor(db: Db) {
     this.watermarkOf = db.prepare(`SELECT watermark FROM export_state WHERE id = 1`);
@@ -182,6 +187,48 @@ export class ExportLedger {
     this.genesisOf = db.prepare(
       `SELECT max(batch_id) AS batch_id, max(published_at) AS published_at, (SELECT count(*) FROM ledger) AS n FROM export_files`,
     );
+    // AUTOINCREMENT hands out max(sqlite_sequence, max(id)) + 1: an id a record of the ledger took
+    // outside export_batches (an erasure record) is reserved there, so no batch is planned under it.
+    this.nextId = db.prepare(
+      `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'export_batches'), 0),
+                  coalesce((SELECT max(id) FROM export_batches), 0),
+                  coalesce((SELECT max(batch_id) FROM ledger), 0)) + 1 AS id`,
+    );
+    this.reserveId = db.prepare(`UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'export_batches'`);
+    this.seedId = db.prepare(`INSERT INTO sqlite_sequence (name, seq) SELECT 'export_batches', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'export_batches')`);
+    this.deleteFile = db.prepare(`DELETE FROM export_files WHERE path = ?`);
+    this.entryOf = db.prepare(`SELECT batch_id FROM ledger WHERE batch_id = ?`);
+  }
+
+  /**
+   * The batch id the next record of the ledger takes: above every batch planned (published or
+   * not, and every id handed out before) and every record recorded.
+   */
+  nextBatchId(): number {
+    return this.nextId.get()!.id;
+  }
+
+  /** Reserves batch id `id` (an erasure record's): no batch is ever planned under it. Call inside a transaction. */
+  reserveBatchId(id: number): void {
+    if (this.reserveId.run(id).changes === 0) this.seedId.run(id);
+  }
+
+  /** Whether the ledger records a record of batch `id`. */
+  recorded(id: number): boolean {
+    return this.entryOf.get(id) !== undefined;
+  }
+
+  /**
+   * Records an erasure record (see `Mirror.recordErasureRecord`): its ledger entry, and in
+   * `export_files` each replaced path replaced by the rewritten file. Call inside a transaction,
+   * after the compare-and-set of the head.
+   */
+  recordErasure(entry: LedgerEntry, files: readonly ReplacedFile[], publishedAt: string): void {
+    this.insertEntry.run({ ...entry, published_at: publishedAt });
+    for (const { from, file } of files) {
+      this.deleteFile.run(from);
+      this.insertFile.run({ ...file, now: publishedAt });
+    }
   }
 
   /** Change-log rows above the exported watermark (not yet published). */

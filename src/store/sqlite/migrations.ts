@@ -332,4 +332,10 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE INDEX erasures_by_subject ON erasures (account_id, kind, subject);
   `,
+  /* 10: the archive step of erasures (issue 26, item 2): the batch id of the erasure record it
+         published in the ledger, recorded with the record (in the transaction that moves the chain
+         head), so an archive step interrupted after that point deletes the files the record
+         replaced and does not publish the record again. */ `
+  ALTER TABLE erasures ADD COLUMN archive_batch_id INTEGER; -- the erasure record's batch id in the ledger; NULL until recorded
+  `,
 ];

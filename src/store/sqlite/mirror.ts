@@ -48,6 +48,9 @@ import type {
   ErasureRequest,
   ErasureResult,
   ErasureRow,
+  ErasureSubject,
+  ReplacedFile,
+  SubjectLine,
   ExportBatch,
   ExportChange,
   HistoryRow,
@@ -517,6 +520,49 @@ export class SqliteMirror implements Mirror {
     const set = this.write(() => this.erasures_.setArchived(erasureId, doneAt));
     if (set === undefined) throw new StoreError(`no erasure ${erasureId} in the mirror ${this.file}`, { erasure_id: erasureId, file: this.file }, undefined, 'ERASURE_UNKNOWN');
     return set;
+  }
+
+  /** The subject's lines at or below `throughSeq` (see the interface), in one read transaction. */
+  async subjectLines(subject: ErasureSubject, throughSeq: number): Promise<SubjectLine[]> {
+    return this.guard(() => this.db.transaction(() => this.erasures_.subjectLines(subject, throughSeq)).deferred());
+  }
+
+  /**
+   * Reserves the batch id of erasure `erasureId`'s record, in one immediate transaction (see the
+   * interface).
+   */
+  async planErasureRecord(erasureId: number): Promise<number> {
+    return this.writeTx(() => {
+      const e = this.erasures_.get(erasureId);
+      if (!e) throw new StoreError(`no erasure ${erasureId} in the mirror ${this.file}`, { erasure_id: erasureId, file: this.file }, undefined, 'ERASURE_UNKNOWN');
+      const head = this.ledger.head();
+      if (e.archiveBatchId !== null && (this.ledger.recorded(e.archiveBatchId) || head === undefined || e.archiveBatchId > head.batch_id)) return e.archiveBatchId;
+      const pending = this.ledger.pendingBatch();
+      if (pending !== undefined) {
+        throw new StoreError(`erasure ${erasureId}: export batch ${pending} is planned and not published: publish it before the erasure record`, { erasure_id: erasureId, batch_id: pending }, undefined, 'LEDGER_FENCED');
+      }
+      const id = this.ledger.nextBatchId();
+      this.ledger.reserveBatchId(id);
+      this.erasures_.setArchiveBatch(erasureId, id);
+      return id;
+    });
+  }
+
+  /**
+   * Records an erasure record in one immediate transaction (see the interface): the compare-and-set
+   * of the head (one writer here, so it only ever catches a bug), the entry, the replaced files.
+   */
+  async recordErasureRecord(erasureId: number, entry: LedgerEntry, files: readonly ReplacedFile[], publishedAt: string): Promise<void> {
+    this.writeTx(() => {
+      const fenced = (why: string) => new StoreError(`erasure record ${entry.batch_id} not recorded: ${why}. Nothing was changed`, { batch_id: entry.batch_id, erasure_id: erasureId }, undefined, 'LEDGER_FENCED');
+      const head = this.ledger.head();
+      if (entry.prev_hash === null || (head?.hash ?? null) !== entry.prev_hash) {
+        throw fenced(`the ledger head is ${head ? `${head.batch_id}:${head.hash}` : 'none'}, not the head it chains on (${entry.prev_hash ?? 'none'})`);
+      }
+      const reserved = this.erasures_.get(erasureId)?.archiveBatchId ?? null;
+      if (reserved !== entry.batch_id) throw fenced(`erasure ${erasureId} reserved batch id ${reserved ?? 'none'} for its record`);
+      this.ledger.recordErasure(entry, files, publishedAt);
+    });
   }
 
   // ---------------------------------------------------------------- audit (verify --deep)
