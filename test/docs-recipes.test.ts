@@ -33,6 +33,7 @@ import { PostgresMirror } from '../src/store/postgres/mirror.js';
 import { Database } from '../src/store/sqlite/sqlite.js';
 import { assertBuilt, killLeftovers, run } from './children.js';
 import { ACCOUNT_ID, API_KEY, quietLogger, tempDir } from './helpers.js';
+import { DEMO_ACCOUNT_ID } from '../src/cli/demo.js';
 import { docBlocks, docFiles, type DocBlock } from './doc-blocks.js';
 import { PG_BASE, dropSchema, pgQuery, pgUrl, randomSchema } from './pg.js';
 
@@ -54,6 +55,10 @@ const DEMO = { conversations: 320, messages: 36210 };
 
 let plain: string;
 let gzipped: string;
+/** A demo archive in which one customer was erased (`erase --sender`). */
+let erased: string;
+/** The messages of that customer. */
+let erasedCount = 0;
 let duck: DuckDBConnection;
 
 beforeAll(async () => {
@@ -71,13 +76,31 @@ beforeAll(async () => {
     }
   }
   expect(fs.readdirSync(path.join(gzipped, 'exports', 'messages')).length).toBeGreaterThan(0);
+  erased = tempDir('convo-mirror-recipes-erased-');
+  expect((await run(['demo', '--dir', erased], env, 120_000)).code).toBe(0);
+  const db = new Database(path.join(erased, 'mirror.sqlite'), { readonly: true, fileMustExist: true });
+  let subject: { sender: string; n: number };
+  try {
+    subject = db
+      .prepare(`SELECT json_extract(raw, '$.sender.id') AS sender, count(*) AS n FROM messages WHERE json_extract(raw, '$.sender.type') = 'Customer' GROUP BY 1 ORDER BY 2 DESC LIMIT 1`)
+      .get() as { sender: string; n: number };
+  } finally {
+    db.close();
+  }
+  erasedCount = subject.n;
+  const e = await run(
+    ['erase', '--db', path.join(erased, 'mirror.sqlite'), '--export-dir', path.join(erased, 'exports'), '--account-id', DEMO_ACCOUNT_ID, '--sender', subject.sender, '--reason', 'DSR-recipes'],
+    env,
+    120_000,
+  );
+  expect(e.code, e.stderr).toBe(0);
   duck = await (await DuckDBInstance.create(':memory:')).connect();
 }, 240_000);
 
 afterAll(async () => {
   duck?.closeSync();
   await killLeftovers();
-  for (const d of [plain, gzipped]) if (d) fs.rmSync(d, { recursive: true, force: true });
+  for (const d of [plain, gzipped, erased]) if (d) fs.rmSync(d, { recursive: true, force: true });
 });
 
 /** Rows of a DuckDB recipe run on the archive under `demoDir` (its `data/demo/exports` replaced). */
@@ -123,6 +146,21 @@ describe('the documentation\'s SQL', () => {
         }
       }
     }
+  });
+
+  it("the view that hides erased messages, on a demo archive with one customer erased: every message but the customer's; the stubs read as rows with no content", async () => {
+    const view = duckBlocks.filter((b) => /CREATE OR REPLACE VIEW messages_live/.test(b.body));
+    expect(view).toHaveLength(1);
+    expect(erasedCount).toBeGreaterThan(0);
+    const rows = await duckRows(view[0]!, erased);
+    expect(rows.length).toBe(DEMO.messages - erasedCount);
+    expect(rows.every((r) => typeof r['content'] === 'string' && r['redacted'] === null)).toBe(true);
+    // Without the filter, DuckDB reads the stubs too: one line per erased message, keys and no content.
+    const all = await duck.runAndReadAll(
+      `SELECT count(*) FILTER (WHERE redacted IS NOT NULL) AS stubs, count(*) FILTER (WHERE redacted IS NOT NULL AND content IS NOT NULL) AS with_content, count(*) AS lines
+       FROM read_json('${path.join(erased, 'exports')}/messages/*/*/*.jsonl*', format = 'newline_delimited', hive_partitioning = false, union_by_name = true)`,
+    );
+    expect(all.getRowObjectsJson()).toEqual([{ stubs: String(erasedCount), with_content: '0', lines: String(DEMO.messages) }]);
   });
 
   it('the SQLite queries run on the demo mirror, read-only', () => {
