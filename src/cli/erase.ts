@@ -18,6 +18,7 @@
  * or `sync` finishes it); 2 a usage or configuration error (nothing written); 3 the archive step
  * waits for another process that holds the publisher lock (its next publication finishes it).
  */
+import { crashPointFromEnv } from './crash-point.js';
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
@@ -232,7 +233,8 @@ export function addEraseCommand(program: Command, setExit: SetExit): void {
       const logger = createLogger({ level, pretty: tty });
       let outcome: EraseOutcome;
       try {
-        outcome = await eraseWithConfig({ config, logger, ...flags, accountId, dryRun: o.dryRun === true });
+        const crash = crashPointFromEnv();
+        outcome = await eraseWithConfig({ config, logger, ...flags, accountId, dryRun: o.dryRun === true, ...(crash ? { failpoint: crash } : {}) });
       } catch (err) {
         if (!(err instanceof ArchiveStepError)) throw err;
         return fail(EXIT.FAILURES, `${err.message}; once that is fixed, convo-mirror erase (again, with the same flags) or sync finishes it`);
