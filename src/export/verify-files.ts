@@ -10,7 +10,7 @@ import zlib from 'node:zlib';
 import { pipeline } from 'node:stream/promises';
 import { recordPath } from './ledger.js';
 import type { FileState } from './file-states.js';
-import { LineSplitter, LineTooLong, readDataFile } from './line-stream.js';
+import { LineSplitter, LineTooLong, MAX_GUNZIP_BYTES, readDataFile } from './line-stream.js';
 import { LineTreeHasher, MerkleTreeBuilder, leafHash } from './merkle.js';
 import { parseStub, seqOfLine } from './stub.js';
 import { TEMP_DIR, isTempName, kindOf } from './paths.js';
@@ -26,11 +26,8 @@ export interface Listed {
   merkle_root?: string | undefined;
 }
 
-/**
- * Most bytes a `.jsonl.gz` may decompress to when its lines are counted and hashed, 1 GiB (a gzip
- * bomb is a problem, not an hour of work).
- */
-export const MAX_GUNZIP_BYTES = 1 << 30;
+/** Most bytes a `.jsonl.gz` may decompress to when its lines are counted and hashed: the line reader's cap. */
+export { MAX_GUNZIP_BYTES };
 
 /** Bytes read from a data file at a time. */
 const READ_CHUNK = 1 << 20;
