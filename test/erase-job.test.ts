@@ -13,6 +13,7 @@
  * - The CLI refuses an erasure without a reason, or with --full (exit 2, nothing queued).
  * - `status` shows an erasure the mirror recorded whose archive step has not run (pending).
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
@@ -25,7 +26,7 @@ import { runDaemon, type DaemonExit } from '../jobs/daemon.js';
 import { ERASE_JOB, enqueueErase, enqueueWorkspace, redisConnection, type EraseJobData } from '../jobs/queue.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import type { RunSummary } from '../src/run/index.js';
-import { assertBuilt, killLeftovers, run, within } from './children.js';
+import { assertBuilt, killLeftovers, run, waitFor, within } from './children.js';
 import { daemonFixtures, waitForJob } from './daemon-fixtures.js';
 import { ACCOUNT_ID, cliEnv, harnessPool, snapshotFiles, withMirror } from './helpers.js';
 import { redisUrl } from './redis.js';
@@ -185,6 +186,47 @@ describe('the erase job', () => {
     expect(s.code, s.stderr).toBe(0);
     expect(s.stdout).toContain(`${id} erase after 1 attempts`);
     expect(s.stdout).not.toContain(subject);
+  });
+
+  it('an archive step that fails leaves the erasure pending and the job without its subject; retried, the job runs only the archive step', async () => {
+    const { config, sender, queue, prefix, daemon } = await publishedDaemon();
+    const env = envOf(config, prefix);
+    // A published file that is not what was published: the archive step refuses it, naming it.
+    const messagesDir = path.join(config.exportDir, 'messages');
+    const [rel] = holding(messagesDir, SECRET);
+    const file = path.join(messagesDir, rel!);
+    const original = fs.readFileSync(file);
+    const mode = fs.statSync(file).mode & 0o777;
+    fs.chmodSync(file, 0o600);
+    fs.appendFileSync(file, '\n');
+
+    const r = await run(['enqueue', '--erase-sender', sender, '--reason', 'DSR-9', '--wait'], env, 60_000);
+    expect(r.code, r.stderr).toBe(1);
+    const id = r.stdout.trim();
+    expect(r.stderr).toMatch(new RegExp(`^job ${id}: .*erasure 1 is recorded in the mirror, but its archive step failed: .*${rel!.split('/').at(-1)!.replace(/\./g, '\\.')}`, 'm'));
+    expect(`${r.stdout}${r.stderr}`).not.toContain(sender);
+    const failed = (await Job.fromId(queue, id))!;
+    expect(failed.attemptsMade).toBe(1);
+    expect(failed.data).toEqual({ accountId: ACCOUNT_ID, kind: 'sender', reason: 'DSR-9', erasureId: 1 });
+    expect(await redisDump(prefix)).not.toContain(sender);
+    const s = await run(['status'], env);
+    expect(s.stdout).toMatch(/^ {2}erasures_pending +1$/m);
+
+    // Once the file is what was published again, the retried job finishes the same erasure.
+    fs.writeFileSync(file, original);
+    fs.chmodSync(file, mode);
+    const retried = await run(['retry-failed'], env);
+    expect(retried.code, retried.stderr).toBe(0);
+    await waitFor(async () => (await withMirror(config.db, async (m) => (await m.erasures())[0]!.archiveDoneAt)) !== null, 20_000, 'the erasure to be archived');
+    await waitFor(async () => (await Job.fromId(queue, id)) === undefined, 10_000, 'the completed job to be removed');
+    await withMirror(config.db, async (m) => expect((await m.erasures()).map((e) => e.id)).toEqual([1]));
+    expect(holding(config.exportDir, SECRET)).toEqual([]);
+    const metrics = await (await fetch(`${daemon.url}/metrics`)).text();
+    expect(metrics).toContain(`convo_mirror_erasures_total{account_id="${ACCOUNT_ID}",kind="sender"} 1`);
+    await daemon.stop();
+    const completed = daemon.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'job completed' && l.name === ERASE_JOB);
+    expect(completed).toMatchObject({ job: id, erasure: 1, messages: 0, archive: { files: 1 } });
+    expect(daemon.logs.join('\n')).not.toContain(sender);
   });
 
   it('enqueue refuses an erasure without a reason, with --full, or both kinds at once (exit 2, one line, nothing queued)', async () => {
