@@ -1,6 +1,7 @@
 /**
  * The daemon's `erase` job (issue 26 item 5): `runDaemon` in this process (BullMQ on the test
- * run's real Redis, a random prefix; a SQLite mirror synced from the fake) with its logs kept, and
+ * run's real Redis, a random prefix; a SQLite mirror synced from the fake, and for the first case a
+ * PostgreSQL one in a schema of its own too) with its logs kept, and
  * the built CLI as the user runs it.
  *
  * - `enqueue --erase-sender ID --reason TEXT --wait` exits 0 and says what the job did; the mirror
@@ -29,6 +30,7 @@ import type { RunSummary } from '../src/run/index.js';
 import { assertBuilt, killLeftovers, run, waitFor, within } from './children.js';
 import { daemonFixtures, waitForJob } from './daemon-fixtures.js';
 import { ACCOUNT_ID, cliEnv, harnessPool, snapshotFiles, withMirror } from './helpers.js';
+import { dropSchema, pgUrl, randomSchema } from './pg.js';
 import { redisUrl } from './redis.js';
 
 const fx = daemonFixtures('erase-job');
@@ -40,7 +42,11 @@ afterEach(async () => {
   await killLeftovers();
   await pool.closeAll();
 });
-afterAll(fx.afterAllTests);
+const schemas: string[] = [];
+afterAll(async () => {
+  await fx.afterAllTests();
+  for (const s of schemas) await dropSchema(s);
+});
 beforeAll(assertBuilt);
 
 const SECRET = 'Wombat-Tiger-8830 card ending';
@@ -90,14 +96,20 @@ async function redisDump(prefix: string): Promise<string> {
 }
 
 /** A daemon over a fake whose customer of conversation 1 wrote {@link SECRET}, after a first workspace run published it. */
-async function publishedDaemon(): Promise<{ config: Config; sender: string; queue: Queue; prefix: string; daemon: Awaited<ReturnType<typeof loggedDaemon>> }> {
+async function publishedDaemon(engine: 'sqlite' | 'postgres' = 'sqlite'): Promise<{ config: Config; sender: string; queue: Queue; prefix: string; daemon: Awaited<ReturnType<typeof loggedDaemon>> }> {
   const ws = FakeWorkspace.fromCounts([4, 20, 3]);
   const c = ws.list()[1]!;
   const mine = c.messages.find((m) => m.sender.type === 'Customer')!;
   ws.editMessage(c.id, mine.id, SECRET);
   const fake = await fx.fakeApi(ws);
   const prefix = fx.prefix();
-  const config = fx.daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '3' });
+  let db: Record<string, string> = {};
+  if (engine === 'postgres') {
+    const schema = randomSchema('erasejob');
+    schemas.push(schema);
+    db = { CONVO_MIRROR_DB: pgUrl(schema) };
+  }
+  const config = fx.daemonConfig(fake, prefix, { CONVO_MIRROR_JOB_ATTEMPTS: '3', ...db });
   const daemon = await loggedDaemon(config);
   const queue = fx.queueFor(prefix);
   const first = await waitForJob(queue, await enqueueWorkspace(queue, { accountId: ACCOUNT_ID, policy: { attempts: 1 } }), 'completed', 30_000);
@@ -122,8 +134,8 @@ function envOf(config: Config, prefix: string): NodeJS.ProcessEnv {
 }
 
 describe('the erase job', () => {
-  it('enqueue --erase-sender --wait: the daemon erases the mirror and the archive, prints and logs what it did, never the subject; /metrics counts it; nothing left in Redis', async () => {
-    const { config, sender, queue, prefix, daemon } = await publishedDaemon();
+  it.each(['sqlite', 'postgres'] as const)('enqueue --erase-sender --wait (%s): the daemon erases the mirror and the archive, prints and logs what it did, never the subject; /metrics counts it; nothing left in Redis', async (engine) => {
+    const { config, sender, queue, prefix, daemon } = await publishedDaemon(engine);
     const env = envOf(config, prefix);
 
     const r = await run(['enqueue', '--erase-sender', sender, '--reason', 'DSR-2026-0042', '--wait'], env, 60_000);
