@@ -14,6 +14,7 @@ import {
   assertRedisReachable,
   conversationDedupId,
   enqueueConversation,
+  enqueueErase,
   enqueueWorkspace,
   QUEUE_NAME,
   openQueue,
@@ -21,6 +22,7 @@ import {
   redisConnection,
   redisProblem,
   type ConversationJobData,
+  type EraseJobResult,
   type JobPolicy,
   type QueueSettings,
   type WorkspaceJobData,
@@ -229,8 +231,13 @@ export interface EnqueueResult {
 export interface EnqueueOptions {
   /** The workspace (account id; `default` without `X-Account-Id`) the jobs are for. */
   accountId: string;
-  /** Conversations to sync; none or empty = one workspace sync. */
+  /** Conversations to sync; none or empty = one workspace sync (unless `erase`). */
   conversationIds?: string[] | undefined;
+  /**
+   * An erasure instead of syncs (one `erase` job, removed from Redis once it completes): its kind,
+   * subject and reason. Its outcome says the erasure's id and counts, never the subject.
+   */
+  erase?: { kind: 'sender' | 'conversation'; subject: string; reason: string } | undefined;
   full: boolean;
   policy: JobPolicy;
   /** Called with the ids of the jobs queued, before any wait. */
@@ -287,6 +294,8 @@ class FinishWake {
   private watched: string | undefined;
   private ended = false;
   private wakeUp: (() => void) | undefined;
+  /** What the jobs completed since the wait began returned, by id: a job removed on completion (`erase`) is read from here. */
+  private readonly values = new Map<string, unknown>();
 
   private constructor(events: QueueEvents) {
     const onEnd = ({ jobId }: { jobId: string }) => {
@@ -294,8 +303,27 @@ class FinishWake {
       this.ended = true;
       this.wakeUp?.();
     };
-    events.on('completed', onEnd);
+    events.on('completed', (e: { jobId: string; returnvalue: unknown }) => {
+      // Every job's (the last 1,000): the followed job may complete before the wait watches it.
+      this.values.set(e.jobId, e.returnvalue);
+      if (this.values.size > 1000) this.values.delete(this.values.keys().next().value!);
+      onEnd(e);
+    });
     events.on('failed', onEnd);
+  }
+
+  /**
+   * What job `id` returned, from its `completed` event, waiting for that event up to `ms`: a job
+   * removed on completion is gone from the queue before the event is read. Undefined when no such
+   * event came.
+   */
+  async completedValue(id: string, ms: number): Promise<unknown> {
+    const until = Date.now() + ms;
+    while (!this.values.has(id) && Date.now() < until) {
+      this.watch(id);
+      await this.sleep(Math.min(POLL_MS, Math.max(1, until - Date.now())));
+    }
+    return this.values.get(id);
   }
 
   /** Listens to `events` once they are ready (bounded by {@link ANSWER_MS}). */
@@ -330,7 +358,9 @@ class FinishWake {
 /** Adds the jobs {@link enqueueJobs} asks for. */
 async function addJobs(queue: Queue, o: EnqueueOptions): Promise<Followed[]> {
   const jobs: Followed[] = [];
-  if (o.conversationIds?.length) {
+  if (o.erase) {
+    jobs.push({ id: await enqueueErase(queue, { accountId: o.accountId, kind: o.erase.kind, subject: o.erase.subject, reason: o.erase.reason }, o.policy) });
+  } else if (o.conversationIds?.length) {
     for (const id of new Set(o.conversationIds)) {
       jobs.push({ id: await enqueueConversation(queue, id, { accountId: o.accountId, full: o.full, policy: o.policy }), dedupKey: conversationDedupId(o.accountId, id) });
     }
@@ -357,7 +387,7 @@ async function followJobs(queue: Queue, jobs: Followed[], w: NonNullable<Enqueue
     wake.watch(head.id);
     const state = await queue.getJobState(head.id);
     if (isFinished(state)) {
-      ok = (await reportOutcome(queue, head.id, state, w.onOutcome)) && ok;
+      ok = (await reportOutcome(queue, head.id, state, w.onOutcome, wake)) && ok;
       pending.splice(0, 1, ...(await followUp(queue, head)));
       continue;
     }
@@ -368,7 +398,7 @@ async function followJobs(queue: Queue, jobs: Followed[], w: NonNullable<Enqueue
       checkWorkersAt = now + WORKER_CHECK_MS;
     }
     if (stop) {
-      const rest = await settleRest(queue, pending, w.onOutcome);
+      const rest = await settleRest(queue, pending, w.onOutcome, wake);
       return { ok: ok && rest.ok, ...(rest.unfinished.length > 0 ? { unfinished: { reason: stop, jobs: rest.unfinished } } : {}) };
     }
     await wake.sleep(Math.max(1, Math.min(POLL_MS, deadline - now)));
@@ -380,7 +410,7 @@ async function followJobs(queue: Queue, jobs: Followed[], w: NonNullable<Enqueue
  * When the wait stops: reports the jobs of `pending` that finished meanwhile (and follows their
  * follow-up runs), and returns the others with their state.
  */
-async function settleRest(queue: Queue, pending: Followed[], onOutcome: (o: JobOutcome) => void): Promise<{ ok: boolean; unfinished: UnfinishedJob[] }> {
+async function settleRest(queue: Queue, pending: Followed[], onOutcome: (o: JobOutcome) => void, wake: FinishWake): Promise<{ ok: boolean; unfinished: UnfinishedJob[] }> {
   const unfinished: UnfinishedJob[] = [];
   let ok = true;
   for (let i = 0; i < pending.length; i++) {
@@ -390,28 +420,55 @@ async function settleRest(queue: Queue, pending: Followed[], onOutcome: (o: JobO
       unfinished.push({ id: job.id, state });
       continue;
     }
-    ok = (await reportOutcome(queue, job.id, state, onOutcome)) && ok;
+    ok = (await reportOutcome(queue, job.id, state, onOutcome, wake)) && ok;
     pending.splice(i + 1, 0, ...(await followUp(queue, job)));
   }
   return { ok, unfinished };
 }
 
 /** Reports a finished job's outcome; returns whether it is a success. */
-async function reportOutcome(queue: Queue, id: string, state: JobState | 'unknown', onOutcome: (o: JobOutcome) => void): Promise<boolean> {
-  const outcome = await outcomeOf(queue, id, state);
+async function reportOutcome(queue: Queue, id: string, state: JobState | 'unknown', onOutcome: (o: JobOutcome) => void, wake: FinishWake): Promise<boolean> {
+  const outcome = await outcomeOf(queue, id, state, wake);
   onOutcome(outcome);
   return outcome.ok;
 }
 
-/** A finished job's outcome. A workspace job completes with its run's status. */
-async function outcomeOf(queue: Queue, id: string, state: JobState | 'unknown'): Promise<JobOutcome> {
+/**
+ * A finished job's outcome. A workspace job completes with its run's status; an `erase` job, removed
+ * once it completes, with what its `completed` event returned.
+ */
+async function outcomeOf(queue: Queue, id: string, state: JobState | 'unknown', wake: FinishWake): Promise<JobOutcome> {
   const job = state === 'unknown' ? undefined : await Job.fromId(queue, id);
-  if (!job) return { id, ok: false, message: 'no longer in the queue: removed before it was seen finishing' };
+  if (!job) {
+    const value = await wake.completedValue(id, ANSWER_MS);
+    if ((value as Partial<EraseJobResult> | undefined)?.outcome === 'erased') return { id, ok: true, message: `completed: ${erasedText(value as EraseJobResult)}` };
+    return { id, ok: false, message: 'no longer in the queue: removed before it was seen finishing' };
+  }
   if (state === 'failed') return { id, ok: false, message: job.failedReason || 'failed' };
   const value = job.returnvalue as { status?: string; outcome?: string } | undefined;
   if (value?.outcome === 'not_found') return { id, ok: false, message: 'completed: not found (the API answers 404 and the mirror never had it); no run recorded' };
   if (value?.status !== undefined && value.status !== 'succeeded') return { id, ok: false, message: `completed, run ${value.status}` };
   return { id, ok: true, message: 'completed' };
+}
+
+/** `1 line`, `2 lines`. */
+const n = (count: number, word: string): string => `${count} ${word}${count === 1 ? '' : 's'}`;
+
+/**
+ * What an `erase` job did, in one line (its result names no subject): `erasure 3: a sender of account
+ * A, 16 messages, 0 history versions, 0 unpublished changes redacted; archive: 1 file rewritten, 16
+ * lines replaced by stubs, erasure record 5`.
+ */
+export function erasedText(e: EraseJobResult): string {
+  const counts = `${n(e.messages, 'message')}, ${n(e.history, 'history version')}, ${n(e.pendingChanges, 'unpublished change')}${e.kind === 'conversation' ? `, ${n(e.conversations, 'conversation object')}` : ''} redacted`;
+  const a = e.archive;
+  const archive =
+    'pending' in a
+      ? `archive pending: another process ${a.pending === 'busy' ? 'holds the publisher lock' : 'recorded first'}; its next publication (or the next convo-mirror erase or sync) rewrites the published lines`
+      : a.recordBatchId === null
+        ? 'archive: no published line to rewrite: no erasure record needed'
+        : `archive: ${n(a.files, 'file')} rewritten, ${n(a.lines, 'line')} replaced by stubs, erasure record ${a.recordBatchId}`;
+  return `erasure ${e.erasureId}: a ${e.kind} of account ${e.accountId}, ${counts}; ${archive}`;
 }
 
 /** The follow-up run of a finished conversation job (asked for while it ran), if one is pending. */

@@ -130,6 +130,7 @@ function workspaceDeps(ctx: EngineContext, queue: Queue): Map<string, JobDeps> {
       onFatal: ctx.onFatal,
       onRunFinished: ctx.onRunFinished,
       onNotFound: ctx.onNotFound,
+      onErasure: ctx.onErasure,
     });
   }
   return out;

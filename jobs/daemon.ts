@@ -228,6 +228,7 @@ async function openResources(config: Config, logger: Logger, onFatal: (err: Erro
     onFatal,
     onRunFinished: (summary, accountId) => metrics.onRunFinished(summary, accountId),
     onNotFound: (accountId) => metrics.onNotFound(accountId),
+    onErasure: (kind, accountId) => metrics.onErasure(kind, accountId),
   };
   try {
     engine = config.scheduler === 'local' ? localEngine(ctx) : await bullmqEngine(ctx);

@@ -40,6 +40,11 @@ export interface JobDeps extends SyncDeps {
    * throws is ignored.
    */
   onNotFound?: (accountId: string) => void;
+  /**
+   * Called when an `erase` job's erasure is recorded in the mirror, with its kind and account (never
+   * its subject), e.g. the daemon's metrics. A hook that throws is ignored.
+   */
+  onErasure?: (kind: 'sender' | 'conversation', accountId: string) => void;
 }
 
 /** What recording a job's run needs: {@link JobDeps} without the BullMQ queue and its policy. */

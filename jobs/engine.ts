@@ -11,7 +11,7 @@ import type { Clock } from '../src/clock.js';
 import type { RunSummary, RunTarget } from '../src/run/index.js';
 import type { ReadinessCheck } from '../src/server/index.js';
 import type { Mirror } from '../src/store/mirror.js';
-import type { ConversationJobResult } from './queue.js';
+import type { ConversationJobResult, EraseJobResult } from './queue.js';
 import type { NotFoundJobResult } from './conversation-job.js';
 
 /** One workspace the daemon mirrors, with what it was built with at start-up. */
@@ -42,6 +42,8 @@ export interface EngineContext {
   onRunFinished: (summary: RunSummary, accountId: string) => void;
   /** Called when an on-demand job's conversation does not exist (no run recorded), with its account (the metrics). */
   onNotFound?: ((accountId: string) => void) | undefined;
+  /** Called when an `erase` job's erasure is recorded in the mirror, with its kind and account (the metrics). */
+  onErasure?: ((kind: 'sender' | 'conversation', accountId: string) => void) | undefined;
 }
 
 /** The schedules and the queue of a daemon. */
@@ -92,6 +94,11 @@ export interface EngineStopped {
 export function jobFigures(value: unknown): Record<string, unknown> {
   const v = value as Partial<RunSummary> & Partial<ConversationJobResult> & Partial<NotFoundJobResult>;
   if (v?.outcome === 'not_found') return { conversation_id: v.conversationId, outcome: v.outcome };
+  if ((value as Partial<EraseJobResult> | undefined)?.outcome === 'erased') {
+    // Never the subject: the result does not carry it.
+    const e = value as EraseJobResult;
+    return { outcome: e.outcome, erasure: e.erasureId, kind: e.kind, messages: e.messages, published_lines: e.publishedLines, archive: e.archive };
+  }
   if (v?.result) return { conversation_id: v.result.id, status: v.result.status, inserted: v.result.inserted, updated: v.result.updated, deleted: v.result.deleted, pages: v.result.pages };
   if (v?.runId !== undefined) return { run: v.runId, status: v.status, conversations: v.conversations, messages: v.messages, requests: v.requests, export_lines: v.export?.lines };
   return {};

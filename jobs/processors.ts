@@ -1,6 +1,6 @@
 /**
  * Job processors: unpack a BullMQ job and call src/run's steps (jobs/conversation-job.ts,
- * jobs/workspace-job.ts); map errors to BullMQ's retry semantics (design habit 2). The error
+ * jobs/workspace-job.ts, jobs/erase-job.ts); map errors to BullMQ's retry semantics (design habit 2). The error
  * decides: one that is not `retryable` (authentication, configuration, a conversation never
  * mirrored, a response over the byte cap, a page breaking the documented shape, an unusable
  * mirror...) becomes `UnrecoverableError` and is never retried; everything else is retried with
@@ -17,7 +17,8 @@ import { isFatal } from '../src/sync/workspace.js';
 import { processConversationJob } from './conversation-job.js';
 import { processWorkspaceJob } from './workspace-job.js';
 import type { JobDeps } from './deps.js';
-import { WORKSPACE_JOB, type ConversationJobData, type WorkspaceJobData } from './queue.js';
+import { processEraseJob } from './erase-job.js';
+import { ERASE_JOB, WORKSPACE_JOB, type ConversationJobData, type EraseJobData, type WorkspaceJobData } from './queue.js';
 
 export { KeyedMutex, type JobDeps } from './deps.js';
 export { processConversationJob } from './conversation-job.js';
@@ -46,6 +47,7 @@ export function toJobError(err: unknown, d: Pick<JobDeps, 'onFatal'>): Error {
  */
 export async function processJob(d: JobDeps, job: Job, token?: string): Promise<unknown> {
   try {
+    if (job.name === ERASE_JOB) return await processEraseJob(d, job as Job<EraseJobData>);
     return job.name === WORKSPACE_JOB
       ? await processWorkspaceJob(d, job as Job<WorkspaceJobData>, token)
       : await processConversationJob(d, job as Job<ConversationJobData>, token);

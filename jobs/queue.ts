@@ -20,6 +20,8 @@ export const QUEUE_NAME = 'sync';
 export const WORKSPACE_JOB = 'sync-workspace';
 /** Job name of one conversation's sync. */
 export const CONVERSATION_JOB = 'sync-conversation';
+/** Job name of an erasure (`enqueue --erase-sender`, `--erase-conversation`): jobs/erase-job.ts. */
+export const ERASE_JOB = 'erase';
 /**
  * Scheduler ids: one per workspace and schedule (`workspace-regular:<account id>`), so any number of
  * daemons of one mirror make one job per tick. Versions that mirrored one workspace used the bare
@@ -96,6 +98,41 @@ export interface ConversationJobResult {
   tally?: RequestTally;
   /** The run recorded for an on-demand job (absent for children of a workspace run). */
   summary?: RunSummary;
+}
+
+/**
+ * Data of an `erase` job. `subject` is what the job needs to erase, so Redis holds it while the
+ * job waits and runs; the job drops it from its data as soon as the mirror has recorded the
+ * erasure (then `erasureId` is set), and when it fails for good. Never logged: the worker's log
+ * lines and `status` read `conversationId`, which an erase job does not have.
+ */
+export interface EraseJobData {
+  /** The workspace (its account id, `default` without `X-Account-Id`). */
+  accountId: string;
+  kind: 'sender' | 'conversation';
+  /** The sender id or the conversation id; absent once the mirror recorded the erasure, or the job failed for good. */
+  subject?: string;
+  /** Why (a ticket reference); the mirror and the erasure record carry it. */
+  reason: string;
+  /** The mirror's erasure, once recorded: a retried attempt then runs only the archive step. */
+  erasureId?: number;
+}
+
+/** Return value of an `erase` job: the erasure's id, kind, account and counts, never the subject. */
+export interface EraseJobResult {
+  outcome: 'erased';
+  erasureId: number;
+  kind: 'sender' | 'conversation';
+  accountId: string;
+  /** Rows the mirror redacted (0 when an earlier attempt recorded the erasure). */
+  messages: number;
+  history: number;
+  pendingChanges: number;
+  conversations: number;
+  /** Published lines left to the archive step. */
+  publishedLines: number;
+  /** The archive step: done (files rewritten, lines stubbed, the record's batch id or null when none was needed), or left to another publisher. */
+  archive: { files: number; lines: number; recordBatchId: number | null } | { pending: 'busy' | 'fenced' };
 }
 
 /** Options of {@link jobOptions}. */
@@ -380,5 +417,18 @@ export async function enqueueConversation(
 export async function enqueueWorkspace(queue: Queue, o: { accountId: string; full?: boolean; policy: JobPolicy }): Promise<string> {
   const data: WorkspaceJobData = { accountId: o.accountId, mode: o.full ? 'full' : 'regular', trigger: 'on-demand' };
   const job = await queue.add(WORKSPACE_JOB, data, jobOptions(o.policy));
+  return job.id!;
+}
+
+/**
+ * Queues an erasure for the daemon. Not deduplicated. Removed from Redis once it completes
+ * (`removeOnComplete`): its result names no subject, but its data held one. A job that fails for
+ * good is kept as a dead letter like any other, without its subject (the job drops it). Checks
+ * nothing: the daemon's job refuses an invalid request (jobs/erase-job.ts).
+ *
+ * @returns the job id
+ */
+export async function enqueueErase(queue: Queue, data: EraseJobData, policy: JobPolicy): Promise<string> {
+  const job = await queue.add(ERASE_JOB, data, { ...jobOptions(policy), removeOnComplete: true });
   return job.id!;
 }

@@ -226,6 +226,7 @@ describe('status and audit', () => {
       checkpoints: 1,
       runs: 1,
       erasures: 1,
+      erasures_pending: 1,
       messages_erased: 1,
       conversations_erased: 0,
     });

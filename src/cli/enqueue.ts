@@ -1,5 +1,6 @@
 /**
- * `convo-mirror enqueue`: on-demand jobs for the daemon (named conversations, or a workspace sync);
+ * `convo-mirror enqueue`: on-demand jobs for the daemon (named conversations, a workspace sync, or
+ * an erasure: `--erase-sender ID` / `--erase-conversation ID` with `--reason TEXT`);
  * prints their ids, and with `--wait` each outcome; a wait that cannot end (no daemon serves the
  * queue, `--timeout`) stops with exit 3, the jobs left queued.
  */
@@ -22,6 +23,8 @@ interface EnqueueRequest {
   /** The workspace's account id (`default` without `X-Account-Id`). */
   accountId: string;
   conversationIds?: string[] | undefined;
+  /** An erasure instead of syncs ({@link eraseFlags}). */
+  erase?: { kind: 'sender' | 'conversation'; subject: string; reason: string } | undefined;
   full: boolean;
   wait: boolean;
   /** With `wait`, give up after this long, ms. */
@@ -39,6 +42,7 @@ async function enqueue(config: Config, o: EnqueueRequest): Promise<number> {
   const result = await enqueueJobs(queueSettings(config), {
     accountId: o.accountId,
     conversationIds: o.conversationIds,
+    erase: o.erase,
     full: o.full,
     policy: jobPolicyOf(config),
     onQueued: (ids) => {
@@ -110,6 +114,27 @@ export function accountFor(config: Config, account: string | undefined): string 
   throw new ConfigError('--account', `is required: ${configured.length} workspaces are configured (${configured.join(', ')})`);
 }
 
+/**
+ * The erasure `enqueue` is asked for: `--erase-sender ID` or `--erase-conversation ID` (one of
+ * them), with `--reason TEXT` (not blank), and neither `--conversation` nor `--full`; undefined
+ * without either flag.
+ *
+ * @throws {@link ConfigError} naming the flag
+ */
+export function eraseFlags(o: { eraseSender?: string; eraseConversation?: string; reason?: string; conversation?: unknown; full?: boolean }): EnqueueRequest['erase'] {
+  if (o.eraseSender === undefined && o.eraseConversation === undefined) {
+    if (o.reason !== undefined) throw new ConfigError('--reason', 'goes with --erase-sender ID or --erase-conversation ID');
+    return undefined;
+  }
+  if (o.eraseSender !== undefined && o.eraseConversation !== undefined) throw new ConfigError('--erase-sender', 'give one of --erase-sender ID and --erase-conversation ID, not both');
+  const kind = o.eraseSender !== undefined ? 'sender' : 'conversation';
+  if (o.conversation !== undefined || o.full === true) throw new ConfigError(`--erase-${kind}`, 'queues an erasure: it takes neither --conversation nor --full');
+  const subject = (o.eraseSender ?? o.eraseConversation)!;
+  if (subject.trim() === '') throw new ConfigError(`--erase-${kind}`, 'must not be empty');
+  if (o.reason === undefined || o.reason.trim() === '') throw new ConfigError('--reason', 'is required: why the subject is erased (e.g. the ticket reference of the request); the erasure record in the archive carries it');
+  return { kind, subject, reason: o.reason };
+}
+
 /** `--timeout` in ms. @throws {@link ConfigError} unless a whole number >= 1 */
 function timeoutFrom(raw: unknown): number {
   const timeoutMs = Number(raw);
@@ -121,18 +146,22 @@ function timeoutFrom(raw: unknown): number {
 export function addEnqueueCommand(program: Command, setExit: SetExit): void {
   const cmd = program
     .command('enqueue')
-    .description('Queue on-demand jobs for the daemon: named conversations, or a workspace sync; print their ids')
+    .description('Queue on-demand jobs for the daemon: named conversations, a workspace sync, or an erasure (--erase-sender, --erase-conversation); print their ids')
     .option('--conversation <id...>', 'conversations to sync now (repeatable); without it, the whole workspace')
     .option('--account <id>', 'the workspace (its account id) the jobs are for; needed when several are configured')
     .option('--full', 'full refresh: re-read every page')
+    .option('--erase-sender <id>', "queue an erasure of a sender (a customer's or a user's sender id) in every conversation of the workspace, as convo-mirror erase --sender does; needs --reason")
+    .option('--erase-conversation <id>', 'queue an erasure of a conversation (its messages and its own object), as convo-mirror erase --conversation does; needs --reason')
+    .option('--reason <text>', 'with --erase-sender or --erase-conversation (required): why, e.g. the ticket reference; the erasure record in the archive carries it')
     .option('--wait', 'wait until the jobs finish: exit 0 if all completed, 1 if any failed, 3 if no daemon serves the queue or --timeout passes (the jobs stay queued)')
     .option('--timeout <ms>', `with --wait, give up after this long, ms (default ${DEFAULT_WAIT_TIMEOUT_MS}, 10 minutes)`);
   addConfigFlags(cmd, 'enqueue').action((o) =>
     settle(setExit, async () => {
+      const erase = eraseFlags(o as Parameters<typeof eraseFlags>[0]);
       const config = loadConfig(process.env, configFlagsOf(o, 'enqueue'), { needsApi: false });
       requireBullmq(config, 'enqueue');
       const timeoutMs = timeoutFrom(o.timeout ?? DEFAULT_WAIT_TIMEOUT_MS);
-      return enqueue(config, { accountId: accountFor(config, o.account as string | undefined), conversationIds: conversationIdsFrom(o.conversation), full: o.full === true, wait: o.wait === true, timeoutMs });
+      return enqueue(config, { accountId: accountFor(config, o.account as string | undefined), conversationIds: conversationIdsFrom(o.conversation), erase, full: o.full === true, wait: o.wait === true, timeoutMs });
     }),
   );
 }

@@ -24,9 +24,9 @@ import type { Command } from 'commander';
 import type { Logger } from 'pino';
 import { CONFIG_FIELDS, loadConfig, type Config } from '../../config/index.js';
 import { systemClock, type Clock } from '../clock.js';
-import { ConfigError, ConvoMirrorError, describeError } from '../errors.js';
-import { archiveDryRun, type ArchiveDryRun } from '../export/erasure.js';
-import { assertSafeExportDir, publishChanges, type ErasureArchived, type ExportFailpoint, type ExportResult } from '../export/exporter.js';
+import { ConfigError } from '../errors.js';
+import { archiveDryRun, type ArchiveDryRun, type ErasureArchived } from '../export/erasure.js';
+import { assertSafeExportDir, type ExportFailpoint } from '../export/exporter.js';
 import { publishSettingsFromConfig } from '../export/publisher.js';
 import { assertWitnessDirSetting } from '../export/witness.js';
 import { createLogger } from '../logger.js';
@@ -34,24 +34,13 @@ import { fileModes } from '../private-fs.js';
 import type { ErasureKind, ErasureResult, LedgerHead, Mirror } from '../store/mirror.js';
 import { mirrorFileOf, openMirror, readConsistent } from '../store/open-mirror.js';
 import { jsonForTerminal, escapeForTerminal } from '../terminal.js';
+import { ArchiveStepError, eraseAndArchive } from '../run/erase.js';
 import { accountFor } from './enqueue.js';
 import { EXIT, fail, settle, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
 import { isTTY } from './summary.js';
 
-/**
- * The archive step failed after the mirror recorded the erasure (`erasureId`): the erasure stays
- * pending, and the next `erase` or `sync` finishes it. `cause` is what failed (an `ExportError`
- * naming the file, a `LEDGER_FENCED` `StoreError`...).
- */
-export class ArchiveStepError extends ConvoMirrorError {
-  constructor(
-    readonly erasureId: number,
-    cause: unknown,
-  ) {
-    super('ERASURE_ARCHIVE_FAILED', `erasure ${erasureId} is recorded in the mirror, but its archive step failed: ${describeError(cause)}`, { context: { erasure_id: erasureId }, cause });
-  }
-}
+export { ArchiveStepError } from '../run/erase.js';
 
 /** What `erase` is asked, parsed and checked. */
 export interface EraseRequest {
@@ -137,25 +126,14 @@ export async function eraseWithConfig(opts: EraseCommandOptions): Promise<EraseO
   // A writer: the SQLite writer lock, as sync takes it.
   const mirror: Mirror = await openMirror(config.db, { modes: fileModes(config.groupReadable), clock });
   try {
-    const erased = await mirror.eraseSubject({ ...subject, reason: opts.reason });
-    logger.info({ erasure: erased.erasureId, kind: opts.kind, account_id: opts.accountId, messages: erased.messages, published_lines: erased.publishedLines }, 'erasure recorded in the mirror');
-    let res: ExportResult;
-    try {
-      res = await publishChanges(mirror, {
-        exportDir: settings.exportDir,
-        newBatches: false,
-        clock,
-        logger,
-        ...(settings.modes ? { modes: settings.modes } : {}),
-        ...(settings.signingKey ? { signingKey: settings.signingKey } : {}),
-        ...(settings.witnessDir !== undefined ? { witnessDir: settings.witnessDir } : {}),
-        ...(opts.failpoint ? { failpoint: opts.failpoint } : {}),
-        ...(opts.publisherWaitMs !== undefined ? { publisherWaitMs: opts.publisherWaitMs } : {}),
-      });
-    } catch (err) {
-      throw new ArchiveStepError(erased.erasureId!, err);
-    }
-    return { dryRun: false, request, mirror: erased, archived: res.erasures ?? [], busy: res.busy, head: res.head };
+    const done = await eraseAndArchive(mirror, { ...subject, reason: opts.reason }, {
+      settings,
+      clock,
+      logger,
+      ...(opts.failpoint ? { failpoint: opts.failpoint } : {}),
+      ...(opts.publisherWaitMs !== undefined ? { publisherWaitMs: opts.publisherWaitMs } : {}),
+    });
+    return { dryRun: false, request, ...done };
   } finally {
     await mirror.close();
   }

@@ -86,6 +86,10 @@ export function formatStatus(db: string, { counts, runs, failures, head }: Statu
   const out: string[] = [`mirror ${db}`];
   for (const [k, v] of Object.entries(counts)) out.push(`  ${k.padEnd(26)} ${v}`);
   out.push(`  ${'ledger head'.padEnd(26)} ${head ? `${head.batch_id}:${head.hash}` : 'none (nothing published yet)'}`);
+  const pending = (counts as Partial<Record<string, number>>).erasures_pending ?? 0;
+  if (pending > 0) {
+    out.push(`erasures pending: ${pending} recorded in the mirror, waiting for the archive step (the next convo-mirror erase or sync, or a daemon's publication, finishes ${pending === 1 ? 'it' : 'them'})`);
+  }
   out.push('last runs:');
   for (const r of runs) {
     out.push(

@@ -84,6 +84,8 @@ export interface MetricsOptions {
  * - `convo_mirror_conversations_not_found_total{account_id}`: on-demand jobs (a webhook's, or
  *   `enqueue`'s) for a conversation the API answers 404 and the mirror never had: completed without
  *   a run.
+ * - `convo_mirror_erasures_total{account_id,kind}`: erasures `erase` jobs of this process recorded
+ *   in the mirror (`kind` = `sender`, `conversation`); never labelled by subject.
  * - `convo_mirror_queue_jobs{state}`: jobs in the queue by state (at scrape time).
  * - `convo_mirror_db_pool_connections{pool,state}`: the PostgreSQL mirror's connections by pool
  *   (`queries`, `locks`) and state: `total` open, `idle` among them, `waiting` callers waiting for
@@ -109,6 +111,7 @@ export class Metrics {
   private readonly exportLag: Gauge;
   private readonly heldRunLines: Gauge;
   private readonly notFound: Counter<'account_id'>;
+  private readonly erasures: Counter<'account_id' | 'kind'>;
   private readonly queueJobs: Gauge<'state'>;
   private readonly collectErrors: Counter<'collector'>;
   private readonly dbPoolConnections: Gauge<'pool' | 'state'>;
@@ -129,6 +132,7 @@ export class Metrics {
     this.exportLag = new Gauge({ name: 'convo_mirror_export_lag_changes', help: 'Changes of messages and conversations not yet published to the exports', registers });
     this.heldRunLines = new Gauge({ name: 'convo_mirror_export_held_run_lines', help: 'Run lines waiting for the next publication with changes, or the heartbeat', registers });
     this.notFound = new Counter({ name: 'convo_mirror_conversations_not_found_total', help: 'On-demand jobs for a conversation the API answers 404 and the mirror never had (no run recorded)', labelNames: ['account_id'], registers });
+    this.erasures = new Counter({ name: 'convo_mirror_erasures_total', help: 'Erasures this process recorded in the mirror (erase jobs), by kind: sender or conversation', labelNames: ['account_id', 'kind'], registers });
     this.queueJobs = new Gauge({ name: 'convo_mirror_queue_jobs', help: 'Jobs in the queue by state', labelNames: ['state'], registers });
     this.dbPoolConnections = new Gauge({ name: 'convo_mirror_db_pool_connections', help: "The mirror database's connections by pool and state: total open, idle, waiting callers", labelNames: ['pool', 'state'], registers });
     this.dbPoolMax = new Gauge({ name: 'convo_mirror_db_pool_max', help: "Connections each of the mirror database's pools may open at most", labelNames: ['pool'], registers });
@@ -171,6 +175,11 @@ export class Metrics {
   /** Counts an on-demand job of `accountId` whose conversation does not exist (no run recorded). */
   onNotFound(accountId: string): void {
     this.notFound.inc({ account_id: accountId });
+  }
+
+  /** Counts an erasure of `accountId` an `erase` job recorded in the mirror (its kind, never its subject). */
+  onErasure(kind: 'sender' | 'conversation', accountId: string): void {
+    this.erasures.inc({ account_id: accountId, kind });
   }
 
   /** The Content-Type of {@link Metrics.render}'s text (Prometheus text exposition 0.0.4). */

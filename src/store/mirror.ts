@@ -553,8 +553,9 @@ export interface Mirror {
   /**
    * Row counts for `status`, by name: live and tombstoned conversations and messages, history,
    * change log, export state, checkpoints, runs, and of erasures: `erasures` (rows of
-   * `erasures`), `messages_erased` and `conversations_erased` (rows whose record is a redaction
-   * marker, tombstoned ones too).
+   * `erasures`), `erasures_pending` (those whose archive step has not finished: `archive_done_at`
+   * NULL), `messages_erased` and `conversations_erased` (rows whose record is a redaction marker,
+   * tombstoned ones too).
    */
   counts(): Promise<Record<string, number>>;
 

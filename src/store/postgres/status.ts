@@ -24,6 +24,7 @@ export const COUNT_NAMES = [
   'checkpoints',
   'runs',
   'erasures',
+  'erasures_pending',
   'messages_erased',
   'conversations_erased',
 ] as const;
@@ -61,6 +62,8 @@ const COUNTS = (t: (table: string) => string): Record<CountName, string> => {
     checkpoints: `SELECT count(*) FROM ${t('checkpoints')}`,
     runs: `SELECT count(*) FROM ${t('runs')}`,
     erasures: `SELECT count(*) FROM ${t('erasures')}`,
+    // Erasures recorded in the mirror whose archive step has not finished (the next publication finishes them).
+    erasures_pending: `SELECT count(*) FROM ${t('erasures')} WHERE archive_done_at IS NULL`,
     // Rows whose record is a redaction marker (src/store/redaction.ts), tombstoned ones too.
     messages_erased: `SELECT count(*) FROM ${t('messages')} WHERE strpos(raw_text, '${REDACTED_MARK}') > 0`,
     conversations_erased: `SELECT count(*) FROM ${t('conversations')} WHERE strpos(raw_text, '${REDACTED_MARK}') > 0`,

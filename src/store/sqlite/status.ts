@@ -21,6 +21,8 @@ const COUNTS = {
   checkpoints: `SELECT count(*) AS n FROM checkpoints`,
   runs: `SELECT count(*) AS n FROM runs`,
   erasures: `SELECT count(*) AS n FROM erasures`,
+  // Erasures recorded in the mirror whose archive step has not finished (the next publication finishes them).
+  erasures_pending: `SELECT count(*) AS n FROM erasures WHERE archive_done_at IS NULL`,
   // Rows whose record is a redaction marker (src/store/redaction.ts), tombstoned ones too.
   messages_erased: `SELECT count(*) AS n FROM messages WHERE instr(raw, '${REDACTED_MARK}') > 0`,
   conversations_erased: `SELECT count(*) AS n FROM conversations WHERE instr(raw, '${REDACTED_MARK}') > 0`,
