@@ -18,7 +18,8 @@ import { generateKeyPair, loadPublicKey, loadSigningKey } from '../src/export/si
 import { verifyArchive } from '../src/export/verify.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { engines, type EngineFixture } from './engines.js';
-import { harnessPool, tempDir, testClock, type Harness, type TestClock } from './helpers.js';
+import { assertBuilt, run } from './children.js';
+import { cliEnv, harnessPool, tempDir, testClock, type Harness, type TestClock } from './helpers.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -245,5 +246,39 @@ describe.each(engines)('retention on %s', (engine) => {
     expect(rec.kind).toBe('batch');
     expect(records(h.exportDir).some(isRetentionRecord)).toBe(false);
     expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
+  });
+});
+
+describe('convo-mirror verify (the built CLI) on an archive retention shortened', () => {
+  const sqlite = engines.find((e) => e.name === 'sqlite')!;
+  afterEach(() => sqlite.cleanup());
+
+  it('prints a line per retention record, passes, and exits 1 with the file named when another file is gone', async () => {
+    assertBuilt();
+    const clock = testClock({ start: START });
+    const ws = FakeWorkspace.fromCounts([4, 6]);
+    const h = await pool.start({ workspace: ws, clock });
+    expect((await h.sync()).status).toBe('succeeded');
+    for (let d = 1; d <= 2; d++) {
+      clock.advance(DAY);
+      ws.appendMessages(ws.list()[0]!.id, 2);
+      expect((await h.sync()).status).toBe('succeeded');
+    }
+    const r = await publishChanges(h.mirror, { exportDir: h.exportDir, clock, retention: parseRetention('1d') });
+    const rec = r.retention!.record!;
+    const env = cliEnv(h.fake, h.dir);
+    const ok = await run(['verify', '--deep'], env);
+    expect(ok.code, ok.stderr).toBe(0);
+    const expired = ok.stdout.split('\n').filter((l) => l.startsWith('expired: '));
+    expect(expired).toEqual([
+      `expired: record ${rec.batch_id} (${recordPath(rec.batch_id)}): retention 1d, cutoff 2026-01-02, decided 2026-01-03T12:00:00.000Z: ${r.retention!.files.length} files, ${r.retention!.lines} lines`,
+    ]);
+    expect(ok.stdout).toMatch(new RegExp(`files: .*; ${r.retention!.files.length} expired by 1 retention record \\(${r.retention!.lines} lines\\), all gone`));
+    expect(ok.stdout).toMatch(new RegExp(`archive intact: 7 records, \\d+ files, \\d+ lines \\(${r.retention!.files.length} files, ${r.retention!.lines} lines of them expired by retention\\); head `));
+    const victim = dataFiles(h.exportDir).find((p) => p.startsWith('messages/'))!;
+    fs.unlinkSync(path.join(h.exportDir, victim));
+    const bad = await run(['verify'], env);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain(victim);
   });
 });

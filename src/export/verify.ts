@@ -154,11 +154,14 @@ const span = (from: number, to: number): string => (from === to ? `record ${from
  * (and the checks skipped) when no check failed, else `NOT intact: <check> FAILED (<n> problems),
  * …; everything else ok or skipped`. Never says intact when any check failed.
  */
-export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'files' | 'lines' | 'head'>): string {
+export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'files' | 'lines' | 'head'> & { retentions?: readonly RetentionSummary[] }): string {
   const failed = r.checks.filter((c) => c.status === 'failed');
   if (failed.length > 0) return `NOT intact: ${failed.map((c) => `${c.name} FAILED (${c.detail})`).join(', ')}; everything else ok or skipped`;
   const skipped = r.checks.filter((c) => c.status === 'skipped').map((c) => c.name);
-  return `archive intact: ${r.records} records, ${r.files} files, ${r.lines} lines; head ${short(r.head)}${skipped.length ? `; not checked: ${skipped.join(', ')}` : ''}`;
+  const expiredFiles = (r.retentions ?? []).reduce((n, e) => n + e.files, 0);
+  const expiredLines = (r.retentions ?? []).reduce((n, e) => n + e.lines, 0);
+  const expired = expiredFiles > 0 ? ` (${expiredFiles} files, ${expiredLines} lines of them expired by retention)` : '';
+  return `archive intact: ${r.records} records, ${r.files} files, ${r.lines} lines${expired}; head ${short(r.head)}${skipped.length ? `; not checked: ${skipped.join(', ')}` : ''}`;
 }
 
 /**
