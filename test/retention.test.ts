@@ -13,7 +13,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { cutoffDay, parseRetention } from '../config/retention.js';
 import { loadConfig } from '../config/index.js';
 import { publishChanges, type ExportFailpoint } from '../src/export/exporter.js';
-import { isRetentionRecord, parseRecord, recordPath, type RetentionRecord } from '../src/export/ledger.js';
+import { isRetentionRecord, parseRecord, recordPath, sealRecord, type RetentionRecord } from '../src/export/ledger.js';
+import { fileStates } from '../src/export/file-states.js';
 import { generateKeyPair, loadPublicKey, loadSigningKey } from '../src/export/signing.js';
 import { verifyArchive } from '../src/export/verify.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
@@ -280,5 +281,38 @@ describe('convo-mirror verify (the built CLI) on an archive retention shortened'
     const bad = await run(['verify'], env);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain(victim);
+  });
+});
+
+describe('a retention record that does not follow from the records before it', () => {
+  const sqlite = engines.find((e) => e.name === 'sqlite')!;
+  afterEach(() => sqlite.cleanup());
+
+  it('is a retention problem: a file after its cutoff, cutoffs its policy does not give, a file no record holds, another SHA-256', async () => {
+    const clock = testClock({ start: START });
+    const { h } = await threeDays(sqlite, clock);
+    await publishChanges(h.mirror, { exportDir: h.exportDir, clock, retention: parseRetention('1d') });
+    const all = records(h.exportDir);
+    const genuine = all.at(-1)! as RetentionRecord;
+    const before = all.slice(0, -1);
+    const { hash: _h, signature: _s, ...body } = genuine;
+    const recent = before.flatMap((r) => (isRetentionRecord(r) ? [] : 'run_id' in r ? r.files : [])).find((f) => f.date === '2026-01-03')!;
+    const forge = (b: typeof body) => fileStates([...before, sealRecord(b)]).problems;
+    expect(fileStates(all).problems).toEqual([]);
+
+    // A file of 2026-01-03 expired under a cutoff of 2026-01-02.
+    const newer = forge({ ...body, files: [...body.files, { path: recent.path, stream: recent.stream, date: recent.date, sha256: recent.sha256, lines: recent.lines, merkle_root: recent.merkle_root! }] });
+    expect(newer).toContainEqual(expect.objectContaining({ path: recent.path, problem: 'retention', detail: expect.stringContaining('is not before the record\'s cutoff for') }));
+
+    // Cutoffs moved later than the policy gives at decided_at (to expire more).
+    const moved = forge({ ...body, retention: { ...body.retention, cutoff: { messages: '2026-01-03', conversations: '2026-01-03', runs: '2026-01-03' } } });
+    expect(moved).toContainEqual(expect.objectContaining({ path: recordPath(genuine.batch_id), problem: 'retention', detail: expect.stringContaining('not what its policy gives at its decided_at') }));
+
+    // A file no record holds, and a file with another SHA-256 than its record's.
+    const first = body.files[0]!;
+    const ghost = first.path.replace(/\d{12}-\d{12}/, '999999999998-999999999999');
+    const odd = forge({ ...body, files: [{ ...first, path: ghost }, { ...body.files[1]!, sha256: 'f'.repeat(64) }, ...body.files.slice(2)] });
+    expect(odd).toContainEqual(expect.objectContaining({ path: ghost, problem: 'retention', detail: expect.stringContaining('no earlier record lists it') }));
+    expect(odd).toContainEqual(expect.objectContaining({ path: body.files[1]!.path, problem: 'retention', found: 'f'.repeat(64), expected: body.files[1]!.sha256 }));
   });
 });
