@@ -20,7 +20,7 @@ import { verifyArchive } from '../src/export/verify.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
 import { engines, type EngineFixture } from './engines.js';
 import { assertBuilt, run } from './children.js';
-import { cliEnv, harnessPool, tempDir, testClock, type Harness, type TestClock } from './helpers.js';
+import { ACCOUNT_ID as ACCOUNT, cliEnv, harnessPool, tempDir, testClock, type Harness, type TestClock } from './helpers.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -223,6 +223,31 @@ describe.each(engines)('retention on %s', (engine) => {
     expect(dataFiles(h.exportDir)).toEqual(before.filter((p) => !day1.includes(p)));
     const all = records(h.exportDir);
     expect(all.filter(isRetentionRecord)).toHaveLength(1);
+    expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
+  });
+
+  it('a retention record written and never recorded does not stand in the way of an erasure record, and is decided again after it', async () => {
+    const clock = testClock({ start: START });
+    const { h, ws } = await threeDays(engine, clock);
+    const next = await h.mirror.nextLedgerBatchId();
+    await expect(
+      publishChanges(h.mirror, {
+        exportDir: h.exportDir,
+        clock,
+        retention: parseRetention('1d'),
+        failpoint: (p) => {
+          if (p === 'retention-before-mirror') throw new Error('crash');
+        },
+      }),
+    ).rejects.toThrow('crash');
+    const c = ws.list()[0]!;
+    await h.mirror.eraseSubject({ kind: 'conversation', accountId: ACCOUNT, subject: c.id, reason: 'DSR-1' });
+    const r = await publishChanges(h.mirror, { exportDir: h.exportDir, clock, retention: parseRetention('1d') });
+    expect(r.erasures?.[0]?.record?.batch_id).toBe(next);
+    expect(r.retention?.record?.batch_id).toBe(next + 1);
+    const kinds = records(h.exportDir).slice(-2).map((x) => x.kind);
+    expect(kinds).toEqual(['erasure', 'retention']);
+    expect(dataFiles(h.exportDir).some((p) => p.includes('/date=2026-01-01/'))).toBe(false);
     expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
   });
 

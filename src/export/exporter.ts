@@ -56,7 +56,7 @@ import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
 import { LEDGER_DIR, RECORD_VERSION, asVersion1, isBatchRecord, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
 import { finishErasures, type ErasureArchived } from './erasure.js';
-import { applyRetention, type RetentionApplied } from './retention.js';
+import { applyRetention, clearUnrecordedRetention, type RetentionApplied } from './retention.js';
 import type { RetentionPolicy } from '../../config/retention.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
@@ -333,6 +333,11 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   // 0. The archive step of erasures waiting for it, once no batch planned earlier waits (its
   // record comes first: an erasure record takes the next batch id and chains on the head).
   const pendingBatch = await mirror.pendingExportBatch();
+  if (pendingBatch === undefined && (await mirror.erasures()).some((e) => e.archiveDoneAt === null)) {
+    // An erasure record takes the next batch id: a retention record an interrupted publication
+    // left there unrecorded goes first (retention is decided again below).
+    await clearUnrecordedRetention({ mirror, target, mirrorId, logger: opts.logger });
+  }
   const erasures =
     pendingBatch === undefined
       ? await finishErasures({

@@ -145,7 +145,7 @@ async function plan(ctx: RetentionStepContext, policy: RetentionPolicy, id: numb
 }
 
 /** `_ledger/<id>.json` when it is a retention record of this mirror the mirror never recorded (the id is the next one); else undefined. */
-function unrecordedRetentionRecord(ctx: RetentionStepContext, id: number): RetentionBody | undefined {
+function unrecordedRetentionRecord(ctx: Pick<RetentionStepContext, 'target' | 'mirrorId'>, id: number): RetentionBody | undefined {
   let bytes: Buffer | undefined;
   try {
     bytes = readIfPresent(path.join(ctx.target.root, recordPath(id)), MAX_RECORD_BYTES);
@@ -159,8 +159,21 @@ function unrecordedRetentionRecord(ctx: RetentionStepContext, id: number): Reten
   return body;
 }
 
+/**
+ * Removes a retention record an interrupted publication wrote as `_ledger/<next batch id>.json`
+ * and the mirror never recorded, if there is one: the archive step of an erasure is about to take
+ * that id for its own record (it must not find another record there). Retention is decided again
+ * after it.
+ *
+ * @throws {@link ExportError} naming the file when it cannot be removed
+ */
+export async function clearUnrecordedRetention(ctx: Pick<RetentionStepContext, 'mirror' | 'target' | 'mirrorId' | 'logger'>): Promise<void> {
+  const next = await ctx.mirror.nextLedgerBatchId();
+  if (unrecordedRetentionRecord(ctx, next)) removeOrphan(ctx, next);
+}
+
 /** Removes the unrecorded retention record `_ledger/<id>.json` (no head ever pointed at it). */
-function removeOrphan(ctx: RetentionStepContext, id: number): void {
+function removeOrphan(ctx: Pick<RetentionStepContext, 'target' | 'logger'>, id: number): void {
   const file = path.join(ctx.target.root, recordPath(id));
   try {
     fs.unlinkSync(file);
