@@ -13,6 +13,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { cutoffDay, parseRetention } from '../config/retention.js';
 import { loadConfig } from '../config/index.js';
 import { publishChanges, type ExportFailpoint } from '../src/export/exporter.js';
+import { publishSettingsFromConfig } from '../src/export/publisher.js';
 import { isRetentionRecord, parseRecord, recordPath, sealRecord, type RetentionRecord } from '../src/export/ledger.js';
 import { fileStates } from '../src/export/file-states.js';
 import { generateKeyPair, loadPublicKey, loadSigningKey } from '../src/export/signing.js';
@@ -101,6 +102,9 @@ describe('CONVO_MIRROR_RETENTION: the setting', () => {
     expect(loadConfig({ ...base }).retention).toBeUndefined();
     expect(loadConfig({ ...base, CONVO_MIRROR_RETENTION: 'messages=400d' }).retention?.text).toBe('messages=400d');
     expect(() => loadConfig({ ...base, CONVO_MIRROR_RETENTION: '30' })).toThrow(/CONVO_MIRROR_RETENTION.*no unit/);
+    // What sync, the daemon and erase publish with (src/export/publisher.ts).
+    expect(publishSettingsFromConfig(loadConfig({ ...base, CONVO_MIRROR_RETENTION: '7y' })).retention?.text).toBe('7y');
+    expect(publishSettingsFromConfig(loadConfig({ ...base })).retention).toBeUndefined();
   });
 });
 

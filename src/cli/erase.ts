@@ -148,6 +148,7 @@ export async function eraseWithConfig(opts: EraseCommandOptions): Promise<EraseO
         ...(settings.modes ? { modes: settings.modes } : {}),
         ...(settings.signingKey ? { signingKey: settings.signingKey } : {}),
         ...(settings.witnessDir !== undefined ? { witnessDir: settings.witnessDir } : {}),
+        ...(settings.retention !== undefined ? { retention: settings.retention } : {}),
         ...(opts.failpoint ? { failpoint: opts.failpoint } : {}),
         ...(opts.publisherWaitMs !== undefined ? { publisherWaitMs: opts.publisherWaitMs } : {}),
       });
