@@ -464,7 +464,10 @@ export interface Mirror {
   /** Every file a retention record expired, by the record's batch id, then first seq and path. */
   expiredFiles(): Promise<ExpiredFile[]>;
 
-  /** Published files and lines in all, and whether any batch was ever published. */
+  /**
+   * Published files and lines in all (every file ever published: files a retention record expired
+   * are counted too), and whether any batch was ever published.
+   */
   exportTotals(): Promise<{ files: number; lines: number; everPublished: boolean }>;
 
   // ---------------------------------------------------------------- erasure (issue 26, the mirror side)
