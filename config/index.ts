@@ -13,6 +13,7 @@ import { CronExpressionParser } from 'cron-parser';
 import { ConfigError } from '../src/errors.js';
 import { OTHER_KNOWN_VARIABLES } from './env-file.js';
 import { durationSetting } from './duration.js';
+import { retentionSetting, type RetentionPolicy } from './retention.js';
 import { hasDbPath } from './redis-url.js';
 import { dbProblem, dbShown } from './db-url.js';
 
@@ -125,6 +126,14 @@ export interface Config {
    * `<dir>/<mirror id>.heads.jsonl` there, for `verify --witness`. Undefined: no witness.
    */
   readonly witnessDir: string | undefined;
+  /**
+   * How long the archive keeps published export files, by their date partition
+   * (`CONVO_MIRROR_RETENTION`, `--retention`: `400d`, `52w`, `7y`, or per stream
+   * `messages=400d,runs=7y`; see config/retention.ts): each publication expires the older files
+   * by a retention record in the ledger, then deletes them. Undefined (`none`): keep everything.
+   * @defaultValue undefined (keep everything)
+   */
+  readonly retention: RetentionPolicy | undefined;
   /**
    * Extra query parameters of every `GET /v1/conversations` request (`CONVO_MIRROR_LIST_PARAMS`,
    * `--list-params`, e.g. `sort=last_activity_at&order=desc`), for APIs that need them to sort the
@@ -438,6 +447,14 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     flag: '--witness-dir <dir>',
     schema: z.string().trim().min(1, 'must not be empty'),
     help: 'existing directory on another disk or mount where each new signed head is appended (<mirror id>.heads.jsonl), for verify --witness',
+    commands: PUBLISH,
+  },
+  retention: {
+    env: 'CONVO_MIRROR_RETENTION',
+    flag: '--retention <policy>',
+    schema: retentionSetting(),
+    shownDefault: 'none = keep everything',
+    help: 'delete published export files whose date partition is older than this (400d, 52w, 7y; or messages=400d,runs=7y), after a retention record in the ledger lists them',
     commands: PUBLISH,
   },
   db: {

@@ -40,6 +40,7 @@ describe('loadConfig defaults', () => {
       runsHeartbeatMs: 86_400_000,
       signingKeyFile: undefined,
       witnessDir: undefined,
+      retention: undefined,
       listParams: [],
       concurrency: 4,
       maxRps: 10,

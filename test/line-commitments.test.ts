@@ -100,7 +100,7 @@ function overwrite(file: string, data: Buffer | string): void {
 const readRecord = (h: Harness, id: number): LedgerRecord => {
   const parsed = parseRecord(fs.readFileSync(path.join(h.exportDir, recordPath(id))));
   if (!parsed.ok) throw new Error(parsed.why);
-  if (parsed.record.kind === 'erasure') throw new Error(`record ${id} is an erasure record`);
+  if (parsed.record.kind === 'erasure' || parsed.record.kind === 'retention') throw new Error(`record ${id} is an ${parsed.record.kind} record`);
   return parsed.record;
 };
 

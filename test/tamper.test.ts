@@ -54,7 +54,7 @@ const abs = (h: Harness, rel: string) => path.join(h.exportDir, rel);
 const readRecord = (h: Harness, id: number): LedgerRecord => {
   const parsed = parseRecord(fs.readFileSync(abs(h, rec(id))));
   if (!parsed.ok) throw new Error(parsed.why);
-  if (parsed.record.kind === 'erasure') throw new Error(`record ${id} is an erasure record`);
+  if (parsed.record.kind === 'erasure' || parsed.record.kind === 'retention') throw new Error(`record ${id} is an ${parsed.record.kind} record`);
   return parsed.record;
 };
 /** Writes over a published (read-only) file, as a careless tool running as its owner could after chmod. */

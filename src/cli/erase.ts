@@ -18,7 +18,6 @@
  * or `sync` finishes it); 2 a usage or configuration error (nothing written); 3 the archive step
  * waits for another process that holds the publisher lock (its next publication finishes it).
  */
-import { crashPointFromEnv } from './crash-point.js';
 import fs from 'node:fs';
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
@@ -39,6 +38,7 @@ import { accountFor } from './enqueue.js';
 import { EXIT, fail, settle, type SetExit } from './exit.js';
 import { addConfigFlags, configFlagsOf } from './flags.js';
 import { isTTY } from './summary.js';
+import { crashPointFromEnv } from './crash-point.js';
 
 export { ArchiveStepError } from '../run/erase.js';
 

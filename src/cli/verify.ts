@@ -109,6 +109,28 @@ export function erasureLines(r: Pick<VerifyResult, 'erasures' | 'erasedWithoutLi
   return out.map((l) => escapeForTerminal(l));
 }
 
+/**
+ * One line per retention record (`expired: record 12 (_ledger/….json): retention 400d, cutoff
+ * 2025-10-23, decided …: 3 files, 120 lines`; per stream `cutoff messages 2025-10-23, runs
+ * 2019-11-27`), and one per expired file still present (a note, not a problem); escaped.
+ */
+export function retentionLines(r: Pick<VerifyResult, 'retentions' | 'expiredPresent'>): string[] {
+  const out = r.retentions.map(
+    (e) =>
+      `expired: record ${e.record} (${e.path}): retention ${e.retention.policy}, ${cutoffText(e.retention.cutoff)}, decided ${e.retention.decided_at}: ` +
+      `${e.files} file${e.files === 1 ? '' : 's'}, ${e.lines} line${e.lines === 1 ? '' : 's'}`,
+  );
+  for (const p of r.expiredPresent) out.push(`expired but still present: ${p} (a retention record expired it; the next publication removes it)`);
+  return out.map((l) => escapeForTerminal(l));
+}
+
+/** A retention record's cutoffs in words: `cutoff 2025-10-23` when every stream limited has the same, else `cutoff messages 2025-10-23, runs 2019-11-27`. */
+function cutoffText(cutoff: Record<string, string | undefined>): string {
+  const days = Object.entries(cutoff).filter((e): e is [string, string] => e[1] !== undefined);
+  if (days.length > 0 && days.every(([, d]) => d === days[0]![1])) return `cutoff ${days[0]![1]}`;
+  return `cutoff ${days.map(([s, d]) => `${s} ${d}`).join(', ')}`;
+}
+
 /** Prints the report (problems on stderr; checks and verdict on stdout); returns the exit code. */
 function printVerify(r: VerifyResult, o: { json: boolean; deepWithoutDb: boolean }): number {
   const code = o.deepWithoutDb ? EXIT.CONFIG : r.problems.length === 0 ? EXIT.OK : EXIT.FAILURES;
@@ -118,7 +140,7 @@ function printVerify(r: VerifyResult, o: { json: boolean; deepWithoutDb: boolean
     return code;
   }
   for (const p of r.problems) process.stderr.write(problemLine(p) + '\n');
-  const lines = [...erasureLines(r), ...r.checks.map((c) => `${MARK[c.status]} ${c.name}: ${escapeForTerminal(c.detail)}`)];
+  const lines = [...erasureLines(r), ...retentionLines(r), ...r.checks.map((c) => `${MARK[c.status]} ${c.name}: ${escapeForTerminal(c.detail)}`)];
   lines.push(escapeForTerminal(r.verdict + withoutDb));
   if (o.deepWithoutDb) lines.push(`--deep needs the mirror's database: none at the configured CONVO_MIRROR_DB`);
   process.stdout.write(lines.join('\n') + '\n');

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { LedgerHead } from '../store/mirror.js';
-import { LEDGER_DIR, batchIdOfName, isErasureRecord, parseRecord, type AnyRecord } from './ledger.js';
+import { LEDGER_DIR, batchIdOfName, isBatchRecord, parseRecord, type AnyRecord } from './ledger.js';
 import { kindOf } from './paths.js';
 import { MAX_RECORD_BYTES, readIfPresent } from './publish-fs.js';
 import type { VerifyProblem } from './verify-types.js';
@@ -84,12 +84,12 @@ function namedPaths(bytes: Buffer): string[] {
 /**
  * Why `r` does not follow `prev` (undefined when it does), and whether `prev` itself is suspect
  * (its hash does not match the link). `lastBatch` is the last batch record up to `prev`
- * (an erasure record covers no seq: the batch record after it starts where the one before it ended).
+ * (an erasure or retention record covers no seq: the batch record after it starts where the one before it ended).
  */
 function linkProblem(r: AnyRecord, prev: AnyRecord | undefined, first: boolean, lastBatch: { batch_id: number; last_seq: number } | undefined): { why: string; prevSuspect?: boolean } | undefined {
   if (!prev) {
     if (r.prev === null) return undefined;
-    if (first && isErasureRecord(r)) return { why: `an erasure record, but its previous record (batch ${r.prev.batch_id}) is missing: the chain does not start at a genesis record` };
+    if (first && !isBatchRecord(r)) return { why: `an ${r.kind} record, but its previous record (batch ${r.prev.batch_id}) is missing: the chain does not start at a genesis record` };
     return first
       ? { why: `its previous record (batch ${r.prev.batch_id}) is missing: the chain does not start at a genesis record` }
       : { why: `its previous record (batch ${r.prev.batch_id}) is missing or damaged` };
@@ -101,7 +101,7 @@ function linkProblem(r: AnyRecord, prev: AnyRecord | undefined, first: boolean, 
   if (r.prev.hash !== prev.hash) {
     return { why: `batch ${r.batch_id} links to it with hash ${r.prev.hash}, but it hashes to ${prev.hash}: it was altered (and re-hashed), or replaced`, prevSuspect: true };
   }
-  if (!isErasureRecord(r) && lastBatch !== undefined && r.first_seq !== lastBatch.last_seq + 1) {
+  if (isBatchRecord(r) && lastBatch !== undefined && r.first_seq !== lastBatch.last_seq + 1) {
     return { why: `starts at seq ${r.first_seq}, but batch ${lastBatch.batch_id} ended at ${lastBatch.last_seq}` };
   }
   return undefined;
@@ -151,7 +151,7 @@ export function readChain(root: string, mirrorId?: string): Chain {
       if (intact && link.prevSuspect) prefix.pop();
       intact = false;
     } else if (intact) prefix.push(r);
-    prev = { record: r, rel, lastBatch: isErasureRecord(r) ? prev?.lastBatch : { batch_id: r.batch_id, last_seq: r.last_seq } };
+    prev = { record: r, rel, lastBatch: isBatchRecord(r) ? { batch_id: r.batch_id, last_seq: r.last_seq } : prev?.lastBatch };
   });
   const last = prefix.at(-1);
   return { records, head: last ? { batch_id: last.batch_id, hash: last.hash } : undefined, brokenAt, formatting, suspectPaths, problems };

@@ -8,6 +8,13 @@
  * A stub (a line an erasure replaced: src/export/stub.ts) replays as an erased version of its key:
  * it matches a mirror row, or a `message_history` version, that holds a redaction marker
  * (src/store/redaction.ts), whichever erasure's, and nothing else.
+ *
+ * Files a retention record expired (src/export/retention.ts) are gone: what remains is replayed,
+ * and what only their lines could show is not asked for: a seq in an expired file's range is no
+ * gap; a history row replaced at such a seq needs no update line; an update whose replaced version
+ * expired is not compared with its history row; and a mirror row of a stream and account with
+ * expired files that no remaining line holds is not reported (its lines may all have expired; the
+ * archive no longer says). Every remaining line must still match the mirror.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -41,11 +48,15 @@ const SAYS: Record<Difference['kind'], string> = {
  *
  * @param files - the data files the records say the archive holds now (src/export/file-states.ts;
  *   files that cannot be read are reported by the file check, and skipped here)
+ * @param expired - the files retention records expired (their lines are gone: see the module comment)
  * @returns the problems (kind `deep`), empty when the exports and the mirror agree
  */
-export async function deepCheck(mirror: Mirror, root: string, files: readonly FileState[]): Promise<VerifyProblem[]> {
+export async function deepCheck(mirror: Mirror, root: string, files: readonly FileState[], expired: readonly FileState[] = []): Promise<VerifyProblem[]> {
   const replay = new Replay();
   try {
+    replay.batch(() => {
+      for (const f of expired) replay.addExpired(f.original.stream as ChangeStream, f.original.account_id, f.original.first_seq, f.original.last_seq);
+    });
     const problems = replayFiles(replay, root, files);
     const watermark = await mirror.exportWatermark();
     await replay.batchAsync(async () => {

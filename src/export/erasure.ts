@@ -39,7 +39,7 @@ import { ExportError } from '../errors.js';
 import { fsyncDir } from '../private-fs.js';
 import type { ErasureRow, ErasureSubject, LedgerEntry, LedgerHead, Mirror, PublishedFile, ReplacedFile } from '../store/mirror.js';
 import { GzipEncoder } from './gzip.js';
-import { LEDGER_DIR, erasedPath, isErasureRecord, originalPath, parseRecord, recordPath, type AnyBody, type ErasureBody, type ErasureRecord, type ErasureRecordFile } from './ledger.js';
+import { LEDGER_DIR, erasedPath, isBatchRecord, isErasureRecord, originalPath, parseRecord, recordPath, type AnyBody, type ErasureBody, type ErasureRecord, type ErasureRecordFile } from './ledger.js';
 import { LineSplitter, LineTooLong, readDataFile } from './line-stream.js';
 import { MerkleTreeBuilder, leafHash } from './merkle.js';
 import { erasureTempName } from './paths.js';
@@ -215,10 +215,11 @@ async function rewriteAll(ctx: ErasureStepContext, e: ErasureRow): Promise<Rewri
 }
 
 /**
- * What a file's original record commits to of its lines: the Merkle root (a record of version 2),
+ * What a file's original record commits to of its lines (also what a retention record repeats of
+ * each file it expires: src/export/retention.ts): the Merkle root (a record of version 2),
  * or none (version 1, and the genesis record of an export directory older than the ledger).
  */
-class RootsOfRecords {
+export class RootsOfRecords {
   private readonly cache = new Map<number, Map<string, string | undefined>>();
   constructor(
     private readonly root: string,
@@ -238,7 +239,7 @@ class RootsOfRecords {
     let files = this.cache.get(entry.batch_id);
     if (!files) {
       const r = readRecordAs(this.root, entry);
-      if (isErasureRecord(r)) throw new ExportError(`${entry.path} is an erasure record, not the record of batch ${file.batch_id}`, { file: entry.path });
+      if (!isBatchRecord(r)) throw new ExportError(`${entry.path} is an ${r.kind} record, not the record of batch ${file.batch_id}`, { file: entry.path });
       files = new Map(r.files.map((f) => [f.path, f.merkle_root]));
       this.cache.set(entry.batch_id, files);
     }

@@ -54,8 +54,10 @@ import { MANIFEST, assertSafeExportDir, kindOf, manifestTempName, recordTempName
 import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from './manifest.js';
 import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
-import { LEDGER_DIR, RECORD_VERSION, asVersion1, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
+import { LEDGER_DIR, RECORD_VERSION, asVersion1, isBatchRecord, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
 import { finishErasures, type ErasureArchived } from './erasure.js';
+import { applyRetention, clearUnrecordedRetention, type RetentionApplied } from './retention.js';
+import type { RetentionPolicy } from '../../config/retention.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
 import { sign, type SigningKey } from './signing.js';
@@ -67,6 +69,7 @@ export { exportLine } from './lines.js';
 export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 export type { ExportFailpoint } from './publish-fs.js';
 export type { ErasureArchived } from './erasure.js';
+export type { RetentionApplied } from './retention.js';
 
 /**
  * One file published by a call, as recorded in `export_files` and listed by its batch record (the
@@ -135,6 +138,14 @@ export interface ExportOptions {
    */
   newBatches?: boolean | undefined;
   /**
+   * Retention (`CONVO_MIRROR_RETENTION`, config/retention.ts): each publication first expires the
+   * published files whose date partition is before their stream's cutoff by the clock, in a
+   * retention record, then deletes them (src/export/retention.ts). Undefined: keep everything
+   * (deletions a crash left after an earlier retention record are still finished).
+   * @defaultValue undefined (keep everything)
+   */
+  retention?: RetentionPolicy | undefined;
+  /**
    * How long to wait for the mirror's publisher lock while another process publishes, ms; then
    * the call publishes nothing and returns {@link ExportResult.busy} (the changes stay in the
    * change log for the next publication). Polled every {@link PUBLISHER_POLL_MS}.
@@ -172,6 +183,11 @@ export interface ExportResult {
    * published lines replaced by stubs, its erasure record published. Absent or empty when none waited.
    */
   erasures?: ErasureArchived[];
+  /**
+   * What the retention step did (src/export/retention.ts): the retention record it published and
+   * the files it expired and deleted. Absent when it had nothing to do.
+   */
+  retention?: RetentionApplied;
 }
 
 /**
@@ -317,6 +333,11 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   // 0. The archive step of erasures waiting for it, once no batch planned earlier waits (its
   // record comes first: an erasure record takes the next batch id and chains on the head).
   const pendingBatch = await mirror.pendingExportBatch();
+  if (pendingBatch === undefined && (await mirror.erasures()).some((e) => e.archiveDoneAt === null)) {
+    // An erasure record takes the next batch id: a retention record an interrupted publication
+    // left there unrecorded goes first (retention is decided again below).
+    await clearUnrecordedRetention({ mirror, target, mirrorId, logger: opts.logger });
+  }
   const erasures =
     pendingBatch === undefined
       ? await finishErasures({
@@ -331,7 +352,23 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
           assertLeaseHeld: () => assertLeaseHeld(lease),
         })
       : [];
-  const erased = erasures.length > 0 ? { erasures } : {};
+  // 0b. Retention, under the same condition (its record also takes the next batch id).
+  const retention =
+    pendingBatch === undefined
+      ? await applyRetention({
+          mirror,
+          target,
+          mirrorId,
+          policy: opts.retention,
+          clock,
+          logger: opts.logger,
+          failpoint: opts.failpoint,
+          publishRecord: (body) => publishRecord(target, body, opts.signingKey),
+          publishHead: (head, watermark) => void publishHead(target, mirrorId, head, watermark, opts),
+          assertLeaseHeld: () => assertLeaseHeld(lease),
+        })
+      : undefined;
+  const erased = { ...(erasures.length > 0 ? { erasures } : {}), ...(retention ? { retention } : {}) };
 
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
   const held = await heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
@@ -367,7 +404,17 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
     // The interrupted batch is out; now publish what was committed since it was planned.
     const rest = await publishAlone(mirror, opts, lease);
     const all = [...erasures, ...(rest.erasures ?? [])];
-    return { files: [...files, ...rest.files], lines: lines + rest.lines, watermark: rest.watermark, resumed: true, head: rest.head, held: rest.held, ...(all.length > 0 ? { erasures: all } : {}) };
+    const kept = rest.retention ?? retention;
+    return {
+      files: [...files, ...rest.files],
+      lines: lines + rest.lines,
+      watermark: rest.watermark,
+      resumed: true,
+      head: rest.head,
+      held: rest.held,
+      ...(all.length > 0 ? { erasures: all } : {}),
+      ...(kept ? { retention: kept } : {}),
+    };
   }
   return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0, ...erased };
 }
@@ -434,7 +481,7 @@ function publishRecord(target: Target, body: AnyBody, key: SigningKey | undefine
     publishBytes(target, recordTempName(body.batch_id), final, renderRecord(record));
   } else {
     const parsed = parseRecord(existing);
-    const olderForm = parsed.ok && !isErasureRecord(body) && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
+    const olderForm = parsed.ok && isBatchRecord(body) && parsed.record.version === 1 && body.version === 2 && parsed.record.hash === recordHash(asVersion1(body));
     if (!parsed.ok || (parsed.record.hash !== record.hash && !olderForm)) {
       throw new ExportError(
         `refusing to replace the batch record ${final}: it records ${parsed.ok ? `another batch (hash ${parsed.record.hash})` : `something else (${parsed.why})`}`,

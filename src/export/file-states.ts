@@ -2,9 +2,11 @@
  * The data files an archive should hold now, from its records in chain order: every file a batch
  * record lists, followed through the erasure records that replaced it (src/export/erasure.ts) to
  * the path, SHA-256 and erased lines it has now. `verify` checks each against what it should be;
- * `verify --deep` replays them. Pure: reads no file.
+ * `verify --deep` replays them. A retention record (src/export/retention.ts) takes the files it
+ * lists out of the current ones: they are expired, and may be absent. Pure: reads no file.
  */
-import { isErasureRecord, type AnyRecord, type ErasureInfo, type RecordFile } from './ledger.js';
+import { cutoffDay, parseRetention, RETENTION_STREAMS } from '../../config/retention.js';
+import { isErasureRecord, isRetentionRecord, recordPath, type AnyRecord, type ErasureInfo, type RecordFile, type RetentionInfo } from './ledger.js';
 import type { VerifyProblem } from './verify-types.js';
 
 /** One erased line of a file, as the erasure record that erased it lists it. */
@@ -42,6 +44,17 @@ export interface ErasureSummary {
   lines: number;
 }
 
+/** A retention record, summed up for the report. */
+export interface RetentionSummary {
+  /** The retention record's batch id, and its file. */
+  record: number;
+  path: string;
+  retention: RetentionInfo;
+  /** Files it expired, and their lines. */
+  files: number;
+  lines: number;
+}
+
 /** What {@link fileStates} found. */
 export interface FileStates {
   /** The files the archive should hold now, by path. */
@@ -52,6 +65,10 @@ export interface FileStates {
   listed: Map<string, number>;
   /** The erasure records, in chain order. */
   erasures: ErasureSummary[];
+  /** Files a retention record expired (which may be gone), by path, with the record and the file as it was. */
+  expired: Map<string, { record: number; state: FileState }>;
+  /** The retention records, in chain order. */
+  retentions: RetentionSummary[];
   /** What does not add up among the records themselves (a path listed twice, an erasure record replacing what no record holds). */
   problems: VerifyProblem[];
 }
@@ -68,7 +85,40 @@ export function fileStates(records: readonly AnyRecord[]): FileStates {
   const listed = new Map<string, number>();
   const erasures: ErasureSummary[] = [];
   const problems: VerifyProblem[] = [];
+  const expired = new Map<string, { record: number; state: FileState }>();
+  const retentions: RetentionSummary[] = [];
   for (const r of records) {
+    if (isRetentionRecord(r)) {
+      const rel = recordPath(r.batch_id);
+      const by = `retention record ${r.batch_id} (${rel})`;
+      let lines = 0;
+      problems.push(...retentionDecision(r.retention, rel, by));
+      for (const f of r.files) {
+        const cut = r.retention.cutoff[f.stream as keyof typeof r.retention.cutoff];
+        if (cut === undefined || !(f.date < cut)) {
+          problems.push({ path: f.path, problem: 'retention', detail: `${by} expires it, but its date ${f.date} is not before the record's cutoff for ${f.stream} (${cut ?? 'none: the policy keeps that stream'})` });
+        }
+        const cur = current.get(f.path);
+        if (!cur) {
+          const earlier = expired.get(f.path);
+          problems.push({ path: f.path, problem: 'retention', detail: earlier ? `${by} expires it, but retention record ${earlier.record} expired it before` : `${by} expires it, but no earlier record lists it as a file held now` });
+          continue;
+        }
+        const says = (field: string, found: string, expected: string) =>
+          problems.push({ path: f.path, problem: 'retention', found, expected, detail: `${by} gives this ${field}; the records before it the expected one` });
+        if (f.sha256 !== cur.sha256) says('sha256', f.sha256, cur.sha256);
+        if (f.lines !== cur.original.lines) says('lines', String(f.lines), String(cur.original.lines));
+        if ((f.merkle_root ?? 'none') !== (cur.original.merkle_root ?? 'none')) says('merkle_root', f.merkle_root ?? 'none', cur.original.merkle_root ?? 'none');
+        if (f.stream !== cur.original.stream) says('stream', f.stream, cur.original.stream);
+        if (f.date !== cur.original.date) says('date', f.date, cur.original.date);
+        current.delete(f.path);
+        expired.set(f.path, { record: r.batch_id, state: cur });
+        listed.set(f.path, r.batch_id);
+        lines += f.lines;
+      }
+      retentions.push({ record: r.batch_id, path: rel, retention: r.retention, files: r.files.length, lines });
+      continue;
+    }
     if (!isErasureRecord(r)) {
       for (const f of r.files) {
         const other = listed.get(f.path);
@@ -88,10 +138,15 @@ export function fileStates(records: readonly AnyRecord[]): FileStates {
       const by = `erasure record ${r.batch_id} (${rel})`;
       if (!cur) {
         const earlier = replaced.get(f.path);
+        const gone = expired.get(f.path);
         problems.push({
           path: f.path,
           problem: 'erasure',
-          detail: earlier ? `${by} replaces it, but erasure record ${earlier.record} replaced it before (by ${earlier.newPath})` : `${by} replaces it, but no earlier record lists it`,
+          detail: earlier
+            ? `${by} replaces it, but erasure record ${earlier.record} replaced it before (by ${earlier.newPath})`
+            : gone
+              ? `${by} replaces it, but retention record ${gone.record} expired it before`
+              : `${by} replaces it, but no earlier record lists it`,
         });
         continue;
       }
@@ -116,5 +171,24 @@ export function fileStates(records: readonly AnyRecord[]): FileStates {
     }
     erasures.push({ record: r.batch_id, path: rel, erasure: r.erasure, files: r.files.length, lines });
   }
-  return { current, replaced, listed, erasures, problems };
+  return { current, replaced, listed, erasures, expired, retentions, problems };
+}
+
+/**
+ * What does not add up in a retention record's decision: its policy must read as a policy, and its
+ * cutoffs must be the ones that policy gives at its `decided_at` (config/retention.ts).
+ */
+function retentionDecision(t: RetentionInfo, rel: string, by: string): VerifyProblem[] {
+  let policy;
+  try {
+    policy = parseRetention(t.policy);
+  } catch (err) {
+    return [{ path: rel, problem: 'retention', detail: `${by}: its policy ${JSON.stringify(t.policy)} is not a retention policy (${(err as Error).message})` }];
+  }
+  const at = Date.parse(t.decided_at);
+  if (!policy || Number.isNaN(at)) return [{ path: rel, problem: 'retention', detail: `${by}: its policy ${JSON.stringify(t.policy)} keeps everything, or its decided_at ${JSON.stringify(t.decided_at)} is not a time` }];
+  const expected = Object.fromEntries(RETENTION_STREAMS.filter((s) => policy.streams[s]).map((s) => [s, cutoffDay(policy.streams[s]!, at)]));
+  const found = JSON.stringify(t.cutoff);
+  if (found !== JSON.stringify(expected)) return [{ path: rel, problem: 'retention', found, expected: JSON.stringify(expected), detail: `${by}: its cutoffs are not what its policy gives at its decided_at` }];
+  return [];
 }

@@ -32,6 +32,18 @@
  * ```
  * Hashed, signed and written exactly as a batch record.
  *
+ * A **retention record** (`kind: "retention"`, issue 26 item 3) is a record of the same chain and id
+ * sequence, published when `CONVO_MIRROR_RETENTION` expired published files (src/export/retention.ts):
+ * the policy, the cutoff day and when it was decided, and each file it expires as it was published
+ * (path, stream, partition date, SHA-256, lines, Merkle root when its record has one). The files are
+ * deleted only once it is in the chain; `verify` accepts them absent:
+ * ```json
+ * { "format": "convo-mirror-ledger", "version": 2, "kind": "retention", "mirror_id": "…", "batch_id": 12,
+ *   "retention": { "policy": "messages=400d", "cutoff": { "messages": "2025-10-23" }, "decided_at": "…" },
+ *   "files": [{ "path", "stream", "date", "sha256", "lines", "merkle_root" }],
+ *   "prev": { "batch_id": 11, "hash": "…" }, "hash": "…", "signature": { … } }
+ * ```
+ *
  * Versions: a record of version 2 commits, for each file, to the Merkle tree hash of its lines
  * (`merkle_root`: src/export/merkle.ts) beside the SHA-256 of its bytes; version 1 (the records
  * written before) has no `merkle_root`, and is read and verified as it always was. convo-mirror
@@ -182,10 +194,74 @@ export interface ErasureRecord extends ErasureBody {
   signature?: Signature;
 }
 
-/** Any record of the ledger: a batch (or migration) record, or an erasure record. */
-export type AnyRecord = LedgerRecord | ErasureRecord;
+/** What a retention record decided. */
+export interface RetentionInfo {
+  /** The setting, in its canonical text (`400d`, or `conversations=7y,messages=400d,runs=7y`). */
+  policy: string;
+  /**
+   * The first day kept (`YYYY-MM-DD`, UTC) of each stream the policy limits, in the order messages,
+   * conversations, runs: what `policy` gives at `decided_at` (config/retention.ts `cutoffDay`). A
+   * file expires when its partition date is before its stream's cutoff.
+   */
+  cutoff: Partial<Record<'messages' | 'conversations' | 'runs', string>>;
+  /** When the publisher decided it (its clock), ISO 8601 UTC. */
+  decided_at: string;
+}
+
+/** One file a retention record expires, as it was published (its latest form, after any erasure). */
+export interface RetentionRecordFile {
+  /** Its path (as published, or as an erasure record rewrote it). */
+  path: string;
+  stream: string;
+  /** Its partition date, `YYYY-MM-DD`. */
+  date: string;
+  /** SHA-256 (hex) of the file, as stored. */
+  sha256: string;
+  lines: number;
+  /** The Merkle root its original record commits to; absent for a file of a version 1 record. */
+  merkle_root?: string;
+}
+
+/** A retention record's body: everything its hash covers. */
+export interface RetentionBody {
+  format: 'convo-mirror-ledger';
+  /** Always 2. */
+  version: 2;
+  kind: 'retention';
+  mirror_id: string;
+  /** Its place in the chain: the next batch id when it was published. */
+  batch_id: number;
+  retention: RetentionInfo;
+  files: RetentionRecordFile[];
+  /** The record it chains on (never null). */
+  prev: LedgerHead;
+}
+
+/** A whole retention record as published. */
+export interface RetentionRecord extends RetentionBody {
+  /** SHA-256 (hex) of {@link recordBodyBytes}. */
+  hash: string;
+  signature?: Signature;
+}
+
+/** Any record of the ledger: a batch (or migration) record, an erasure record, a retention record. */
+export type AnyRecord = LedgerRecord | ErasureRecord | RetentionRecord;
 /** Any record's body. */
-export type AnyBody = RecordBody | ErasureBody;
+export type AnyBody = RecordBody | ErasureBody | RetentionBody;
+
+/** Whether `r` is a retention record. */
+export function isRetentionRecord(r: AnyRecord): r is RetentionRecord;
+export function isRetentionRecord(r: AnyBody): r is RetentionBody;
+export function isRetentionRecord(r: AnyBody): boolean {
+  return r.kind === 'retention';
+}
+
+/** Whether `r` is a batch (or migration) record: one that covers a seq range and publishes files. */
+export function isBatchRecord(r: AnyRecord): r is LedgerRecord;
+export function isBatchRecord(r: AnyBody): r is RecordBody;
+export function isBatchRecord(r: AnyBody): boolean {
+  return r.kind === 'batch' || r.kind === 'migration';
+}
 
 /** Whether `r` is an erasure record. */
 export function isErasureRecord(r: AnyRecord): r is ErasureRecord;
@@ -193,6 +269,9 @@ export function isErasureRecord(r: AnyBody): r is ErasureBody;
 export function isErasureRecord(r: AnyBody): boolean {
   return r.kind === 'erasure';
 }
+
+/** A retention record file's fields in their fixed order (`merkle_root` only when present). */
+const RETENTION_FILE_FIELDS: readonly (keyof RetentionRecordFile)[] = ['path', 'stream', 'date', 'sha256', 'lines', 'merkle_root'];
 
 /** An erasure record file's fields in their fixed order (`merkle_root` only when present). */
 const ERASURE_FILE_FIELDS: readonly (keyof ErasureRecordFile)[] = ['path', 'new_path', 'stream', 'sha256', 'new_sha256', 'merkle_root', 'redacted_seqs', 'redacted_leaves'];
@@ -233,6 +312,7 @@ export function isDataPath(p: string): boolean {
  */
 function canonicalBody(r: AnyBody): AnyBody {
   if (isErasureRecord(r)) return canonicalErasureBody(r);
+  if (isRetentionRecord(r)) return canonicalRetentionBody(r);
   const fields = FILE_FIELDS[r.version];
   if (fields === undefined) throw new Error(`batch record ${r.batch_id}: version ${String(r.version)}, which this convo-mirror does not write`);
   for (const f of r.files) {
@@ -275,6 +355,23 @@ function canonicalErasureBody(r: ErasureBody): ErasureBody {
   };
 }
 
+/** The canonical body of a retention record (see the module comment). */
+function canonicalRetentionBody(r: RetentionBody): RetentionBody {
+  const t = r.retention;
+  return {
+    format: r.format,
+    version: r.version,
+    kind: r.kind,
+    mirror_id: r.mirror_id,
+    batch_id: r.batch_id,
+    retention: { policy: t.policy, cutoff: Object.fromEntries((['messages', 'conversations', 'runs'] as const).filter((k) => t.cutoff[k] !== undefined).map((k) => [k, t.cutoff[k]])), decided_at: t.decided_at },
+    files: r.files.map(
+      (f) => Object.fromEntries(RETENTION_FILE_FIELDS.filter((k) => k !== 'merkle_root' || f.merkle_root !== undefined).map((k) => [k, f[k]])) as unknown as RetentionRecordFile,
+    ),
+    prev: { batch_id: r.prev.batch_id, hash: r.prev.hash },
+  };
+}
+
 /**
  * The bytes a record's hash and signature cover: its canonical body as compact JSON, UTF-8. A file's
  * `merkle_root` follows its `sha256` in version 2; version 1 bodies are byte for byte what they
@@ -307,6 +404,7 @@ export function asVersion1(body: RecordBody): RecordBody {
  */
 export function sealRecord(body: RecordBody, sign?: (bytes: Buffer) => Signature): LedgerRecord;
 export function sealRecord(body: ErasureBody, sign?: (bytes: Buffer) => Signature): ErasureRecord;
+export function sealRecord(body: RetentionBody, sign?: (bytes: Buffer) => Signature): RetentionRecord;
 export function sealRecord(body: AnyBody, sign?: (bytes: Buffer) => Signature): AnyRecord;
 export function sealRecord(body: AnyBody, sign?: (bytes: Buffer) => Signature): AnyRecord {
   const canonical = canonicalBody(body);
@@ -385,6 +483,35 @@ const ErasureRecordSchema = z.strictObject({
   signature: recordFields.signature,
 });
 
+const day = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'a day, YYYY-MM-DD');
+const RetentionRecordSchema = z.strictObject({
+  format: z.literal('convo-mirror-ledger'),
+  version: z.literal(2),
+  kind: z.literal('retention'),
+  mirror_id: recordFields.mirror_id,
+  batch_id: recordFields.batch_id,
+  retention: z.strictObject({
+    policy: z.string().min(1),
+    cutoff: z.strictObject({ messages: day.optional(), conversations: day.optional(), runs: day.optional() }),
+    decided_at: z.string(),
+  }),
+  files: z
+    .array(
+      z.strictObject({
+        path: z.string(),
+        stream: z.enum(['messages', 'conversations', 'runs']),
+        date: z.string().regex(/^\d{4}-\d{2}-\d{2}$/),
+        sha256: sha256Hex,
+        lines: z.number().int().min(1),
+        merkle_root: z.string().regex(/^[0-9a-f]{64}$/, 'a Merkle tree hash in lowercase hex (64 digits)').optional(),
+      }),
+    )
+    .min(1),
+  prev: z.strictObject({ batch_id: z.number().int().min(1), hash: sha256Hex }),
+  hash: sha256Hex,
+  signature: recordFields.signature,
+});
+
 /** What reading a record file back found. */
 export type ParsedRecord =
   | { ok: true; record: AnyRecord; /** The file is not byte for byte {@link renderRecord} of its content. */ formatting: boolean }
@@ -413,8 +540,7 @@ export function parseRecord(bytes: Buffer): ParsedRecord {
   const obj = typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as { version?: unknown; kind?: unknown }) : undefined;
   const version = obj?.version;
   if (version !== 1 && version !== 2) return { ok: false, why: `version ${JSON.stringify(version) ?? 'absent'}, which this convo-mirror does not know (it writes ${RECORD_VERSION})` };
-  const erasure = obj?.kind === 'erasure';
-  const parsed = erasure ? ErasureRecordSchema.safeParse(json) : RecordSchemas[version].safeParse(json);
+  const parsed = obj?.kind === 'erasure' ? ErasureRecordSchema.safeParse(json) : obj?.kind === 'retention' ? RetentionRecordSchema.safeParse(json) : RecordSchemas[version].safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     return { ok: false, why: `${issue.path.join('.') || 'record'}: ${issue.message}` };
@@ -423,6 +549,10 @@ export function parseRecord(bytes: Buffer): ParsedRecord {
   const paths = isErasureRecord(record) ? record.files.flatMap((f, i) => [{ i, field: 'path', p: f.path }, { i, field: 'new_path', p: f.new_path }]) : record.files.map((f, i) => ({ i, field: 'path', p: f.path }));
   const bad = paths.find((x) => !isDataPath(x.p));
   if (bad) return { ok: false, why: `files[${bad.i}].${bad.field} ${JSON.stringify(bad.p)} is not a data file path` };
+  if (isRetentionRecord(record)) {
+    const odd = record.files.findIndex((f) => !f.path.startsWith(`${f.stream}/`) || !f.path.includes(`/date=${f.date}/`));
+    if (odd !== -1) return { ok: false, why: `files[${odd}]: its stream or date is not its path's (${JSON.stringify(record.files[odd]!.path)})` };
+  }
   if (isErasureRecord(record)) {
     const odd = record.files.findIndex((f) => f.new_path !== erasedPath(f.path, record.erasure.id) || !f.path.startsWith(`${f.stream}/`) || f.path.endsWith('.gz') !== f.new_path.endsWith('.gz'));
     if (odd !== -1) return { ok: false, why: `files[${odd}]: new_path ${JSON.stringify(record.files[odd]!.new_path)} is not the rewrite of ${JSON.stringify(record.files[odd]!.path)} by erasure ${record.erasure.id} (${erasedPath(record.files[odd]!.path, record.erasure.id)}), or its stream is not the path's` };

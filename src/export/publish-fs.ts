@@ -43,7 +43,10 @@ export type ExportFailpoint =
   | 'erasure-before-record'
   | 'erasure-before-mirror'
   | 'erasure-after-record'
-  | 'erasure-after-delete';
+  | 'erasure-after-delete'
+  | 'retention-before-mirror'
+  | 'retention-after-record'
+  | 'retention-after-delete';
 
 /** Where a publication writes: the export root, its temp directory, modes, and the test hook. */
 export interface Target {

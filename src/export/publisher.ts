@@ -12,6 +12,7 @@ import { fileModes, type FileModes } from '../private-fs.js';
 import type { Mirror } from '../store/mirror.js';
 import { publishChanges, type ExportResult } from './exporter.js';
 import { loadSigningKey, type SigningKey } from './signing.js';
+import type { RetentionPolicy } from '../../config/retention.js';
 
 /** Where and how changes are published. */
 export interface PublishSettings {
@@ -39,6 +40,8 @@ export interface PublishSettings {
    * end of its heartbeat window, ms (see `ExportOptions.runsHeartbeatMs`). @defaultValue undefined (never held)
    */
   runsHeartbeatMs?: number | undefined;
+  /** Expire and delete published files older than this (`CONVO_MIRROR_RETENTION`; see `ExportOptions.retention`). @defaultValue undefined (keep everything) */
+  retention?: RetentionPolicy | undefined;
 }
 
 /** The settings {@link publishSettingsFromConfig} reads (the `Config` fields of the same names). */
@@ -51,6 +54,7 @@ export interface PublishConfig {
   runsHeartbeatMs: number;
   signingKeyFile: string | undefined;
   witnessDir: string | undefined;
+  retention: RetentionPolicy | undefined;
 }
 
 /**
@@ -71,6 +75,7 @@ export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger
     publishIntervalMs: config.publishIntervalMs,
     publishLines: config.publishLines,
     runsHeartbeatMs: config.runsHeartbeatMs,
+    retention: config.retention,
   };
 }
 
@@ -121,6 +126,7 @@ export class Publisher {
       ...(s.signingKey ? { signingKey: s.signingKey } : {}),
       ...(o.runLines !== 'now' && s.runsHeartbeatMs ? { runsHeartbeatMs: s.runsHeartbeatMs } : {}),
       ...(s.witnessDir !== undefined ? { witnessDir: s.witnessDir } : {}),
+      ...(s.retention !== undefined ? { retention: s.retention } : {}),
       ...(o.publisherWaitMs !== undefined ? { publisherWaitMs: o.publisherWaitMs } : {}),
     });
     this.totals.files += r.files.length;

@@ -56,7 +56,8 @@ export type VerifyProblemKind =
   | 'unlisted'
   | 'deep'
   | 'temp'
-  | 'erasure';
+  | 'erasure'
+  | 'retention';
 
 /** A problem found by `verify`. */
 export interface VerifyProblem {

@@ -15,8 +15,8 @@ import type { LedgerHead, Mirror } from '../store/mirror.js';
 import { readChain, type Chain } from './chain.js';
 import { deepCheck } from './deep.js';
 import { checkHeadSignature, type SignedHead } from './head.js';
-import { LEDGER_DIR, isErasureRecord, recordBodyBytes, recordPath, type AnyRecord, type LedgerRecord } from './ledger.js';
-import { fileStates, type ErasureSummary, type FileStates } from './file-states.js';
+import { LEDGER_DIR, isBatchRecord, recordBodyBytes, recordPath, type AnyRecord, type LedgerRecord } from './ledger.js';
+import { fileStates, type ErasureSummary, type FileStates, type RetentionSummary } from './file-states.js';
 import { readManifest, type ReadManifest } from './manifest.js';
 import { MANIFEST, STREAM_DIRS } from './paths.js';
 import { MAX_MANIFEST_BYTES, readIfPresent } from './publish-fs.js';
@@ -26,7 +26,7 @@ import type { Check, CheckName, VerifyProblem } from './verify-types.js';
 import { readWitnessLines, witnessFile } from './witness.js';
 
 export type { Check, CheckName, VerifyProblem, VerifyProblemKind } from './verify-types.js';
-export type { ErasureSummary } from './file-states.js';
+export type { ErasureSummary, RetentionSummary } from './file-states.js';
 
 /** A chain head an auditor noted: its hash, and optionally its batch id (`42:<hash>` on the command line). */
 export interface HeadRef {
@@ -111,6 +111,13 @@ export interface ArchiveReport {
    */
   erasures: ErasureSummary[];
   /**
+   * The retention records of the chain (src/export/retention.ts), each with its policy, cutoff and
+   * time, and the files and lines it expired; empty when there is none.
+   */
+  retentions: RetentionSummary[];
+  /** Files a retention record expired that are still in the export directory (a note: the next publication removes them). */
+  expiredPresent: string[];
+  /**
    * Files rewritten by an erasure record whose original record is of version 1 (no Merkle root):
    * erased without line proof, their bytes proven by the erasure record's SHA-256 alone.
    */
@@ -147,11 +154,14 @@ const span = (from: number, to: number): string => (from === to ? `record ${from
  * (and the checks skipped) when no check failed, else `NOT intact: <check> FAILED (<n> problems),
  * …; everything else ok or skipped`. Never says intact when any check failed.
  */
-export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'files' | 'lines' | 'head'>): string {
+export function archiveVerdict(r: Pick<ArchiveReport, 'checks' | 'records' | 'files' | 'lines' | 'head'> & { retentions?: readonly RetentionSummary[] }): string {
   const failed = r.checks.filter((c) => c.status === 'failed');
   if (failed.length > 0) return `NOT intact: ${failed.map((c) => `${c.name} FAILED (${c.detail})`).join(', ')}; everything else ok or skipped`;
   const skipped = r.checks.filter((c) => c.status === 'skipped').map((c) => c.name);
-  return `archive intact: ${r.records} records, ${r.files} files, ${r.lines} lines; head ${short(r.head)}${skipped.length ? `; not checked: ${skipped.join(', ')}` : ''}`;
+  const expiredFiles = (r.retentions ?? []).reduce((n, e) => n + e.files, 0);
+  const expiredLines = (r.retentions ?? []).reduce((n, e) => n + e.lines, 0);
+  const expired = expiredFiles > 0 ? ` (${expiredFiles} files, ${expiredLines} lines of them expired by retention)` : '';
+  return `archive intact: ${r.records} records, ${r.files} files, ${r.lines} lines${expired}; head ${short(r.head)}${skipped.length ? `; not checked: ${skipped.join(', ')}` : ''}`;
 }
 
 /**
@@ -201,7 +211,7 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
     const why = rootStat ? `${root} is not a directory` : `${root} does not exist`;
     if (published) report.add('chain', [{ path: MANIFEST, problem: 'missing', detail: why }], '');
     else report.add('chain', [], `nothing published yet (${why})`);
-    const empty = { exportDir: root, checks: report.checks, problems: report.problems, head: undefined, records: 0, files: 0, lines: 0, signed: 0, erasures: [], erasedWithoutLineProof: [], newestSignedHead: undefined };
+    const empty = { exportDir: root, checks: report.checks, problems: report.problems, head: undefined, records: 0, files: 0, lines: 0, signed: 0, erasures: [], retentions: [], expiredPresent: [], erasedWithoutLineProof: [], newestSignedHead: undefined };
     return { ...empty, verdict: archiveVerdict(empty) };
   }
 
@@ -213,7 +223,7 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   await o.failpoint?.('chain-read');
   await checkLedger(report, chain, mirror);
   const states = fileStates(chain.records);
-  const { listed, withoutLineProof } = await checkFiles(report, root, chain, states);
+  const { listed, withoutLineProof, expiredPresent } = await checkFiles(report, root, chain, states);
   const manifest = await checkManifest(report, root, chain, mirror);
   const manifestHead = manifest?.ok && manifest.signed ? manifest.signed : undefined;
   checkSignatures(report, chain.records, manifest, o.publicKey, o.signedFrom);
@@ -228,14 +238,14 @@ export async function verifyArchive(o: VerifyOptions): Promise<ArchiveReport> {
   const newestSignedHead = checkAge(report, timed, { key: o.publicKey, maxAgeMs: o.maxAgeMs, now: (o.clock ?? systemClock).now() });
   if (mirror) await checkMirror(report, chain, mirror);
   else report.skip('mirror', 'no database');
-  if (o.deep && mirror) report.add('deep', await deepCheck(mirror, root, [...states.current.values()]), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
+  if (o.deep && mirror) report.add('deep', await deepCheck(mirror, root, [...states.current.values()], [...states.expired.values()].map((e) => e.state)), 'every export line replayed in seq order matches the mirror: live rows, tombstones, message history and runs');
   else report.skip('deep', o.deep ? 'needs the database' : 'not asked (--deep)');
   report.add('temp', checkTemp(root), 'no leftovers of an interrupted publication');
-  const batches = chain.records.filter((r): r is LedgerRecord => !isErasureRecord(r));
+  const batches = chain.records.filter((r): r is LedgerRecord => isBatchRecord(r));
   const files = batches.reduce((n, r) => n + r.files.length, 0);
   const lines = batches.reduce((n, r) => n + r.files.reduce((m, f) => m + f.lines, 0), 0);
   const signed = chain.records.filter((r) => r.signature !== undefined).length;
-  const out = { exportDir: root, checks: report.checks, problems: report.problems, head: chain.head, records: chain.records.length, files, lines, signed, erasures: states.erasures, erasedWithoutLineProof: withoutLineProof, newestSignedHead };
+  const out = { exportDir: root, checks: report.checks, problems: report.problems, head: chain.head, records: chain.records.length, files, lines, signed, erasures: states.erasures, retentions: states.retentions, expiredPresent, erasedWithoutLineProof: withoutLineProof, newestSignedHead };
   return { ...out, verdict: archiveVerdict(out) };
 }
 
@@ -258,12 +268,14 @@ async function checkLedger(report: Report, chain: Chain, mirror: Mirror | undefi
  * the erasure records that rewrote it (src/export/file-states.ts): a file never erased against its
  * batch record; a rewritten one against its latest SHA-256 and, line by line, its erased lines and
  * the root of its original record ({@link checkErased}); a file an erasure record replaced must be
- * gone. Then what lies in the partition trees and `_ledger/` that no record lists.
+ * gone. A file a retention record expired may be absent (it is not looked at; still present, it is
+ * named in `expiredPresent`, not a problem). Then what lies in the partition trees and `_ledger/`
+ * that no record lists.
  *
- * @returns the record that last names each path (for the first bad batch), and the rewritten
- *   files erased without line proof
+ * @returns the record that last names each path (for the first bad batch), the rewritten
+ *   files erased without line proof, and the expired files still present
  */
-async function checkFiles(report: Report, root: string, chain: Chain, states: FileStates): Promise<{ listed: Map<string, number>; withoutLineProof: string[] }> {
+async function checkFiles(report: Report, root: string, chain: Chain, states: FileStates): Promise<{ listed: Map<string, number>; withoutLineProof: string[]; expiredPresent: string[] }> {
   const found: VerifyProblem[] = [...states.problems];
   const dirs = new DirCheck(root);
   let lines = 0;
@@ -300,6 +312,17 @@ async function checkFiles(report: Report, root: string, chain: Chain, states: Fi
       });
     }
   }
+  const expiredPresent: string[] = [];
+  let expiredLines = 0;
+  for (const [p, e] of states.expired) {
+    expiredLines += e.state.original.lines;
+    try {
+      fs.lstatSync(path.join(root, p));
+      expiredPresent.push(p);
+    } catch {
+      // gone, as the retention record allows
+    }
+  }
   const what =
     rooted === 0
       ? 'sizes, line counts and SHA-256 as recorded'
@@ -311,7 +334,12 @@ async function checkFiles(report: Report, root: string, chain: Chain, states: Fi
       ? ''
       : `; ${rewritten} rewritten by erasure records (${erasedLines} lines erased, each a stub carrying its line's leaf): their SHA-256 as the erasure record says${rewritten > withoutLineProof.length ? ', the lines not erased proven unchanged by the roots of their original records' : ''}` +
         (withoutLineProof.length > 0 ? `; ${withoutLineProof.length} erased without line proof (published by records of version 1, which have no root)` : '');
-  report.add('files', found, `${states.current.size} files, ${lines} lines: ${what}${erased}`);
+  const expired =
+    states.expired.size === 0
+      ? ''
+      : `; ${states.expired.size} expired by ${states.retentions.length} retention record${states.retentions.length === 1 ? '' : 's'} (${expiredLines} lines)` +
+        (expiredPresent.length > 0 ? `, ${expiredPresent.length} of them still present (the next publication removes them)` : ', all gone');
+  report.add('files', found, `${states.current.size} files, ${lines} lines: ${what}${erased}${expired}`);
   const unlisted: VerifyProblem[] = chain.problems.filter((p) => p.problem === 'unlisted');
   for (const stream of STREAM_DIRS) {
     for (const e of walkTree(root, stream)) {
@@ -320,7 +348,7 @@ async function checkFiles(report: Report, root: string, chain: Chain, states: Fi
     }
   }
   report.add('unlisted', unlisted, `nothing in ${STREAM_DIRS.join('/, ')}/ or ${LEDGER_DIR}/ that no record lists`);
-  return { listed: states.listed, withoutLineProof };
+  return { listed: states.listed, withoutLineProof, expiredPresent };
 }
 
 /**
@@ -354,7 +382,7 @@ async function checkManifest(report: Report, root: string, chain: Chain, mirror:
   }
   const found: VerifyProblem[] = [];
   const expectedHead = mirror ? await mirror.ledgerHead() : last ? { batch_id: last.batch_id, hash: last.hash } : undefined;
-  const lastBatch = chain.records.filter((r): r is LedgerRecord => !isErasureRecord(r)).at(-1);
+  const lastBatch = chain.records.filter((r): r is LedgerRecord => isBatchRecord(r)).at(-1);
   const expectedWatermark = mirror ? await mirror.exportWatermark() : (lastBatch?.last_seq ?? 0);
   const whose = mirror ? 'as the mirror records' : 'as the last record says';
   if (m.mirror_id !== mirrorId) found.push({ path: MANIFEST, problem: 'manifest', found: `mirror ${m.mirror_id}`, expected: `mirror ${mirrorId}` });
@@ -463,7 +491,7 @@ function firstBadBatch(chain: Chain, problems: VerifyProblem[], listed: Map<stri
   let firstBad = chain.brokenAt;
   for (const p of problems) {
     const batch = listed.get(p.path);
-    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines', 'merkle_root', 'erasure'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
+    if (batch !== undefined && ['missing', 'not-regular', 'size', 'sha256', 'lines', 'merkle_root', 'erasure', 'retention'].includes(p.problem)) firstBad = Math.min(firstBad ?? batch, batch);
   }
   return firstBad;
 }

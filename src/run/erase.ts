@@ -79,6 +79,8 @@ export async function archiveStep(mirror: Mirror, erasureId: number, o: ArchiveS
       ...(s.modes ? { modes: s.modes } : {}),
       ...(s.signingKey ? { signingKey: s.signingKey } : {}),
       ...(s.witnessDir !== undefined ? { witnessDir: s.witnessDir } : {}),
+      // Retention applies to every publication, this one too.
+      ...(s.retention !== undefined ? { retention: s.retention } : {}),
       ...(o.failpoint ? { failpoint: o.failpoint } : {}),
       ...(o.publisherWaitMs !== undefined ? { publisherWaitMs: o.publisherWaitMs } : {}),
     });

@@ -31,7 +31,7 @@ export { failureMessage, failureRecord, parseFailureMessage } from './failures.j
 
 /** The publish settings among run options. */
 function targetOf(opts: RunOptions): RunTarget {
-  return { exportDir: opts.exportDir, modes: opts.modes, gzip: opts.gzip, signingKey: opts.signingKey, witnessDir: opts.witnessDir, publishIntervalMs: opts.publishIntervalMs, publishLines: opts.publishLines, runsHeartbeatMs: opts.runsHeartbeatMs };
+  return { exportDir: opts.exportDir, modes: opts.modes, gzip: opts.gzip, signingKey: opts.signingKey, witnessDir: opts.witnessDir, publishIntervalMs: opts.publishIntervalMs, publishLines: opts.publishLines, runsHeartbeatMs: opts.runsHeartbeatMs, retention: opts.retention };
 }
 
 /**

@@ -38,6 +38,7 @@ import type {
   PendingExport,
   PublisherLease,
   PublishedFile,
+  ExpiredFile,
   RecordRow,
   ReplacedFile,
   RunChanges,
@@ -75,6 +76,7 @@ export type {
   PendingExport,
   PublisherLease,
   PublishedFile,
+  ExpiredFile,
   RecordRow,
   ReplacedFile,
   RunChanges,
@@ -429,10 +431,43 @@ export interface Mirror {
   /** Every ledger entry as recorded, genesis first. */
   ledgerEntries(): Promise<LedgerEntry[]>;
 
-  /** Every published export file as recorded, by first seq then path. */
+  /**
+   * Every published export file the archive holds, as recorded, by first seq then path: files a
+   * retention record expired are left out ({@link expiredFiles}).
+   */
   publishedFiles(): Promise<PublishedFile[]>;
 
-  /** Published files and lines in all, and whether any batch was ever published. */
+  // ---------------------------------------------------------------- retention (issue 26, item 3)
+
+  /**
+   * The batch id the next record of the ledger takes: above every batch planned (published or
+   * not) and every record recorded. What a retention record is published under; the same on every
+   * call until a batch is planned or a record recorded.
+   */
+  nextLedgerBatchId(): Promise<number>;
+
+  /**
+   * Records a retention record published in the ledger (src/export/retention.ts), in one
+   * transaction: no batch may be planned and unpublished, `entry.batch_id` must be
+   * {@link nextLedgerBatchId} (it is reserved: no batch is ever planned under it), the chain head
+   * moves to `entry` by compare-and-set from the head it chains on (`entry.prev_hash`, never
+   * null), the entry is recorded, and each of `paths` (each a file {@link publishedFiles} lists)
+   * is marked expired by it. The watermark does not move.
+   *
+   * @param publishedAt - ISO 8601 UTC, recorded on the entry
+   * @throws {@link StoreError} `LEDGER_FENCED` when a batch is pending, the head is not the one
+   *   `entry` chains on, or `entry.batch_id` is not the next id; a plain {@link StoreError} when a
+   *   path is not a file the archive holds; nothing was changed
+   */
+  recordRetentionRecord(entry: LedgerEntry, paths: readonly string[], publishedAt: string): Promise<void>;
+
+  /** Every file a retention record expired, by the record's batch id, then first seq and path. */
+  expiredFiles(): Promise<ExpiredFile[]>;
+
+  /**
+   * Published files and lines in all (every file ever published: files a retention record expired
+   * are counted too), and whether any batch was ever published.
+   */
   exportTotals(): Promise<{ files: number; lines: number; everPublished: boolean }>;
 
   // ---------------------------------------------------------------- erasure (issue 26, the mirror side)

@@ -70,7 +70,8 @@ export class Replay {
       CREATE INDEX lines_by_key ON lines (${KEY}, seq);
       CREATE TABLE live (stream TEXT, account_id TEXT, conversation_id TEXT, id TEXT, deleted INTEGER, body TEXT, erased INTEGER, PRIMARY KEY (${KEY}));
       CREATE TABLE history (seq INTEGER, account_id TEXT, conversation_id TEXT, id TEXT, body TEXT, erased INTEGER);
-      CREATE INDEX history_by_seq ON history (seq);`);
+      CREATE INDEX history_by_seq ON history (seq);
+      CREATE TABLE expired (stream TEXT, account_id TEXT, first_seq INTEGER, last_seq INTEGER);`);
     this.insertLine = this.db.prepare(`INSERT OR IGNORE INTO lines (seq, ${KEY}, op, body) VALUES (@seq, @stream, @account_id, @conversation_id, @id, @op, @body)`);
     this.insertLive = this.db.prepare(`INSERT OR REPLACE INTO live (${KEY}, deleted, body, erased) VALUES (@stream, @account_id, @conversation_id, @id, @deletedInt, @body, @erasedInt)`);
     this.insertHistory = this.db.prepare(`INSERT INTO history (seq, account_id, conversation_id, id, body, erased) VALUES (?, ?, ?, ?, ?, ?)`);
@@ -115,13 +116,25 @@ export class Replay {
     this.insertHistory.run(seq, accountId, conversationId, id, body, erased ? 1 : 0);
   }
 
-  /** Ranges of seq in `[1, upTo]` that no line holds, at most `limit`. */
+  /**
+   * Adds the seq range of a file a retention record expired (its lines are gone): a seq in it is
+   * not a gap, a history row replaced at a seq in it needs no line, and a mirror row of its stream
+   * and account needs no line (its lines may all have expired).
+   */
+  addExpired(stream: Stream, accountId: string, firstSeq: number, lastSeq: number): void {
+    this.db.prepare(`INSERT INTO expired (stream, account_id, first_seq, last_seq) VALUES (?, ?, ?, ?)`).run(stream, accountId, firstSeq, lastSeq);
+  }
+
+  /** Ranges of seq in `[1, upTo]` that no line holds and no expired file's range covers, at most `limit`. */
   gaps(upTo: number, limit: number): { from: number; to: number }[] {
     return this.db
       .prepare<{ upTo: number }, { from: number; to: number }>(
-        `SELECT prev + 1 AS "from", seq - 1 AS "to" FROM (
-           SELECT seq, lag(seq, 1, 0) OVER (ORDER BY seq) AS prev FROM (SELECT seq FROM lines WHERE seq <= @upTo UNION ALL SELECT @upTo + 1 AS seq))
-         WHERE seq > prev + 1 ORDER BY prev LIMIT ${Math.max(1, Math.floor(limit))}`,
+        `SELECT coalesce(prev, 0) + 1 AS "from", lo - 1 AS "to" FROM (
+           SELECT lo, max(hi) OVER (ORDER BY lo, hi ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev FROM (
+             SELECT seq AS lo, seq AS hi FROM lines WHERE seq <= @upTo
+             UNION ALL SELECT first_seq, min(last_seq, @upTo) FROM expired WHERE first_seq <= @upTo
+             UNION ALL SELECT @upTo + 1, @upTo + 1))
+         WHERE lo > coalesce(prev, 0) + 1 ORDER BY lo LIMIT ${Math.max(1, Math.floor(limit))}`,
       )
       .all({ upTo });
   }
@@ -143,14 +156,17 @@ export class Replay {
         UNION ALL
         SELECT 'not-exported', m.stream, m.account_id, m.conversation_id, m.id, NULL
         FROM live m LEFT JOIN latest l USING (${KEY}) WHERE l.seq IS NULL AND m.stream <> 'runs'
+          AND NOT EXISTS (SELECT 1 FROM expired e WHERE e.stream = m.stream AND e.account_id = m.account_id)
         UNION ALL
         SELECT CASE WHEN h.seq IS NULL THEN 'history-missing' ELSE 'history-differs' END, 'messages', u.account_id, u.conversation_id, u.id, u.seq
         FROM upd u LEFT JOIN history h ON h.seq = u.seq
         WHERE u.stream = 'messages' AND u.op = 'update'
+          AND NOT (u.prev IS NULL AND EXISTS (SELECT 1 FROM expired e WHERE e.stream = 'messages' AND e.account_id = u.account_id AND e.last_seq < u.seq))
           AND (h.seq IS NULL OR (h.body IS NOT u.prev AND NOT (u.prev = @erased AND h.erased = 1)) OR h.account_id IS NOT u.account_id OR h.conversation_id IS NOT u.conversation_id OR h.id IS NOT u.id)
         UNION ALL
         SELECT 'history-unexported', 'messages', h.account_id, h.conversation_id, h.id, h.seq
-        FROM history h LEFT JOIN lines l ON l.seq = h.seq AND l.stream = 'messages' AND l.op = 'update' WHERE l.seq IS NULL)`;
+        FROM history h LEFT JOIN lines l ON l.seq = h.seq AND l.stream = 'messages' AND l.op = 'update' WHERE l.seq IS NULL
+          AND NOT EXISTS (SELECT 1 FROM expired e WHERE e.stream = 'messages' AND e.account_id = h.account_id AND h.seq BETWEEN e.first_seq AND e.last_seq))`;
     const first = this.db.prepare<{ erased: string }, Difference>(`${sql} SELECT * FROM d ORDER BY seq IS NULL, seq, stream, account_id, conversation_id, id LIMIT ${Math.max(1, limit)}`).all({ erased: ERASED_BODY });
     const total = this.db.prepare<{ erased: string }, { n: number }>(`${sql} SELECT count(*) AS n FROM d`).get({ erased: ERASED_BODY })?.n ?? 0;
     return { first, total };

@@ -101,6 +101,12 @@ export interface PublishedFile {
   batch_id: number;
 }
 
+/** A published file a retention record expired (src/export/retention.ts): its row as published, and the record's batch id. */
+export interface ExpiredFile extends PublishedFile {
+  /** The batch id of the retention record that expired it. */
+  expired_by: number;
+}
+
 /**
  * The publisher lock of a mirror, held (see `Mirror.tryPublisherLock`). While held, no other
  * process publishes this mirror's changes.

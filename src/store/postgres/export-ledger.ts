@@ -23,7 +23,7 @@ import { checkout } from './connect.js';
 import type { Queryable } from './db.js';
 import { qualify } from './db.js';
 import { NUMBERS } from './int8.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile, ReplacedFile } from '../types.js';
+import type { ExpiredFile, ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile, ReplacedFile } from '../types.js';
 
 /**
  * The DDL of the export ledger in `schema` (statements, in order), for the engine's migration
@@ -35,6 +35,14 @@ import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead,
  *
  * Needs the change log's tables (`change_log`, `change_payloads`) only at run time, not here.
  */
+/**
+ * Migration 4 (SQLite's 11): the batch id of the retention record that expired a published file
+ * (issue 26, item 3); NULL while the archive holds it.
+ */
+export const RETENTION_DDL = (schema: string): string[] => [
+  `ALTER TABLE ${qualify(schema, 'export_files')} ADD COLUMN expired_by bigint -- the retention record's batch id; NULL while held`,
+];
+
 export const LEDGER_DDL = (schema: string): string[] => {
   const t = (table: string) => qualify(schema, table);
   return [
@@ -523,8 +531,37 @@ export class ExportLedger {
   async publishedFiles(q: Queryable): Promise<PublishedFile[]> {
     return this.all<PublishedFile>(
       q,
-      `SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM ${this.t('export_files')} ORDER BY first_seq, path COLLATE "C"`,
+      `SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM ${this.t('export_files')} WHERE expired_by IS NULL ORDER BY first_seq, path COLLATE "C"`,
     );
+  }
+
+  /** Every file a retention record expired, by the record's batch id, then first seq and path. */
+  async expired(q: Queryable): Promise<ExpiredFile[]> {
+    return this.all<ExpiredFile>(
+      q,
+      `SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id, expired_by FROM ${this.t('export_files')}
+       WHERE expired_by IS NOT NULL ORDER BY expired_by, first_seq, path COLLATE "C"`,
+    );
+  }
+
+  /**
+   * Records a retention record (see `Mirror.recordRetentionRecord`): its id reserved, the head
+   * moved by compare-and-set from `expectedHead`, its ledger entry, and each of `paths` marked
+   * expired. Call inside a transaction holding `export_state`'s row ({@link lockPlanning}), and roll
+   * it back when this throws.
+   *
+   * @throws {@link LedgerFencedError} when the head is not `expectedHead`; {@link StoreError} when a
+   *   path is not a file the archive holds
+   */
+  async recordRetention(q: Queryable, entry: LedgerEntry, paths: readonly string[], publishedAt: string, expectedHead: LedgerHead | undefined): Promise<void> {
+    await this.moveHead(q, expectedHead, entry);
+    await this.reserveBatchId(q, entry.batch_id);
+    await this.insertEntry(q, entry, publishedAt);
+    if (paths.length === 0) return;
+    const r = await q.query({ text: `UPDATE ${this.t('export_files')} SET expired_by = $1 WHERE path = ANY ($2::text[]) AND expired_by IS NULL`, values: [entry.batch_id, [...paths]] });
+    if (r.rowCount !== new Set(paths).size || new Set(paths).size !== paths.length) {
+      throw new StoreError(`retention record ${entry.batch_id}: ${paths.length} files to expire, ${r.rowCount ?? 0} of them published files the archive holds`, { batch_id: entry.batch_id });
+    }
   }
 
   /** Published files and lines in all, and whether any batch was ever published. */

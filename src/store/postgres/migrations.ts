@@ -32,7 +32,7 @@ import { qualify, type Queryable } from './db.js';
 import { checkout } from './connect.js';
 import { migrateLockKey } from './locks.js';
 import { RUNS_DDL } from './runs.js';
-import { LEDGER_DDL } from './export-ledger.js';
+import { LEDGER_DDL, RETENTION_DDL } from './export-ledger.js';
 import { STATUS_DDL } from './status.js';
 import { ERASURES_ARCHIVE_DDL, ERASURES_DDL } from './erasures.js';
 
@@ -164,7 +164,7 @@ export function coreTablesDdl(schema: string): string {
 /**
  * The migrations, applied in order; `schema_version.version` holds how many have run. Append new
  * ones; never edit a released one. Version 1 is SQLite's schema version 8 as a whole (a PostgreSQL
- * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures), 3 SQLite's 10 (the erasure record's batch id).
+ * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures), 3 SQLite's 10 (the erasure record's batch id), 4 SQLite's 11 (retention).
  */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   (schema) => [coreTablesDdl(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema)].join(';\n'),
@@ -175,6 +175,8 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   // 3: the batch id reserved for an erasure's record in the ledger (issue 26, the archive step;
   // SQLite's version 10).
   (schema) => ERASURES_ARCHIVE_DDL(schema).join(';\n'),
+  // 4: the retention record that expired a published file (issue 26, item 3; SQLite's version 11).
+  (schema) => RETENTION_DDL(schema).join(';\n'),
 ];
 
 /** The schema version this code writes and reads. */

@@ -42,6 +42,7 @@ import type {
   ErasureRow,
   ErasureSubject,
   ReplacedFile,
+  ExpiredFile,
   SubjectLine,
   ExportBatch,
   ExportChange,
@@ -787,6 +788,33 @@ export class PostgresMirror implements Mirror {
   /** Every published export file as recorded, by first seq then path. */
   publishedFiles(): Promise<PublishedFile[]> {
     return this.guard(() => this.ledger.publishedFiles(this.pool));
+  }
+
+  /** The batch id the next record of the ledger takes (see the interface). */
+  nextLedgerBatchId(): Promise<number> {
+    return this.guard(() => this.ledger.nextBatchId(this.pool));
+  }
+
+  /**
+   * Records a retention record in one durable transaction holding `export_state`'s row (see the
+   * interface): no pending batch, the next id (reserved), the head moved by compare-and-set, the
+   * entry, the expired files.
+   */
+  recordRetentionRecord(entry: LedgerEntry, paths: readonly string[], publishedAt: string): Promise<void> {
+    return this.tx(async (c) => {
+      const fenced = (why: string) => new StoreError(`retention record ${entry.batch_id} not recorded: ${why}. Nothing was changed`, { batch_id: entry.batch_id }, undefined, 'LEDGER_FENCED');
+      const pending = await this.ledger.lockPlanning(c);
+      if (pending !== undefined) throw fenced(`export batch ${pending} is planned and not published`);
+      if (entry.prev_hash === null) throw fenced('it chains on no record');
+      const next = await this.ledger.nextBatchId(c);
+      if (entry.batch_id !== next) throw fenced(`the next batch id is ${next}`);
+      await this.ledger.recordRetention(c, entry, paths, publishedAt, await this.headChainedOn(c, entry));
+    }, 'durable');
+  }
+
+  /** Every file a retention record expired. */
+  expiredFiles(): Promise<ExpiredFile[]> {
+    return this.guard(() => this.ledger.expired(this.pool));
   }
 
   /** Published files and lines in all, and whether any batch was ever published. */

@@ -4,8 +4,9 @@
  * (`ledger`), and the change-log rows of a batch in file order. The exporter (src/export/) owns
  * the files and the records' format; this owns what was published.
  */
+import { StoreError } from '../../errors.js';
 import type { Db, Statement } from './sqlite.js';
-import type { ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile, ReplacedFile } from '../types.js';
+import type { ExpiredFile, ExportBatch, ExportChange, LedgerEntry, LedgerGenesis, LedgerHead, PendingExport, PublishedFile, ReplacedFile } from '../types.js';
 
 
 
@@ -152,6 +153,8 @@ export class ExportLedger {
   private readonly seedId: Statement<[id: number]>;
   private readonly deleteFile: Statement<[path: string]>;
   private readonly entryOf: Statement<[batchId: number], { batch_id: number }>;
+  private readonly expire: Statement<[batchId: number, path: string]>;
+  private readonly expiredRows: Statement<[], ExpiredFile>;
 
   constructor(db: Db) {
     this.watermarkOf = db.prepare(`SELECT watermark FROM export_state WHERE id = 1`);
@@ -169,7 +172,11 @@ export class ExportLedger {
                                   VALUES (@path, @batch_id, @stream, @account_id, @date, @first_seq, @last_seq, @lines, @bytes, @sha256, @now)`);
     this.markPublished = db.prepare(`UPDATE export_batches SET published_at = ? WHERE id = ?`);
     this.setWatermark = db.prepare(`UPDATE export_state SET watermark = ? WHERE id = 1`);
-    this.files = db.prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files ORDER BY first_seq, path`);
+    this.files = db.prepare(`SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id FROM export_files WHERE expired_by IS NULL ORDER BY first_seq, path`);
+    this.expire = db.prepare(`UPDATE export_files SET expired_by = ? WHERE path = ? AND expired_by IS NULL`);
+    this.expiredRows = db.prepare(
+      `SELECT path, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, batch_id, expired_by FROM export_files WHERE expired_by IS NOT NULL ORDER BY expired_by, first_seq, path`,
+    );
     this.fileTotals = db.prepare(`SELECT count(*) AS files, coalesce(sum(lines), 0) AS lines FROM export_files`);
     this.publishedBatches = db.prepare(`SELECT count(*) AS n FROM export_batches WHERE published_at IS NOT NULL`);
     // A range of the primary key: costs what lies above the watermark, not the whole log.
@@ -229,6 +236,24 @@ export class ExportLedger {
       this.deleteFile.run(from);
       this.insertFile.run({ ...file, now: publishedAt });
     }
+  }
+
+  /**
+   * Records a retention record (see `Mirror.recordRetentionRecord`): its ledger entry, and each of
+   * `paths` marked expired by it. Call inside a transaction, after the compare-and-set of the head.
+   *
+   * @throws {@link StoreError} when a path is not a file the archive holds (roll back)
+   */
+  recordRetention(entry: LedgerEntry, paths: readonly string[], publishedAt: string): void {
+    this.insertEntry.run({ ...entry, published_at: publishedAt });
+    for (const p of paths) {
+      if (this.expire.run(entry.batch_id, p).changes !== 1) throw new StoreError(`retention record ${entry.batch_id}: ${p} is not a published file the archive holds`, { batch_id: entry.batch_id, file: p });
+    }
+  }
+
+  /** Every file a retention record expired. */
+  expired(): ExpiredFile[] {
+    return this.expiredRows.all();
   }
 
   /** Change-log rows above the exported watermark (not yet published). */

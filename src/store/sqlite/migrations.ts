@@ -338,4 +338,9 @@ export const MIGRATIONS: readonly string[] = [
          replaced and does not publish the record again. */ `
   ALTER TABLE erasures ADD COLUMN archive_batch_id INTEGER; -- the erasure record's batch id in the ledger; NULL until recorded
   `,
+  /* 11: retention (issue 26, item 3): the batch id of the retention record that expired a published
+         file, set with the record (in the transaction that moves the chain head); NULL while the
+         archive holds it. An expired row stays: the mirror knows what the archive no longer holds. */ `
+  ALTER TABLE export_files ADD COLUMN expired_by INTEGER; -- the retention record's batch id; NULL while held
+  `,
 ];

@@ -50,6 +50,7 @@ import type {
   ErasureRow,
   ErasureSubject,
   ReplacedFile,
+  ExpiredFile,
   SubjectLine,
   ExportBatch,
   ExportChange,
@@ -480,6 +481,34 @@ export class SqliteMirror implements Mirror {
 
   async publishedFiles(): Promise<PublishedFile[]> {
     return this.guard(() => this.ledger.publishedFiles());
+  }
+
+  async nextLedgerBatchId(): Promise<number> {
+    return this.guard(() => this.ledger.nextBatchId());
+  }
+
+  /**
+   * Records a retention record in one immediate transaction (see the interface): no pending batch,
+   * the next id (reserved), the compare-and-set of the head, the entry, the expired files.
+   */
+  async recordRetentionRecord(entry: LedgerEntry, paths: readonly string[], publishedAt: string): Promise<void> {
+    this.writeTx(() => {
+      const fenced = (why: string) => new StoreError(`retention record ${entry.batch_id} not recorded: ${why}. Nothing was changed`, { batch_id: entry.batch_id }, undefined, 'LEDGER_FENCED');
+      const pending = this.ledger.pendingBatch();
+      if (pending !== undefined) throw fenced(`export batch ${pending} is planned and not published`);
+      const head = this.ledger.head();
+      if (entry.prev_hash === null || (head?.hash ?? null) !== entry.prev_hash) {
+        throw fenced(`the ledger head is ${head ? `${head.batch_id}:${head.hash}` : 'none'}, not the head it chains on (${entry.prev_hash ?? 'none'})`);
+      }
+      const next = this.ledger.nextBatchId();
+      if (entry.batch_id !== next) throw fenced(`the next batch id is ${next}`);
+      this.ledger.reserveBatchId(next);
+      this.ledger.recordRetention(entry, paths, publishedAt);
+    });
+  }
+
+  async expiredFiles(): Promise<ExpiredFile[]> {
+    return this.guard(() => this.ledger.expired());
   }
 
   async exportTotals(): Promise<{ files: number; lines: number; everPublished: boolean }> {
