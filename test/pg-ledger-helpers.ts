@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { qualify } from '../src/store/postgres/db.js';
 import { RUNS_DDL } from '../src/store/postgres/runs.js';
-import { LEDGER_DDL } from '../src/store/postgres/export-ledger.js';
+import { LEDGER_DDL, RETENTION_DDL } from '../src/store/postgres/export-ledger.js';
 import { STATUS_DDL } from '../src/store/postgres/status.js';
 import { ERASURES_DDL } from '../src/store/postgres/erasures.js';
 
@@ -52,7 +52,7 @@ export async function createSchema(pool: pg.Pool, schema: string): Promise<void>
   try {
     await client.query('BEGIN');
     await client.query(`CREATE SCHEMA "${schema}"`);
-    for (const sql of [...CORE_STANDINS(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema), ...ERASURES_DDL(schema)]) await client.query(sql);
+    for (const sql of [...CORE_STANDINS(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...RETENTION_DDL(schema), ...STATUS_DDL(schema), ...ERASURES_DDL(schema)]) await client.query(sql);
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK');
