@@ -58,7 +58,7 @@ import { runSync, type RunSummary } from '../src/run/index.js';
 import { publicationSection } from './publication.js';
 import { listingSection, storageFootprint, type StorageFootprint } from './footprint.js';
 import { fleetDaemonsSection } from './fleet-daemons.js';
-import { fleetRateSection } from './fleet-rate.js';
+import { deletePrefix, fleetRateSection } from './fleet-rate.js';
 import { DEFAULT_PG_BASE, dropBenchSchema, pgShown, pgTarget } from './pg-admin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -568,6 +568,8 @@ async function idleDaemonRss(): Promise<IdleRss> {
     }
     await fake.stop();
     fs.rmSync(dir, { recursive: true, force: true });
+    // The daemon's queue, schedulers and claim: the bench leaves nothing in Redis.
+    await deletePrefix(env.REDIS_URL!, env.CONVO_MIRROR_QUEUE_PREFIX!).catch(() => undefined);
   }
 }
 
