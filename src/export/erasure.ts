@@ -43,7 +43,7 @@ import { LEDGER_DIR, erasedPath, isBatchRecord, isErasureRecord, originalPath, p
 import { LineSplitter, LineTooLong, readDataFile } from './line-stream.js';
 import { MerkleTreeBuilder, leafHash } from './merkle.js';
 import { erasureTempName } from './paths.js';
-import { MAX_RECORD_BYTES, createTemp, discardTemp, existingDataFile, makeDir, readIfPresent, renameIntoPlace, writeAll, type ExportFailpoint, type Target } from './publish-fs.js';
+import { MAX_RECORD_BYTES, createTemp, discardTemp, existingDataFile, makeDir, readIfPresent, removeIfPublished, renameIntoPlace, writeAll, type ExportFailpoint, type Target } from './publish-fs.js';
 import { parseStub, renderStub, seqOfLine, stubOf } from './stub.js';
 
 /** What the archive step needs of the publication it runs in. */
@@ -148,7 +148,7 @@ async function finishOne(ctx: ErasureStepContext, e: ErasureRow): Promise<Erasur
   done.files = record.files.map((f) => ({ path: f.path, new_path: f.new_path, lines: f.redacted_seqs.length }));
   done.lines = done.files.reduce((n, f) => n + f.lines, 0);
   for (const f of record.files) {
-    const r = removeReplaced(target.root, f);
+    const r = removeIfPublished(target.root, f.path, f.sha256, 'remove the replaced file');
     if (r === 'removed') done.removed++;
     else if (r === 'changed') {
       done.kept.push(f.path);
@@ -462,45 +462,6 @@ async function rewriteFile(target: Target, file: PublishedFile, seqs: ReadonlySe
 }
 
 const LF = Buffer.from([10]);
-
-/**
- * Removes a file an erasure record replaced (never through a symlink), when it still holds what
- * was published (its SHA-256 is the record's `sha256`): `removed`; `absent` when it is gone
- * already; `changed` (left) when it holds anything else.
- *
- * @throws {@link ExportError} naming it when it cannot be read or removed
- */
-function removeReplaced(root: string, f: ErasureRecordFile): 'removed' | 'absent' | 'changed' {
-  const abs = path.join(root, f.path);
-  let fd: number;
-  try {
-    fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return 'absent';
-    if (code === 'ELOOP') return 'changed';
-    throw new ExportError(`cannot remove the replaced file ${abs}: ${(err as Error).message}`, { file: abs }, err);
-  }
-  let same: boolean;
-  try {
-    if (!fs.fstatSync(fd).isFile()) return 'changed';
-    const hash = crypto.createHash('sha256');
-    const buf = Buffer.allocUnsafe(1 << 20);
-    for (let n = fs.readSync(fd, buf); n > 0; n = fs.readSync(fd, buf)) hash.update(buf.subarray(0, n));
-    same = hash.digest('hex') === f.sha256;
-  } finally {
-    fs.closeSync(fd);
-  }
-  if (!same) return 'changed';
-  try {
-    fs.unlinkSync(abs);
-    fsyncDir(path.dirname(abs));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
-    throw new ExportError(`cannot remove the replaced file ${abs}: ${(err as Error).message}`, { file: abs }, err);
-  }
-  return 'removed';
-}
 
 /** What the archive step would rewrite for a subject now ({@link archiveDryRun}). */
 export interface ArchiveDryRun {

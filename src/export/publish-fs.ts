@@ -262,3 +262,44 @@ export function makeReadOnly(file: string): string | undefined {
     return (err as Error).message;
   }
 }
+
+/**
+ * Removes a published file at `rel` under `root` (never through a symlink) when it still holds what
+ * was published (its SHA-256 is `sha256`): `removed`; `absent` when it is gone already; `changed`
+ * (left in place) when it holds anything else or is not a regular file. For the files an erasure
+ * record replaced and those a retention record expired: we delete only what we published.
+ *
+ * @param action - the words of an error, e.g. `remove the replaced file`
+ * @throws {@link ExportError} naming the file when it cannot be read or removed
+ */
+export function removeIfPublished(root: string, rel: string, sha256: string, action: string): 'removed' | 'absent' | 'changed' {
+  const abs = path.join(root, rel);
+  let fd: number;
+  try {
+    fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return 'absent';
+    if (code === 'ELOOP') return 'changed';
+    throw new ExportError(`cannot ${action} ${abs}: ${(err as Error).message}`, { file: abs }, err);
+  }
+  let same: boolean;
+  try {
+    if (!fs.fstatSync(fd).isFile()) return 'changed';
+    const hash = crypto.createHash('sha256');
+    const buf = Buffer.allocUnsafe(1 << 20);
+    for (let n = fs.readSync(fd, buf); n > 0; n = fs.readSync(fd, buf)) hash.update(buf.subarray(0, n));
+    same = hash.digest('hex') === sha256;
+  } finally {
+    fs.closeSync(fd);
+  }
+  if (!same) return 'changed';
+  try {
+    fs.unlinkSync(abs);
+    fsyncDir(path.dirname(abs));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
+    throw new ExportError(`cannot ${action} ${abs}: ${(err as Error).message}`, { file: abs }, err);
+  }
+  return 'removed';
+}

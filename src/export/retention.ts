@@ -22,7 +22,6 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import { cutoffDay, RETENTION_STREAMS, type RetentionPolicy, type RetentionStream } from '../../config/retention.js';
 import { isoNow, type Clock } from '../clock.js';
@@ -31,7 +30,7 @@ import { fsyncDir } from '../private-fs.js';
 import type { LedgerEntry, LedgerHead, Mirror } from '../store/mirror.js';
 import { RootsOfRecords } from './erasure.js';
 import { LEDGER_DIR, isRetentionRecord, parseRecord, recordPath, type AnyBody, type RetentionBody, type RetentionRecordFile } from './ledger.js';
-import { MAX_RECORD_BYTES, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
+import { MAX_RECORD_BYTES, readIfPresent, removeIfPublished, type ExportFailpoint, type Target } from './publish-fs.js';
 
 /** What the retention step needs of the publication it runs in. */
 export interface RetentionStepContext {
@@ -194,7 +193,7 @@ async function removeExpired(ctx: RetentionStepContext, done: RetentionApplied, 
   if (last === undefined) return;
   for (const f of expired) {
     if (f.expired_by !== last) continue;
-    const r = removeIfPublished(ctx.target.root, f.path, f.sha256);
+    const r = removeIfPublished(ctx.target.root, f.path, f.sha256, 'delete the expired file');
     if (r === 'removed') done.removed++;
     else if (r === 'changed') {
       done.kept.push(f.path);
@@ -203,40 +202,3 @@ async function removeExpired(ctx: RetentionStepContext, done: RetentionApplied, 
   }
 }
 
-/**
- * Removes the file at `rel` (never through a symlink) when its SHA-256 is `sha256`: `removed`;
- * `absent` when it is gone already; `changed` (left) when it holds anything else.
- *
- * @throws {@link ExportError} naming it when it cannot be read or removed
- */
-function removeIfPublished(root: string, rel: string, sha256: string): 'removed' | 'absent' | 'changed' {
-  const abs = path.join(root, rel);
-  let fd: number;
-  try {
-    fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return 'absent';
-    if (code === 'ELOOP') return 'changed';
-    throw new ExportError(`cannot delete the expired file ${abs}: ${(err as Error).message}`, { file: abs }, err);
-  }
-  let same: boolean;
-  try {
-    if (!fs.fstatSync(fd).isFile()) return 'changed';
-    const hash = crypto.createHash('sha256');
-    const buf = Buffer.allocUnsafe(1 << 20);
-    for (let n = fs.readSync(fd, buf); n > 0; n = fs.readSync(fd, buf)) hash.update(buf.subarray(0, n));
-    same = hash.digest('hex') === sha256;
-  } finally {
-    fs.closeSync(fd);
-  }
-  if (!same) return 'changed';
-  try {
-    fs.unlinkSync(abs);
-    fsyncDir(path.dirname(abs));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
-    throw new ExportError(`cannot delete the expired file ${abs}: ${(err as Error).message}`, { file: abs }, err);
-  }
-  return 'removed';
-}

@@ -19,7 +19,7 @@
  */
 import type { Conversation, Message, Page } from '../api/schemas.js';
 import { StoreError } from '../errors.js';
-import type { ErasureKind, ErasureRequest } from './types.js';
+import type { ErasureKind, ErasureRequest, ErasureRow } from './types.js';
 
 /**
  * Text every redacted record holds and no served record does in practice (a served string holding
@@ -231,3 +231,39 @@ export function belongsToSender(record: string | null, senderId: string, earlier
   const by = earlier.size > 0 ? redactionOf(record) : undefined;
   return by !== undefined && earlier.has(by);
 }
+
+/** The `erasures` columns as either engine stores them (PostgreSQL's int8 read as numbers). */
+export interface StoredErasure {
+  id: number;
+  kind: ErasureKind;
+  account_id: string;
+  subject: string;
+  reason: string;
+  requested_at: string;
+  messages: number;
+  history: number;
+  pending_changes: number;
+  conversations: number;
+  published_lines: number;
+  published_through_seq: number;
+  archive_batch_id: number | null;
+  archive_done_at: string | null;
+}
+
+/** Maps a stored row to the interface's shape. */
+export const erasureRow = (r: StoredErasure): ErasureRow => ({
+  id: r.id,
+  kind: r.kind,
+  accountId: r.account_id,
+  subject: r.subject,
+  reason: r.reason,
+  requestedAt: r.requested_at,
+  messages: r.messages,
+  history: r.history,
+  pendingChanges: r.pending_changes,
+  conversations: r.conversations,
+  publishedLines: r.published_lines,
+  publishedThroughSeq: r.published_through_seq,
+  archiveBatchId: r.archive_batch_id,
+  archiveDoneAt: r.archive_done_at,
+});

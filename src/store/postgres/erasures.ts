@@ -26,6 +26,7 @@ import { NUMBERS } from './int8.js';
 import { jsonbSafe } from './change-log.js';
 import {
   belongsToSender,
+  erasureRow,
   erasuresInForce,
   messageKey,
   namesSender,
@@ -35,6 +36,7 @@ import {
   redactionOf,
   senderNeedle,
   type ErasuresInForce,
+  type StoredErasure,
 } from '../redaction.js';
 import type { ChangeStream, ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow, ErasureSubject, SubjectLine } from '../types.js';
 
@@ -95,42 +97,6 @@ interface PendingKey {
   named: boolean;
 }
 
-/** The `erasures` columns as stored (int8 read as numbers). */
-interface StoredErasure {
-  id: number;
-  kind: ErasureKind;
-  account_id: string;
-  subject: string;
-  reason: string;
-  requested_at: string;
-  messages: number;
-  history: number;
-  pending_changes: number;
-  conversations: number;
-  published_lines: number;
-  published_through_seq: number;
-  archive_batch_id: number | null;
-  archive_done_at: string | null;
-}
-
-/** Maps a stored row to the interface's shape. */
-const rowOf = (r: StoredErasure): ErasureRow => ({
-  id: r.id,
-  kind: r.kind,
-  accountId: r.account_id,
-  subject: r.subject,
-  reason: r.reason,
-  requestedAt: r.requested_at,
-  messages: r.messages,
-  history: r.history,
-  pendingChanges: r.pending_changes,
-  conversations: r.conversations,
-  publishedLines: r.published_lines,
-  publishedThroughSeq: r.published_through_seq,
-  archiveBatchId: r.archive_batch_id,
-  archiveDoneAt: r.archive_done_at,
-});
-
 /** Rows written by one redaction statement, at most. */
 const WRITE_CHUNK = 1000;
 
@@ -176,13 +142,13 @@ export class Erasures {
   /** Every erasure, oldest first. */
   async list(q: Queryable): Promise<ErasureRow[]> {
     const rows = await this.all<StoredErasure>(q, `SELECT * FROM ${this.t('erasures')} ORDER BY id`);
-    return rows.map(rowOf);
+    return rows.map(erasureRow);
   }
 
   /** The erasure `id`; undefined when there is none. */
   async get(q: Queryable, id: number, forUpdate = false): Promise<ErasureRow | undefined> {
     const rows = await this.all<StoredErasure>(q, `SELECT * FROM ${this.t('erasures')} WHERE id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [id]);
-    return rows[0] ? rowOf(rows[0]) : undefined;
+    return rows[0] ? erasureRow(rows[0]) : undefined;
   }
 
   /** Sets `archive_batch_id` of an erasure (the batch id reserved for its record). */

@@ -9,6 +9,7 @@
 import type { Db, Statement } from './sqlite.js';
 import {
   belongsToSender,
+  erasureRow,
   erasuresInForce,
   messageKey,
   namesSender,
@@ -18,6 +19,7 @@ import {
   redactionOf,
   senderNeedle,
   type ErasuresInForce,
+  type StoredErasure,
 } from '../redaction.js';
 import type { ChangeStream, ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow, ErasureSubject, SubjectLine } from '../types.js';
 
@@ -36,42 +38,6 @@ interface HistoryRow {
 }
 /** An unpublished change of the account: its keys (the payload is read when it concerns the subject). */
 type PendingKey = [seq: number, stream: string, conversation_id: string, record_id: string, named: number];
-
-/** The `erasures` columns as stored. */
-interface StoredErasure {
-  id: number;
-  kind: ErasureKind;
-  account_id: string;
-  subject: string;
-  reason: string;
-  requested_at: string;
-  messages: number;
-  history: number;
-  pending_changes: number;
-  conversations: number;
-  published_lines: number;
-  published_through_seq: number;
-  archive_batch_id: number | null;
-  archive_done_at: string | null;
-}
-
-/** Maps a stored row to the interface's shape. */
-export const erasureRow = (r: StoredErasure): ErasureRow => ({
-  id: r.id,
-  kind: r.kind,
-  accountId: r.account_id,
-  subject: r.subject,
-  reason: r.reason,
-  requestedAt: r.requested_at,
-  messages: r.messages,
-  history: r.history,
-  pendingChanges: r.pending_changes,
-  conversations: r.conversations,
-  publishedLines: r.published_lines,
-  publishedThroughSeq: r.published_through_seq,
-  archiveBatchId: r.archive_batch_id,
-  archiveDoneAt: r.archive_done_at,
-});
 
 /** Typed statements and row logic of erasures. */
 export class Erasures {
