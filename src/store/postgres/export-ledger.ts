@@ -355,28 +355,7 @@ export class ExportLedger {
     await this.moveHead(q, expectedHead, entry);
     const marked = await q.query({ text: `UPDATE ${this.t('export_batches')} SET published_at = $1 WHERE id = $2 AND published_at IS NULL`, values: [publishedAt, batch.id] });
     if (marked.rowCount !== 1) throw new LedgerFencedError(expectedHead, await this.head(q), batch.id, 'the batch is not pending (recorded already, or never planned)');
-    if (files.length > 0) {
-      await q.query({
-        text: `INSERT INTO ${this.t('export_files')} (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
-               SELECT f.*, $11 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[]) AS f
-               ON CONFLICT (path) DO UPDATE SET batch_id = excluded.batch_id, stream = excluded.stream, account_id = excluded.account_id, date = excluded.date,
-                 first_seq = excluded.first_seq, last_seq = excluded.last_seq, lines = excluded.lines, bytes = excluded.bytes, sha256 = excluded.sha256,
-                 published_at = excluded.published_at`,
-        values: [
-          files.map((f) => f.path),
-          files.map((f) => f.batch_id),
-          files.map((f) => f.stream),
-          files.map((f) => f.account_id),
-          files.map((f) => f.date),
-          files.map((f) => f.first_seq),
-          files.map((f) => f.last_seq),
-          files.map((f) => f.lines),
-          files.map((f) => f.bytes),
-          files.map((f) => f.sha256),
-          publishedAt,
-        ],
-      });
-    }
+    await this.upsertFiles(q, files, publishedAt);
     await this.insertEntry(q, entry, publishedAt);
     await q.query({ text: `UPDATE ${this.t('export_state')} SET watermark = $1 WHERE id = 1`, values: [batch.last_seq] });
     await q.query({ text: `DELETE FROM ${this.t('change_payloads')} WHERE seq <= $1`, values: [batch.last_seq] });
@@ -423,6 +402,31 @@ export class ExportLedger {
     return (await this.pendingRow(q))?.id;
   }
 
+  /** Inserts (or replaces, by path) the rows of `files`, published at `publishedAt`: one statement. */
+  private async upsertFiles(q: Queryable, files: readonly PublishedFile[], publishedAt: string): Promise<void> {
+    if (files.length === 0) return;
+    await q.query({
+      text: `INSERT INTO ${this.t('export_files')} (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
+             SELECT f.*, $11 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[]) AS f
+             ON CONFLICT (path) DO UPDATE SET batch_id = excluded.batch_id, stream = excluded.stream, account_id = excluded.account_id, date = excluded.date,
+               first_seq = excluded.first_seq, last_seq = excluded.last_seq, lines = excluded.lines, bytes = excluded.bytes, sha256 = excluded.sha256,
+               published_at = excluded.published_at`,
+      values: [
+        files.map((f) => f.path),
+        files.map((f) => f.batch_id),
+        files.map((f) => f.stream),
+        files.map((f) => f.account_id),
+        files.map((f) => f.date),
+        files.map((f) => f.first_seq),
+        files.map((f) => f.last_seq),
+        files.map((f) => f.lines),
+        files.map((f) => f.bytes),
+        files.map((f) => f.sha256),
+        publishedAt,
+      ],
+    });
+  }
+
   /**
    * Records an erasure record (see `Mirror.recordErasureRecord`): the head moved by compare-and-set
    * from `expectedHead`, its ledger entry, and in `export_files` each replaced path replaced by
@@ -435,27 +439,7 @@ export class ExportLedger {
     await this.insertEntry(q, entry, publishedAt);
     if (files.length === 0) return;
     await q.query({ text: `DELETE FROM ${this.t('export_files')} WHERE path = ANY ($1::text[])`, values: [files.map((f) => f.from)] });
-    const f = files.map((x) => x.file);
-    await q.query({
-      text: `INSERT INTO ${this.t('export_files')} (path, batch_id, stream, account_id, date, first_seq, last_seq, lines, bytes, sha256, published_at)
-             SELECT f.*, $11 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[]) AS f
-             ON CONFLICT (path) DO UPDATE SET batch_id = excluded.batch_id, stream = excluded.stream, account_id = excluded.account_id, date = excluded.date,
-               first_seq = excluded.first_seq, last_seq = excluded.last_seq, lines = excluded.lines, bytes = excluded.bytes, sha256 = excluded.sha256,
-               published_at = excluded.published_at`,
-      values: [
-        f.map((x) => x.path),
-        f.map((x) => x.batch_id),
-        f.map((x) => x.stream),
-        f.map((x) => x.account_id),
-        f.map((x) => x.date),
-        f.map((x) => x.first_seq),
-        f.map((x) => x.last_seq),
-        f.map((x) => x.lines),
-        f.map((x) => x.bytes),
-        f.map((x) => x.sha256),
-        publishedAt,
-      ],
-    });
+    await this.upsertFiles(q, files.map((x) => x.file), publishedAt);
   }
 
   /**
