@@ -13,7 +13,9 @@
  *
  * (`content`, `visibility`, the whole `sender`, `attachments` and every other served field gone).
  * A redacted conversation's record becomes `{"id":"<id>","redacted":{"erasure":<erasure id>}}`
- * (the spec shows no field of a conversation, so nothing else is kept). The derived columns of a
+ * (the spec shows no field of a conversation, so nothing else is kept): a conversation erasure's
+ * own, and each conversation a sender erasure finds naming the sender
+ * ({@link conversationNamesSender}). The derived columns of a
  * redacted message (content, visibility, sender_id, sender_name, sender_type, attachments) read
  * NULL; `created_at` is kept.
  */
