@@ -257,6 +257,9 @@ describe.each(engines)('$name', (engine) => {
       // Unpublished: cA listed again; cE new; cF named, then listed with another contact (its row no longer names S).
       await m.upsertConversations(A, conversationsPage([contact('cA', S, { status: 'resolved' }), contact('cE', S), contact('cF', S)]), null);
       await m.upsertConversations(A, conversationsPage([contact('cF', 'cus_other')]), null);
+      // cG: named, then tombstoned (its delete line carries its last object).
+      await m.upsertConversations(A, conversationsPage([contact('cG', S)]), null);
+      await m.tombstoneConversation(A, 'cG', null);
       const before = await state(m);
       const seqBefore = await maxSeq(m);
       const convLines = (ids: string[], through: number) =>
@@ -267,12 +270,13 @@ describe.each(engines)('$name', (engine) => {
       const dry = await m.eraseSubject({ ...sender, reason: 'DSR-1', dryRun: true });
       expect(await state(m)).toEqual(before);
       const r = await m.eraseSubject({ ...sender, reason: 'DSR-1' });
-      // Rows: cA cC cE cF. Unpublished payloads: cA's update, cE's insert, cF's insert and update.
-      // Published lines: cA's and cC's inserts.
-      expect(r).toEqual({ erasureId: 1, dryRun: false, publishedThroughSeq: watermark, messages: 0, history: 0, pendingChanges: 4, conversations: 4, publishedLines: 2 });
+      // Rows: cA cC cE cF cG (tombstoned). Unpublished payloads: cA's update, cE's insert, cF's
+      // insert and update, cG's insert and delete. Published lines: cA's and cC's inserts.
+      expect(r).toEqual({ erasureId: 1, dryRun: false, publishedThroughSeq: watermark, messages: 0, history: 0, pendingChanges: 6, conversations: 5, publishedLines: 2 });
       expect({ ...dry, erasureId: 1, dryRun: false }).toEqual(r);
       const rows = new Map((await records(m, 'conversations')).map((c) => [c.id, c.raw]));
-      for (const id of ['cA', 'cC', 'cE', 'cF']) expect(rows.get(id), id).toBe(redactedConversation(id, 1));
+      for (const id of ['cA', 'cC', 'cE', 'cF', 'cG']) expect(rows.get(id), id).toBe(redactedConversation(id, 1));
+      expect((await records(m, 'conversations')).find((c) => c.id === 'cG')!.deleted).not.toBe(0);
       for (const id of ['cB', 'cD']) expect(rows.get(id), id).toBe(before.conversations.find((c) => c.id === id)!.raw);
       const pending = (await changeRows(m)).filter((c) => c.seq > watermark);
       expect(pending.map((c) => [c.record_id, c.op, c.record])).toEqual([
@@ -280,13 +284,15 @@ describe.each(engines)('$name', (engine) => {
         ['cE', 'insert', redactedConversation('cE', 1)],
         ['cF', 'insert', redactedConversation('cF', 1)],
         ['cF', 'update', redactedConversation('cF', 1)],
+        ['cG', 'insert', redactedConversation('cG', 1)],
+        ['cG', 'delete', redactedConversation('cG', 1)],
       ]);
       expect(await maxSeq(m)).toBe(seqBefore);
-      expect(await m.counts()).toMatchObject({ conversations_erased: 4, messages_erased: 0 });
-      expect((await m.listConversations({ accountIds: [A] })).rows.filter((c) => c.erased).map((c) => c.id).sort()).toEqual(['cA', 'cC', 'cE', 'cF']);
+      expect(await m.counts()).toMatchObject({ conversations_erased: 5, messages_erased: 0 });
+      expect((await m.listConversations({ accountIds: [A], includeDeleted: true })).rows.filter((c) => c.erased).map((c) => c.id).sort()).toEqual(['cA', 'cC', 'cE', 'cF', 'cG']);
       // The published lines of the sender's conversations, found by their markers now; the unpublished ones above.
       expect(await m.subjectLines(sender, watermark)).toEqual(convLines(['cA', 'cC'], watermark));
-      expect(await m.subjectLines(sender, Number.MAX_SAFE_INTEGER)).toEqual(convLines(['cA', 'cC', 'cE', 'cF'], Number.MAX_SAFE_INTEGER));
+      expect(await m.subjectLines(sender, Number.MAX_SAFE_INTEGER)).toEqual(convLines(['cA', 'cC', 'cE', 'cF', 'cG'], Number.MAX_SAFE_INTEGER));
 
       // Erasing again: nothing new, the same published lines.
       const again = await m.eraseSubject({ ...sender, reason: 'DSR-2' });
