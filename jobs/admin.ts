@@ -460,7 +460,7 @@ const n = (count: number, word: string): string => `${count} ${word}${count === 
  * lines replaced by stubs, erasure record 5`.
  */
 export function erasedText(e: EraseJobResult): string {
-  const counts = `${n(e.messages, 'message')}, ${n(e.history, 'history version')}, ${n(e.pendingChanges, 'unpublished change')}${e.kind === 'conversation' ? `, ${n(e.conversations, 'conversation object')}` : ''} redacted`;
+  const counts = `${n(e.messages, 'message')}, ${n(e.history, 'history version')}, ${n(e.pendingChanges, 'unpublished change')}${e.kind === 'conversation' || e.conversations > 0 ? `, ${n(e.conversations, 'conversation object')}` : ''} redacted`;
   const a = e.archive;
   const archive =
     'pending' in a

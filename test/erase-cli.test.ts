@@ -73,7 +73,8 @@ describe('convo-mirror erase', () => {
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trimEnd().split('\n');
     expect(lines[0]).toBe(`dry run (nothing written): erasing a sender of account ${ACCOUNT_ID}, reason "DSR-42"`);
-    expect(lines[1]).toMatch(/^mirror: would redact \d+ messages, 0 history versions, 0 unpublished changes; \d+ published lines at or below seq \d+$/);
+    // The conversation whose contact is the sender is the sender's too.
+    expect(lines[1]).toMatch(/^mirror: would redact \d+ messages, 0 history versions, 0 unpublished changes, 1 conversation object; \d+ published lines at or below seq \d+$/);
     expect(lines[2]).toMatch(/^archive: would rewrite [1-9]\d* files?, replacing [1-9]\d* lines? by stubs$/);
     expect(r.stdout).not.toContain(sender);
     expect(snapshotFiles(h.dir)).toEqual(before);
@@ -86,7 +87,7 @@ describe('convo-mirror erase', () => {
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trimEnd().split('\n');
     expect(lines[0]).toBe(`erasure 1: a sender of account ${ACCOUNT_ID}, reason "DSR-42"`);
-    expect(lines[1]).toMatch(/^mirror: redacted [1-9]\d* messages, 0 history versions, 0 unpublished changes; [1-9]\d* published lines at or below seq \d+ for the archive$/);
+    expect(lines[1]).toMatch(/^mirror: redacted [1-9]\d* messages, 0 history versions, 0 unpublished changes, 1 conversation object; [1-9]\d* published lines at or below seq \d+ for the archive$/);
     const archive = /^archive: (\d+) files? rewritten, (\d+) lines? replaced by stubs; erasure record (\d+) \(_ledger\/(\d{12})\.json\); (\d+) replaced files? removed$/.exec(lines[2]!);
     expect(archive, lines[2]).not.toBeNull();
     const [, files, stubbed, record] = archive!;

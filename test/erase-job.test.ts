@@ -143,7 +143,7 @@ describe('the erase job', () => {
     const id = r.stdout.trim();
     expect(id).toMatch(/^\d+$/);
     expect(r.stderr).toMatch(
-      new RegExp(`^job ${id}: completed: erasure 1: a sender of account ${ACCOUNT_ID}, [1-9]\\d* messages?, 0 history versions, 0 unpublished changes redacted; archive: 1 file rewritten, [1-9]\\d* lines? replaced by stubs, erasure record \\d+$`, 'm'),
+      new RegExp(`^job ${id}: completed: erasure 1: a sender of account ${ACCOUNT_ID}, [1-9]\\d* messages?, 0 history versions, 0 unpublished changes, 1 conversation object redacted; archive: 2 files rewritten, [1-9]\\d* lines? replaced by stubs, erasure record \\d+$`, 'm'),
     );
     expect(`${r.stdout}${r.stderr}`).not.toContain(sender);
 
@@ -161,14 +161,15 @@ describe('the erase job', () => {
     const logs = daemon.logs.join('\n');
     expect(logs).toMatch(/"msg":"erasure recorded in the mirror"/);
     const completed = daemon.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'job completed' && l.name === ERASE_JOB);
-    expect(completed).toMatchObject({ job: id, outcome: 'erased', erasure: 1, kind: 'sender', archive: { files: 1 } });
+    // The sender's messages file and the conversations file (the conversation whose contact is the sender).
+    expect(completed).toMatchObject({ job: id, outcome: 'erased', erasure: 1, kind: 'sender', archive: { files: 2 } });
     expect(logs).not.toContain(sender);
     expect(logs).not.toContain(SECRET);
 
     // The archive and the mirror hold neither the text nor the sender id; the archive verifies.
     expect(holding(config.exportDir, SECRET)).toEqual([]);
-    // A sender erasure leaves conversation objects as they are (docs/erasure.md): its messages' lines only.
-    expect(holding(path.join(config.exportDir, 'messages'), sender)).toEqual([]);
+    // Nor the sender id: its messages' lines and the lines of the conversation naming it (its contact) are stubs.
+    expect(holding(config.exportDir, sender)).toEqual([]);
     await withMirror(config.db, async (m) => {
       const [e] = await m.erasures();
       expect(e).toMatchObject({ id: 1, kind: 'sender', reason: 'DSR-2026-0042' });
@@ -237,7 +238,7 @@ describe('the erase job', () => {
     expect(metrics).toContain(`convo_mirror_erasures_total{account_id="${ACCOUNT_ID}",kind="sender"} 1`);
     await daemon.stop();
     const completed = daemon.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'job completed' && l.name === ERASE_JOB);
-    expect(completed).toMatchObject({ job: id, erasure: 1, messages: 0, archive: { files: 1 } });
+    expect(completed).toMatchObject({ job: id, erasure: 1, messages: 0, archive: { files: 2 } });
     expect(daemon.logs.join('\n')).not.toContain(sender);
   });
 

@@ -28,6 +28,7 @@ import { engines, type EngineFixture } from './engines.js';
 import { ACCOUNT_ID, harnessPool, snapshotFiles, syncThenCrashPublication, tempDir, type Harness } from './helpers.js';
 import { docBlocks } from './doc-blocks.js';
 import { connectionOf } from './sql.js';
+import { pgQuery } from './pg.js';
 
 const pool = harnessPool();
 afterEach(() => pool.closeAll());
@@ -219,6 +220,62 @@ describe.each(engines)('$name', (engine) => {
     after.delete('manifest.json');
     snapshot.delete('manifest.json');
     expect(after).toEqual(snapshot);
+  });
+
+  it("by sender: the conversation whose contact is the sender is erased too: its conversations lines are stubs; verify and verify --deep intact; the sender's name is in no file of the archive nor in the mirror", async () => {
+    const s = await scene(engine);
+    const h = s.h;
+    const conv = s.ws.list()[1]!;
+    const contact = conv.data.contact as { id: string; name: string };
+    expect(contact.id).toBe(s.sender);
+    // The name is the subject's alone: no other conversation of the fake, nor any other sender, carries it.
+    for (const other of s.ws.list()) if (other.id !== conv.id) expect(JSON.stringify(other)).not.toContain(contact.name);
+    for (const m of conv.messages) if (m.sender.id !== s.sender) expect(JSON.stringify(m)).not.toContain(contact.name);
+    // The test can fail: before the erasure the name is in the conversations files (and the messages files).
+    const convSeqs = [...snapshotFiles(h.exportDir)]
+      .filter(([p]) => p.startsWith('conversations/'))
+      .flatMap(([p, b]) => linesOf(p, b).map((l) => JSON.parse(l.toString('utf8')) as { seq: number; id: string }))
+      .filter((l) => l.id === conv.id)
+      .map((l) => l.seq)
+      .sort((a, b) => a - b);
+    expect(convSeqs.length).toBeGreaterThanOrEqual(2); // listed in both batches (its activity moved on)
+    expect(filesHolding(h.exportDir, contact.name).some((p) => p.startsWith('conversations/'))).toBe(true);
+    const before = snapshotFiles(h.exportDir);
+
+    const { erasureId, result } = await erase(h, 'sender', s.sender);
+    const watermark = await h.mirror.exportWatermark();
+    const lines = await h.mirror.subjectLines({ kind: 'sender', accountId: A, subject: s.sender }, watermark);
+    expect(lines.filter((l) => l.stream === 'conversations').map((l) => l.seq)).toEqual(convSeqs);
+    expect((await h.mirror.erasures())[0]).toMatchObject({ conversations: 1, publishedLines: lines.length });
+    const record = erasureRecords(h.exportDir)[0]!;
+    expect(result.erasures![0]!.lines).toBe(lines.length);
+    expect(record.files.some((f) => f.stream === 'conversations')).toBe(true);
+    expect(expectStubbed(h, before, record, new Set(lines.map((l) => l.seq)), erasureId)).toBe(lines.length);
+    // Each line of the conversation in the conversations files is its stub.
+    const stubs = record.files
+      .filter((f) => f.stream === 'conversations')
+      .flatMap((f) => linesOf(f.new_path, fs.readFileSync(path.join(h.exportDir, f.new_path))))
+      .map((l) => parseStub(l))
+      .filter((x) => x !== undefined);
+    expect(stubs.map((x) => [x.seq, x.id, x.conversation_id, x.erasure])).toEqual(convSeqs.map((seq) => [seq, conv.id, conv.id, erasureId]));
+
+    expect(await verified(h)).toEqual([]);
+    expectLinear(h.exportDir);
+    expect(filesHolding(h.exportDir, contact.name)).toEqual([]);
+    expect(filesHolding(h.exportDir, s.sender)).toEqual([]);
+    if (engine.name === 'sqlite') {
+      connectionOf(h.mirror).exec('VACUUM');
+      connectionOf(h.mirror).pragma('wal_checkpoint(TRUNCATE)');
+      const file = h.mirror.localFile!;
+      const bytes = Buffer.concat([fs.readFileSync(file), fs.existsSync(`${file}-wal`) ? fs.readFileSync(`${file}-wal`) : Buffer.alloc(0)]);
+      expect(bytes.includes(Buffer.from(contact.name, 'utf8'))).toBe(false);
+    } else {
+      // Every row of every table of the mirror's schema (conversations.raw and raw_text, change_payloads, …) as text.
+      const schema = new URL(h.dbPath).searchParams.get('schema')!;
+      const tables = (await pgQuery<{ t: string }>(`SELECT tablename AS t FROM pg_tables WHERE schemaname = $1`, [schema])).map((r) => r.t);
+      expect(tables).toEqual(expect.arrayContaining(['conversations', 'change_payloads', 'messages']));
+      for (const t of tables) expect(await pgQuery(`SELECT 1 FROM "${schema}"."${t}" x WHERE strpos(x::text, $1) > 0 LIMIT 1`, [contact.name]), t).toEqual([]);
+    }
   });
 
   it('by conversation: its message lines and its conversation lines become stubs, runs lines stay; then another erasure rewrites a rewritten file again', async () => {

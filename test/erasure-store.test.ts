@@ -16,7 +16,7 @@ import { publishChanges } from '../src/export/exporter.js';
 import { FakeWorkspace, type FakeMessage } from '../src/fake-api/index.js';
 import type { Mirror } from '../src/store/mirror.js';
 import { PostgresMirror, type PostgresHooks } from '../src/store/postgres/mirror.js';
-import { redactedConversation, redactedMessage, redactionOf } from '../src/store/redaction.js';
+import { conversationNamesSender, redactedConversation, redactedMessage, redactionOf } from '../src/store/redaction.js';
 import { testClock } from './clock.js';
 import { engines } from './engines.js';
 import { ACCOUNT_ID, harnessPool, readExportLines, tempDir, type Harness, type HarnessOptions } from './helpers.js';
@@ -122,8 +122,9 @@ describe.each(engines)('$name', (engine) => {
 
       const r = await m.eraseSubject({ kind: 'sender', accountId: A, subject: S, reason: 'TICKET-4711' });
       // m1 m3 m4 m6 (every row); m1's superseded version; of the payloads: m1's update and m4's
-      // insert are in the planned batch (left), m6's insert and c3's stand-in are not: m6's only.
-      expect(r).toEqual({ erasureId: 1, dryRun: false, publishedThroughSeq: planned, messages: 4, history: 1, pendingChanges: 1, conversations: 0, publishedLines: 4 });
+      // insert are in the planned batch (left), m6's insert and c3's stand-in are not: m6's only;
+      // c1, whose contact is the sender (its row), and c1's published insert line.
+      expect(r).toEqual({ erasureId: 1, dryRun: false, publishedThroughSeq: planned, messages: 4, history: 1, pendingChanges: 1, conversations: 1, publishedLines: 5 });
       expect(planned).toBeGreaterThan(watermark);
 
       const rows = new Map((await records(m, 'messages')).map((x) => [x.id, x]));
@@ -144,8 +145,9 @@ describe.each(engines)('$name', (engine) => {
       expect(m1.map((p) => p.op)).toEqual(['insert', 'update']);
       expect(m1[1]!.record).toContain(SECRET[1]);
       expect((await payloadsOf(m, 'm4'))[0]!.record).toContain(SECRET[2]);
-      // Conversations are not the sender's: their objects stay.
-      expect((await records(m, 'conversations')).map((c) => c.raw)).toEqual(before.conversations.map((c) => c.raw));
+      // c1 names the sender (its contact): its object is redacted; the others stay.
+      const convs = await records(m, 'conversations');
+      expect(convs.map((c) => [c.id, c.raw])).toEqual(before.conversations.map((c) => [c.id, c.id === 'c1' ? redactedConversation('c1', 1) : c.raw]));
 
       // No change-log row appended; the erasure recorded.
       expect(await maxSeq(m)).toBe(seqBefore);
@@ -160,21 +162,22 @@ describe.each(engines)('$name', (engine) => {
           messages: 4,
           history: 1,
           pendingChanges: 1,
-          conversations: 0,
-          publishedLines: 4,
+          conversations: 1,
+          publishedLines: 5,
           publishedThroughSeq: planned,
           archiveBatchId: null,
           archiveDoneAt: null,
         },
       ]);
-      expect(await m.counts()).toMatchObject({ erasures: 1, messages_erased: 4, conversations_erased: 0, change_log: before.counts.change_log });
+      expect(await m.counts()).toMatchObject({ erasures: 1, messages_erased: 4, conversations_erased: 1, change_log: before.counts.change_log });
       const c1 = (await m.listConversations({ accountIds: [A] })).rows.find((c) => c.id === 'c1')!;
-      expect(c1).toMatchObject({ messages: 3, erasedMessages: 2, erased: false });
+      expect(c1).toMatchObject({ messages: 3, erasedMessages: 2, erased: true });
 
       // Erasing again redacts nothing new: a second row, zero counts, the same published lines.
       const again = await m.eraseSubject({ kind: 'sender', accountId: A, subject: S, reason: 'TICKET-4712 (duplicate)' });
-      expect(again).toEqual({ erasureId: 2, dryRun: false, publishedThroughSeq: planned, messages: 0, history: 0, pendingChanges: 0, conversations: 0, publishedLines: 4 });
+      expect(again).toEqual({ erasureId: 2, dryRun: false, publishedThroughSeq: planned, messages: 0, history: 0, pendingChanges: 0, conversations: 0, publishedLines: 5 });
       expect((await records(m, 'messages')).map((x) => x.raw)).toEqual([...rows.values()].map((x) => x.raw));
+      expect((await records(m, 'conversations')).map((x) => x.raw)).toEqual(convs.map((x) => x.raw));
       expect((await m.erasures()).map((e) => [e.id, e.reason])).toEqual([
         [1, 'TICKET-4711'],
         [2, 'TICKET-4712 (duplicate)'],
@@ -226,6 +229,99 @@ describe.each(engines)('$name', (engine) => {
         (e: unknown) => e,
       );
       expect((err as StoreError).code).toBe('ERASURE_UNKNOWN');
+    });
+  });
+
+  describe('by sender: the conversations naming the sender', () => {
+    /** A conversation object naming `who` as its contact. */
+    const contact = (id: string, who: string, more: Record<string, unknown> = {}) => ({ id, status: 'open', contact: { id: who, name: who === S ? NAME : 'Olga Other' }, ...more });
+
+    it('redacts each conversation naming the sender (a string value at any depth; not a key, not a substring) and its unpublished payloads, counted; the others stay; erasing again redacts nothing new and still finds the lines', async () => {
+      const clock = testClock({ start: t0 });
+      const m = await engine.open({ clock });
+      const exportDir = path.join(tempDir('convo-mirror-erasure-convs-'), 'exports');
+      // Published: cA (contact), cB (another contact), cC (deep in an array), cD (only a key, a substring).
+      await m.upsertConversations(
+        A,
+        conversationsPage([
+          contact('cA', S),
+          contact('cB', 'cus_other'),
+          { id: 'cC', status: 'open', participants: [{ roles: ['watcher'], refs: [7, { who: S }] }] },
+          { id: 'cD', status: 'open', contact: { id: `${S}_2`, name: 'Olga Other' }, note: `about ${S}`, [S]: 'a key, not a value' },
+        ]),
+        null,
+      );
+      await publishChanges(m, { exportDir, clock });
+      const watermark = await m.exportWatermark();
+      clock.advance(60_000);
+      // Unpublished: cA listed again; cE new; cF named, then listed with another contact (its row no longer names S).
+      await m.upsertConversations(A, conversationsPage([contact('cA', S, { status: 'resolved' }), contact('cE', S), contact('cF', S)]), null);
+      await m.upsertConversations(A, conversationsPage([contact('cF', 'cus_other')]), null);
+      // cG: named, then tombstoned (its delete line carries its last object).
+      await m.upsertConversations(A, conversationsPage([contact('cG', S)]), null);
+      await m.tombstoneConversation(A, 'cG', null);
+      const before = await state(m);
+      const seqBefore = await maxSeq(m);
+      const convLines = (ids: string[], through: number) =>
+        before.changes.filter((c) => c.stream === 'conversations' && c.seq <= through && ids.includes(c.record_id)).map((c) => ({ seq: c.seq, stream: 'conversations' }));
+      const sender = { kind: 'sender' as const, accountId: A, subject: S };
+      expect(await m.subjectLines(sender, watermark)).toEqual(convLines(['cA', 'cC'], watermark));
+
+      const dry = await m.eraseSubject({ ...sender, reason: 'DSR-1', dryRun: true });
+      expect(await state(m)).toEqual(before);
+      const r = await m.eraseSubject({ ...sender, reason: 'DSR-1' });
+      // Rows: cA cC cE cF cG (tombstoned). Unpublished payloads: cA's update, cE's insert, cF's
+      // insert and update, cG's insert and delete. Published lines: cA's and cC's inserts.
+      expect(r).toEqual({ erasureId: 1, dryRun: false, publishedThroughSeq: watermark, messages: 0, history: 0, pendingChanges: 6, conversations: 5, publishedLines: 2 });
+      expect({ ...dry, erasureId: 1, dryRun: false }).toEqual(r);
+      const rows = new Map((await records(m, 'conversations')).map((c) => [c.id, c.raw]));
+      for (const id of ['cA', 'cC', 'cE', 'cF', 'cG']) expect(rows.get(id), id).toBe(redactedConversation(id, 1));
+      expect((await records(m, 'conversations')).find((c) => c.id === 'cG')!.deleted).not.toBe(0);
+      for (const id of ['cB', 'cD']) expect(rows.get(id), id).toBe(before.conversations.find((c) => c.id === id)!.raw);
+      const pending = (await changeRows(m)).filter((c) => c.seq > watermark);
+      expect(pending.map((c) => [c.record_id, c.op, c.record])).toEqual([
+        ['cA', 'update', redactedConversation('cA', 1)],
+        ['cE', 'insert', redactedConversation('cE', 1)],
+        ['cF', 'insert', redactedConversation('cF', 1)],
+        ['cF', 'update', redactedConversation('cF', 1)],
+        ['cG', 'insert', redactedConversation('cG', 1)],
+        ['cG', 'delete', redactedConversation('cG', 1)],
+      ]);
+      expect(await maxSeq(m)).toBe(seqBefore);
+      expect(await m.counts()).toMatchObject({ conversations_erased: 5, messages_erased: 0 });
+      expect((await m.listConversations({ accountIds: [A], includeDeleted: true })).rows.filter((c) => c.erased).map((c) => c.id).sort()).toEqual(['cA', 'cC', 'cE', 'cF', 'cG']);
+      // The published lines of the sender's conversations, found by their markers now; the unpublished ones above.
+      expect(await m.subjectLines(sender, watermark)).toEqual(convLines(['cA', 'cC'], watermark));
+      expect(await m.subjectLines(sender, Number.MAX_SAFE_INTEGER)).toEqual(convLines(['cA', 'cC', 'cE', 'cF', 'cG'], Number.MAX_SAFE_INTEGER));
+
+      // Erasing again: nothing new, the same published lines.
+      const again = await m.eraseSubject({ ...sender, reason: 'DSR-2' });
+      expect(again).toEqual({ erasureId: 2, dryRun: false, publishedThroughSeq: watermark, messages: 0, history: 0, pendingChanges: 0, conversations: 0, publishedLines: 2 });
+      expect(new Map((await records(m, 'conversations')).map((c) => [c.id, c.raw]))).toEqual(rows);
+      expect(await m.subjectLines(sender, watermark)).toEqual(convLines(['cA', 'cC'], watermark));
+      // Another sender's erasure does not take the first sender's conversations.
+      expect(await m.eraseSubject({ kind: 'sender', accountId: A, subject: 'cus_nobody', reason: 'DSR-3' })).toMatchObject({ conversations: 0, pendingChanges: 0, publishedLines: 0 });
+    });
+
+    it('a listing served after the erasure arrives redacted: the erased conversation unchanged (no change line), a new one naming the sender as its marker, with the lowest erasure covering it', async () => {
+      const m = await engine.open({ clock: testClock({ start: t0 }) });
+      await m.upsertConversations(A, conversationsPage([contact('cA', S), contact('cB', 'cus_other')]), null);
+      await m.eraseSubject({ kind: 'conversation', accountId: A, subject: 'cX', reason: 'DSR-1' }); // never mirrored
+      await m.eraseSubject({ kind: 'sender', accountId: A, subject: S, reason: 'DSR-2' });
+      await m.eraseSubject({ kind: 'sender', accountId: A, subject: S, reason: 'DSR-3' });
+      expect((await records(m, 'conversations')).find((c) => c.id === 'cA')!.raw).toBe(redactedConversation('cA', 2));
+      const seq = await maxSeq(m);
+      const served = [contact('cA', S, { status: 'resolved' }), contact('cB', 'cus_other'), contact('cN', S), contact('cX', S), { id: 'cZ', watchers: [[S]] }];
+      expect(await m.upsertConversations(A, conversationsPage(served), null)).toEqual({ inserted: 3, updated: 0, unchanged: 2, deleted: 0 });
+      // cN and cZ: the sender's erasures (the lowest, 2); cX: its own erasure (1) is lower.
+      expect((await changeRows(m)).filter((c) => c.seq > seq).map((c) => [c.op, c.record_id, c.record])).toEqual([
+        ['insert', 'cN', redactedConversation('cN', 2)],
+        ['insert', 'cX', redactedConversation('cX', 1)],
+        ['insert', 'cZ', redactedConversation('cZ', 2)],
+      ]);
+      const rows = new Map((await records(m, 'conversations')).map((c) => [c.id, c.raw]));
+      expect(rows.get('cA')).toBe(redactedConversation('cA', 2));
+      expect(rows.get('cB')).toBe(JSON.stringify(contact('cB', 'cus_other')));
     });
   });
 
@@ -296,8 +392,15 @@ describe.each(engines)('$name', (engine) => {
       const theirs = ws.list().flatMap((c) => c.messages.filter((x) => x.sender.id === customer.id).map((x) => x.id));
       expect(theirs.length).toBeGreaterThan(1);
 
+      // The fake serves the customer as the conversation's contact (its id and name).
+      expect(conv.data.contact).toEqual({ id: customer.id, name: customer.name });
+      const convRaw = async () => (await records(h.mirror, 'conversations')).find((c) => c.id === conv.id)!.raw;
+      expect(await convRaw()).toContain(customer.name);
+
       const r = await h.mirror.eraseSubject({ kind: 'sender', accountId: A, subject: customer.id, reason: 'TICKET-1' });
       expect(r.messages).toBe(theirs.length);
+      expect(r.conversations).toBe(1);
+      expect(await convRaw()).toBe(redactedConversation(conv.id, r.erasureId!));
       const erasedRows = async () => (await records(h.mirror, 'messages')).filter((x) => theirs.includes(x.id)).map((x) => x.raw);
       const redacted = await erasedRows();
       expect(redacted.every((raw) => redactionOf(raw) === r.erasureId)).toBe(true);
@@ -319,6 +422,10 @@ describe.each(engines)('$name', (engine) => {
         expect(s.status).toBe('succeeded');
       }
       expect(await erasedRows()).toEqual(redacted);
+      // The fake still serves the contact (its activity moved on): the listing arrives redacted, no line.
+      expect(ws.list()[0]!.data.contact).toEqual({ id: customer.id, name: customer.name });
+      expect(await convRaw()).toBe(redactedConversation(conv.id, r.erasureId!));
+      expect((await changeRows(h.mirror)).filter((c) => c.seq > seq && c.stream === 'conversations' && c.record_id === conv.id)).toEqual([]);
       const since = (await changeRows(h.mirror)).filter((c) => c.seq > seq && c.stream === 'messages');
       // No line for an erased message; the new message of the sender arrives redacted.
       expect(since.filter((c) => theirs.includes(c.record_id))).toEqual([]);
@@ -331,6 +438,7 @@ describe.each(engines)('$name', (engine) => {
       expect(lines).toHaveLength(1);
       expect(lines[0]).not.toHaveProperty('content');
       expect(JSON.stringify(lines[0])).not.toContain(customer.name);
+      expect(readExportLines(h.exportDir, 'conversations').filter((l) => l.seq > seq && l.id === conv.id)).toEqual([]);
     });
   });
 
@@ -341,8 +449,10 @@ describe.each(engines)('$name', (engine) => {
       const m = await engine.open({ clock }, target);
       const page = (edit: number) =>
         messagesPage([msg('m1', S, `${'long text '.repeat(800)}${SECRET[edit]}`, 1), msg('m2', T, 'Thanks', 2), msg('m3', S, SECRET[2], 3, [{ id: 1, file_name: `${NAME}.pdf` }])]);
+      await m.upsertConversations(A, conversationsPage([{ id: 'c1', status: 'open', contact: { id: S, name: NAME } }]), null);
       await m.commitMessagesPage(A, 'c1', page(0), null);
       await m.commitMessagesPage(A, 'c1', page(1), null); // a history version of m1
+      await m.upsertConversations(A, conversationsPage([{ id: 'c1', status: 'resolved', contact: { id: S, name: NAME } }]), null); // an update payload
       const needles = [...SECRET, NAME, 'Quokka-Zebra'];
       const found = engine.name === 'sqlite' ? sqliteHolds(m, needles) : postgresHolds(target, needles);
       // The test can fail: before the erasure, every needle is there.
@@ -388,6 +498,20 @@ function postgresHolds(target: string, needles: string[]): () => Promise<string[
     return out;
   };
 }
+
+describe('conversationNamesSender', () => {
+  it('is true for the id as a string value at any depth; false for a key, a substring, another type, text that is not JSON (never throws)', () => {
+    expect(conversationNamesSender(JSON.stringify({ id: 'c1', contact: { id: S, name: NAME } }), S)).toBe(true);
+    expect(conversationNamesSender(JSON.stringify({ id: 'c1', a: [[{ b: [1, S] }]] }), S)).toBe(true);
+    expect(conversationNamesSender(`{"id":"c1","x":"\\u0063us_erase_me"}`, S)).toBe(true);
+    expect(conversationNamesSender(JSON.stringify({ id: 'c1', [S]: 1 }), S)).toBe(false);
+    expect(conversationNamesSender(JSON.stringify({ id: 'c1', note: `hello ${S}`, other: `${S}x` }), S)).toBe(false);
+    expect(conversationNamesSender(JSON.stringify({ id: 'c1', n: 7 }), '7')).toBe(false);
+    expect(conversationNamesSender(`{"id":"c1","contact":{"id":${JSON.stringify(S)}`, S)).toBe(false);
+    expect(conversationNamesSender(null, S)).toBe(false);
+    expect(conversationNamesSender(JSON.stringify(S), S)).toBe(true);
+  });
+});
 
 // PostgreSQL only: an erasure and a page commit of the same sender in flight at once.
 describe('postgres: an erasure waits for a page commit in flight, and pages after it wait for it', () => {

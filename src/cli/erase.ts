@@ -147,7 +147,7 @@ export function eraseSummary(o: EraseOutcome): string[] {
   const r = o.request;
   const what = `a ${r.kind} of account ${r.accountId}, reason ${JSON.stringify(r.reason)}`;
   const m = o.mirror;
-  const mirrorCounts = `${n(m.messages, 'message')}, ${n(m.history, 'history version')}, ${n(m.pendingChanges, 'unpublished change')}${r.kind === 'conversation' ? `, ${n(m.conversations, 'conversation object')}` : ''}`;
+  const mirrorCounts = `${n(m.messages, 'message')}, ${n(m.history, 'history version')}, ${n(m.pendingChanges, 'unpublished change')}${r.kind === 'conversation' || m.conversations > 0 ? `, ${n(m.conversations, 'conversation object')}` : ''}`;
   if (o.dryRun) {
     const a = o.archive;
     return [

@@ -9,7 +9,8 @@
  *
  * Which lines: every line at or below the erasure's published-through seq that the mirror says
  * concerns the subject (`Mirror.subjectLines`: for a sender, every `messages` line of the messages
- * it redacted; for a conversation, every line of it in `messages` and `conversations`), found in
+ * it redacted and every `conversations` line of the conversations it redacted, those naming the
+ * sender; for a conversation, every line of it in `messages` and `conversations`), found in
  * the files the mirror lists of that account and stream whose seq range holds one. A line that is
  * already a stub stays as it is. `runs` lines are never touched.
  *

@@ -476,11 +476,16 @@ export interface Mirror {
    * Erases a data subject from the mirror (GDPR Art. 17, CCPA deletion), in one transaction: every
    * message of `request.subject` in `request.accountId` (kind `sender`: every message a version of
    * which names it as `sender.id`, in any conversation of the account, and those an earlier erasure
-   * of the same sender redacted; kind `conversation`: every message of the conversation, and the
-   * conversation's own object) keeps its key, position and times, and its record becomes the
-   * redaction marker (src/store/redaction.ts) in `messages`, in `message_history` and in every
-   * change payload not yet published (seq above {@link ErasureResult.publishedThroughSeq});
-   * records already redacted are left as they are. An `erasures` row records what, when (the
+   * of the same sender redacted; kind `conversation`: every message of the conversation) keeps its
+   * key, position and times, and its record becomes the redaction marker (src/store/redaction.ts)
+   * in `messages`, in `message_history` and in every change payload not yet published (seq above
+   * {@link ErasureResult.publishedThroughSeq}). So does every conversation object of the subject
+   * (kind `conversation`: the conversation's own; kind `sender`: every conversation of the account
+   * a version of which, its row or an unpublished `conversations` payload, names the sender as a
+   * JSON string value at any depth, `conversationNamesSender`, such as the fake API's
+   * `contact.id`, and those an earlier erasure of the same sender redacted), in `conversations`
+   * (counted in `conversations`) and in its unpublished payloads (counted in `pendingChanges`).
+   * Records already redacted are left as they are. An `erasures` row records what, when (the
    * mirror's clock), why and how many; from then on every page committed redacts what the erasure
    * covers as it arrives ({@link commitMessagesPage}, {@link upsertConversations}).
    *
@@ -492,8 +497,9 @@ export interface Mirror {
    * With `request.dryRun` it only counts, in one read snapshot, what the erasure would redact now,
    * and writes nothing (no `erasures` row; `erasureId` undefined).
    *
-   * Cost: kind `sender` reads every message of the account, its `message_history` and the change
-   * log's keys (a scan, once per erasure); kind `conversation` the conversation's own rows.
+   * Cost: kind `sender` reads every message and conversation of the account, its `message_history`
+   * and the change log's keys (a scan, once per erasure); kind `conversation` the conversation's own
+   * rows.
    * SQLite: SQLite's `secure_delete` is on for the transaction (freed bytes are zeroed) and the WAL
    * is checkpointed after it (best effort). PostgreSQL: excludes every page commit, listing page,
    * tombstone and crawl completion of the account for its duration (an advisory lock they take
@@ -523,12 +529,16 @@ export interface Mirror {
    * `conversation`, every line of the conversation in the `messages` and `conversations` streams;
    * kind `sender`, every `messages` line of a message of the sender (one a version of which names
    * it, or the redaction marker of an erasure of the same sender: after an erasure, its markers
-   * are how the mirror still knows them). What the archive step rewrites in the published files
-   * (with `throughSeq` the erasure's {@link ErasureResult.publishedThroughSeq}), and what a dry
-   * run counts there. `runs` lines are never the subject's. Read in one snapshot; writes nothing.
+   * are how the mirror still knows them), and every `conversations` line of a conversation of the
+   * sender (one whose row, or an unpublished payload, names it, or whose row is the marker of an
+   * erasure of the same sender: see {@link eraseSubject}). What the archive step rewrites in the
+   * published files (with `throughSeq` the erasure's {@link ErasureResult.publishedThroughSeq}),
+   * and what a dry run counts there. `runs` lines are never the subject's. Read in one snapshot;
+   * writes nothing.
    *
-   * Cost: kind `sender`, the account's messages naming the sender or redacted, and the account's
-   * `messages` lines up to `throughSeq` (their keys); kind `conversation`, the conversation's lines.
+   * Cost: kind `sender`, the account's messages and conversations naming the sender or redacted,
+   * and the account's `messages` and `conversations` lines up to `throughSeq` (their keys); kind
+   * `conversation`, the conversation's lines.
    */
   subjectLines(subject: ErasureSubject, throughSeq: number): Promise<SubjectLine[]>;
 

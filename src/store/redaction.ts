@@ -13,7 +13,9 @@
  *
  * (`content`, `visibility`, the whole `sender`, `attachments` and every other served field gone).
  * A redacted conversation's record becomes `{"id":"<id>","redacted":{"erasure":<erasure id>}}`
- * (the spec shows no field of a conversation, so nothing else is kept). The derived columns of a
+ * (the spec shows no field of a conversation, so nothing else is kept): a conversation erasure's
+ * own, and each conversation a sender erasure finds naming the sender
+ * ({@link conversationNamesSender}). The derived columns of a
  * redacted message (content, visibility, sender_id, sender_name, sender_type, attachments) read
  * NULL; `created_at` is kept.
  */
@@ -123,6 +125,46 @@ export function namesSender(record: string | null, senderId: string): boolean {
   }
 }
 
+/**
+ * Whether a stored record of the conversations stream (a conversation's `raw`, a `conversations`
+ * change payload, a legacy export line of one) names `senderId`: the id occurs in it as a JSON
+ * string value, at any depth (the fake API's `contact: {id, name}`, an assignee, anything the API
+ * adds: the spec shows no field of a conversation). Exactly equal, never a substring; an object's
+ * key is no value. Never throws: text that is not JSON names nobody.
+ */
+export function conversationNamesSender(record: string | null, senderId: string): boolean {
+  if (record === null) return false;
+  try {
+    return stringValues(JSON.parse(record)).has(senderId);
+  } catch {
+    return false;
+  }
+}
+
+/** Every string value in `v`, at any depth (keys are not values). */
+function stringValues(v: unknown, out = new Set<string>()): Set<string> {
+  const stack: unknown[] = [v];
+  while (stack.length > 0) {
+    const x = stack.pop();
+    if (typeof x === 'string') out.add(x);
+    else if (Array.isArray(x)) stack.push(...x);
+    else if (typeof x === 'object' && x !== null) stack.push(...Object.values(x));
+  }
+  return out;
+}
+
+/**
+ * Whether a stored conversation record belongs to the sender erased (again): it names `senderId`
+ * ({@link conversationNamesSender}), or it is the marker of one of the `earlier` erasures of the
+ * same sender (so erasing a sender again finds the conversations, and the published lines, of
+ * the first time). {@link belongsToSender}'s rule for conversations.
+ */
+export function conversationBelongsToSender(record: string | null, senderId: string, earlier: ReadonlySet<number>): boolean {
+  if (conversationNamesSender(record, senderId)) return true;
+  const by = earlier.size > 0 ? redactionOf(record) : undefined;
+  return by !== undefined && earlier.has(by);
+}
+
 /** `v` when it is a JSON object, else an empty one. */
 function asObject(v: unknown): Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
@@ -201,16 +243,52 @@ export function redactMessagesPage(page: Page<Message>, inForce: ErasuresInForce
 }
 
 /**
- * A listing page as the mirror must store it: each conversation an erasure covers (`byId`:
- * conversation id → the lowest erasure id) replaced in `raw` by its marker
- * ({@link conversationMarker}); the page itself when none is.
+ * The erasures in force for a listing page of one account: per conversation id the lowest erasure
+ * of kind `conversation` covering it (of the page's ids), and per sender id the lowest of kind
+ * `sender` (every sender the account has erased: a served conversation may name any of them).
  */
-export function redactConversationsPage(page: Page<Conversation>, byId: ReadonlyMap<string, number>): Page<Conversation> {
-  if (byId.size === 0) return page;
+export interface ConversationErasures {
+  conversations: ReadonlyMap<string, number>;
+  senders: ReadonlyMap<string, number>;
+}
+
+/** No erasure in force for a listing page (an account that has none). */
+export const NO_CONVERSATION_ERASURES: ConversationErasures = { conversations: new Map(), senders: new Map() };
+
+/**
+ * Folds `(kind, subject, id)` rows of `erasures` (the lowest id per kind and subject, or any of
+ * them: the lowest wins) into {@link ConversationErasures}.
+ */
+export function conversationErasures(rows: readonly { kind: ErasureKind; subject: string; id: number }[]): ConversationErasures {
+  const conversations = new Map<string, number>();
+  const senders = new Map<string, number>();
+  for (const r of rows) {
+    const id = Number(r.id);
+    const into = r.kind === 'conversation' ? conversations : r.kind === 'sender' ? senders : undefined;
+    if (into) into.set(r.subject, Math.min(into.get(r.subject) ?? id, id));
+  }
+  return { conversations, senders };
+}
+
+/**
+ * A listing page as the mirror must store it: each conversation an erasure covers replaced in
+ * `raw` by its marker ({@link conversationMarker}); the page itself when none is. An erasure
+ * covers a served conversation when it is of kind `conversation` and names its id, or of kind
+ * `sender` and the served object names that sender ({@link conversationNamesSender}: a string
+ * value at any depth); the marker carries the lowest id of those covering it.
+ */
+export function redactConversationsPage(page: Page<Conversation>, inForce: ConversationErasures): Page<Conversation> {
+  if (inForce.conversations.size === 0 && inForce.senders.size === 0) return page;
   let changed = false;
   const raw = page.raw.map((obj, i) => {
     const id = page.data[i]!.id;
-    const erasure = byId.get(id);
+    let erasure = inForce.conversations.get(id);
+    if (inForce.senders.size > 0) {
+      for (const v of stringValues(obj)) {
+        const bySender = inForce.senders.get(v);
+        if (bySender !== undefined) erasure = Math.min(erasure ?? bySender, bySender);
+      }
+    }
     if (erasure === undefined) return obj;
     changed = true;
     return conversationMarker(id, erasure);

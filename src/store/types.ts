@@ -412,7 +412,10 @@ export interface ErasureCounts {
   history: number;
   /** Unpublished change payloads (change-log rows above {@link ErasureResult.publishedThroughSeq}) redacted. */
   pendingChanges: number;
-  /** `conversations` rows redacted: 0 or 1, for `kind: 'conversation'` only. */
+  /**
+   * `conversations` rows redacted (live and tombstoned): for `kind: 'conversation'`, 0 or 1 (its
+   * own); for `kind: 'sender'`, the conversations naming the sender (see `Mirror.eraseSubject`).
+   */
   conversations: number;
   /**
    * Change-log lines at or below {@link ErasureResult.publishedThroughSeq} that concern the subject:

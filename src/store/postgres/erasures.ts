@@ -26,6 +26,9 @@ import { NUMBERS } from './int8.js';
 import { jsonbSafe } from './change-log.js';
 import {
   belongsToSender,
+  conversationBelongsToSender,
+  conversationErasures,
+  conversationNamesSender,
   erasureRow,
   erasuresInForce,
   messageKey,
@@ -35,6 +38,7 @@ import {
   redactedMessage,
   redactionOf,
   senderNeedle,
+  type ConversationErasures,
   type ErasuresInForce,
   type StoredErasure,
 } from '../redaction.js';
@@ -97,6 +101,13 @@ interface PendingKey {
   named: boolean;
 }
 
+/** An unpublished `conversations` change of the account: its seq, the conversation, whether its payload holds the needle. */
+interface PendingConversation {
+  seq: number;
+  conversation_id: string;
+  named: boolean;
+}
+
 /** Rows written by one redaction statement, at most. */
 const WRITE_CHUNK = 1000;
 
@@ -129,14 +140,19 @@ export class Erasures {
     return erasuresInForce(conversationId, rows);
   }
 
-  /** The lowest erasure id of each of `ids` (conversations of the account) that an erasure covers. */
-  async conversationsInForce(q: Queryable, accountId: string, ids: readonly string[]): Promise<Map<string, number>> {
-    const rows = await this.all<{ subject: string; id: number }>(
+  /**
+   * The erasures in force for a listing page of the account: the lowest erasure id of each of
+   * `ids` (its conversations) that a conversation erasure covers, and of each sender the account
+   * erased (one indexed read). Call after the erasure gate was taken shared.
+   */
+  async conversationsInForce(q: Queryable, accountId: string, ids: readonly string[]): Promise<ConversationErasures> {
+    const rows = await this.all<{ kind: ErasureKind; subject: string; id: number }>(
       q,
-      `SELECT subject, min(id) AS id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = 'conversation' AND subject = ANY ($2::text[]) GROUP BY subject`,
+      `SELECT kind, subject, min(id) AS id FROM ${this.t('erasures')}
+       WHERE account_id = $1 AND ((kind = 'conversation' AND subject = ANY ($2::text[])) OR kind = 'sender') GROUP BY kind, subject`,
       [accountId, ids],
     );
-    return new Map(rows.map((r) => [r.subject, r.id]));
+    return conversationErasures(rows);
   }
 
   /** Every erasure, oldest first. */
@@ -170,17 +186,70 @@ export class Erasures {
       );
     }
     const ids = await this.all<{ id: number }>(q, `SELECT id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = 'sender' AND subject = $2`, [a, subject.subject]);
-    const { keys } = await this.senderKeys(q, a, subject.subject, new Set(ids.map((r) => r.id)), through);
-    if (keys.size === 0) return [];
+    const earlier = new Set(ids.map((r) => r.id));
+    const { keys } = await this.senderKeys(q, a, subject.subject, earlier, through);
+    const convs = await this.senderConversations(q, a, subject.subject, earlier, through);
+    if (keys.size === 0 && convs.ids.size === 0) return [];
     const all = [...keys].map((k) => k.split('\0') as [string, string]);
-    const rows = await this.all<{ seq: number }>(
+    // The sender's messages' lines, and (as the SQLite group) every line of the sender's conversations.
+    return this.all<SubjectLine>(
       q,
-      `SELECT c.seq FROM ${this.t('change_log')} c
+      `SELECT c.seq, c.stream FROM ${this.t('change_log')} c
        JOIN unnest($3::text[], $4::text[]) AS k(cid, mid) ON c.conversation_id = k.cid AND c.record_id = k.mid
-       WHERE c.seq <= $1 AND c.account_id = $2 AND c.stream = 'messages' ORDER BY c.seq`,
-      [through, a, all.map((k) => k[0]), all.map((k) => k[1])],
+       WHERE c.seq <= $1 AND c.account_id = $2 AND c.stream = 'messages'
+       UNION ALL
+       SELECT c.seq, c.stream FROM ${this.t('change_log')} c
+       WHERE c.seq <= $1 AND c.account_id = $2 AND c.stream = 'conversations' AND c.conversation_id = ANY ($5::text[])
+       ORDER BY seq`,
+      [through, a, all.map((k) => k[0]), all.map((k) => k[1]), [...convs.ids]],
     );
-    return rows.map((r) => ({ seq: r.seq, stream: 'messages' as ChangeStream }));
+  }
+
+  /**
+   * The conversations of sender `s` in account `a` (the SQLite group's rule): every conversation a
+   * version of which (its row, a change payload above `through`) names the sender
+   * ({@link conversationNamesSender}), and those whose row is the marker of an `earlier` erasure of
+   * it; with their rows (`raw_text`) and the unpublished `conversations` changes of the account.
+   */
+  private async senderConversations(
+    q: Queryable,
+    a: string,
+    s: string,
+    earlier: ReadonlySet<number>,
+    through: number,
+  ): Promise<{ rows: Map<string, string | null>; ids: Set<string>; pending: PendingConversation[] }> {
+    const needle = senderNeedle(s);
+    const rows = new Map<string, string | null>();
+    const ids = new Set<string>();
+    const candidates = await this.all<{ id: string; raw: string | null }>(
+      q,
+      `SELECT id, raw_text AS raw FROM ${this.t('conversations')} WHERE account_id = $1 AND (strpos(raw_text, $2) > 0 OR strpos(raw_text, $3::text) > 0)`,
+      [a, needle, earlier.size > 0 ? REDACTED_MARK : null],
+    );
+    for (const r of candidates) {
+      if (!conversationBelongsToSender(r.raw, s, earlier)) continue;
+      ids.add(r.id);
+      rows.set(r.id, r.raw);
+    }
+    const pending = await this.all<PendingConversation>(
+      q,
+      `SELECT c.seq, c.conversation_id, coalesce(strpos(coalesce(p.record, p.line), $3) > 0, false) AS named
+       FROM ${this.t('change_log')} c JOIN ${this.t('change_payloads')} p ON p.seq = c.seq
+       WHERE c.seq > $1 AND c.account_id = $2 AND c.stream = 'conversations' ORDER BY c.seq`,
+      [through, a, needle],
+    );
+    const named = await this.payloads(q, pending.filter((p) => p.named && !ids.has(p.conversation_id)).map((p) => p.seq));
+    for (const p of pending) if (named.has(p.seq) && conversationNamesSender(named.get(p.seq) ?? null, s)) ids.add(p.conversation_id);
+    const missing = [...ids].filter((id) => !rows.has(id));
+    if (missing.length > 0) {
+      const more = await this.all<{ id: string; raw: string | null }>(
+        q,
+        `SELECT id, raw_text AS raw FROM ${this.t('conversations')} WHERE account_id = $1 AND id = ANY ($2::text[])`,
+        [a, missing],
+      );
+      for (const r of more) rows.set(r.id, r.raw);
+    }
+    return { rows, ids, pending };
   }
 
   /**
@@ -285,6 +354,7 @@ export class Erasures {
     const messageWrites: { cid: string; id: string; marker: string }[] = [];
     const historyWrites: { seq: number; marker: string }[] = [];
     const payloadWrites: { seq: number; marker: string }[] = [];
+    const conversationWrites: { id: string; marker: string }[] = [];
     const open = (record: string | null): record is string => record !== null && redactionOf(record) === undefined;
 
     if (req.kind === 'conversation') {
@@ -362,6 +432,24 @@ export class Erasures {
           )
         )[0]!.n;
       }
+      // The sender's conversations: every conversation a version of which (its row, an unpublished
+      // payload) names the sender, and those an earlier erasure of it redacted; their rows and
+      // unpublished payloads become the conversation's marker.
+      const convs = await this.senderConversations(q, a, s, earlier, through);
+      for (const [c, raw] of convs.rows) if (open(raw)) conversationWrites.push({ id: c, marker: redactedConversation(c, id) });
+      const ofConversations = convs.pending.filter((p) => convs.ids.has(p.conversation_id));
+      const convPayloads = await this.payloads(q, ofConversations.map((p) => p.seq));
+      for (const p of ofConversations) if (open(convPayloads.get(p.seq) ?? null)) payloadWrites.push({ seq: p.seq, marker: redactedConversation(p.conversation_id, id) });
+      if (convs.ids.size > 0) {
+        counts.publishedLines += (
+          await this.all<{ n: number }>(
+            q,
+            `SELECT count(*) AS n FROM ${this.t('change_log')} WHERE seq <= $1 AND account_id = $2 AND stream = 'conversations' AND conversation_id = ANY ($3::text[])`,
+            [through, a, [...convs.ids]],
+          )
+        )[0]!.n;
+      }
+      counts.conversations = conversationWrites.length;
     }
 
     counts.messages = messageWrites.length;
@@ -384,6 +472,15 @@ export class Erasures {
            FROM unnest($2::bigint[], $3::text[], $4::bool[]) AS u(seq, marker, ok)
            WHERE h.account_id = $1 AND h.replaced_by_seq = u.seq`,
           [a, w.map((x) => x.seq), w.map((x) => x.marker), w.map((x) => jsonbSafe(x.marker))],
+        );
+      }
+      for (let i = 0; i < conversationWrites.length; i += WRITE_CHUNK) {
+        const w = conversationWrites.slice(i, i + WRITE_CHUNK);
+        await q.query(
+          `UPDATE ${this.t('conversations')} c SET raw = CASE WHEN u.ok THEN u.marker::jsonb END, raw_text = u.marker
+           FROM unnest($2::text[], $3::text[], $4::bool[]) AS u(id, marker, ok)
+           WHERE c.account_id = $1 AND c.id = u.id`,
+          [a, w.map((x) => x.id), w.map((x) => x.marker), w.map((x) => jsonbSafe(x.marker))],
         );
       }
       for (let i = 0; i < payloadWrites.length; i += WRITE_CHUNK) {

@@ -68,7 +68,7 @@ import { Conversations } from './conversations.js';
 import { qualify } from './db.js';
 import { conversationLockKey, erasureGateKey, listingLockKey } from './locks.js';
 import { Erasures } from './erasures.js';
-import { checkErasureRequest, erasuresInForce, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
+import { checkErasureRequest, erasuresInForce, NO_CONVERSATION_ERASURES, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
 import { Messages } from './messages.js';
 import { checkSchemaState, CreateSchemaFailed, migrate, PG_SCHEMA_VERSION, readSchemaVersion } from './migrations.js';
 import { Runs } from './runs.js';
@@ -557,7 +557,7 @@ export class PostgresMirror implements Mirror {
   upsertConversations(accountId: string, page: Page<Conversation>, runId: number | null): Promise<WriteCounts> {
     return this.tx(
       async (c, buf, gated) => {
-        const erased = gated.erasures ? await this.erasures_.conversationsInForce(c, accountId, page.data.map((conv) => conv.id)) : new Map<string, number>();
+        const erased = gated.erasures ? await this.erasures_.conversationsInForce(c, accountId, page.data.map((conv) => conv.id)) : NO_CONVERSATION_ERASURES;
         return this.conversations.upsertPage(c, buf, accountId, redactConversationsPage(page, erased), runId, this.now());
       },
       'group',

@@ -9,6 +9,9 @@
 import type { Db, Statement } from './sqlite.js';
 import {
   belongsToSender,
+  conversationBelongsToSender,
+  conversationErasures,
+  conversationNamesSender,
   erasureRow,
   erasuresInForce,
   messageKey,
@@ -18,6 +21,7 @@ import {
   redactedMessage,
   redactionOf,
   senderNeedle,
+  type ConversationErasures,
   type ErasuresInForce,
   type StoredErasure,
 } from '../redaction.js';
@@ -38,6 +42,8 @@ interface HistoryRow {
 }
 /** An unpublished change of the account: its keys (the payload is read when it concerns the subject). */
 type PendingKey = [seq: number, stream: string, conversation_id: string, record_id: string, named: number];
+/** An unpublished `conversations` change of the account: its seq, the conversation, whether its payload holds the needle. */
+type PendingConversation = [seq: number, conversation_id: string, named: number];
 
 /** Typed statements and row logic of erasures. */
 export class Erasures {
@@ -54,6 +60,9 @@ export class Erasures {
   private readonly publishedThrough: Statement<[], { n: number }>;
   private readonly forPage: Statement<{ account: string; conversation: string; senders: string }, { kind: ErasureKind; subject: string; id: number }>;
   private readonly forConversations: Statement<[accountId: string, ids: string], { kind: ErasureKind; subject: string; id: number }>;
+  private readonly senderConversationCandidates: Statement<[accountId: string, needle: string, mark: string | null], { id: string; raw: string | null }>;
+  private readonly pendingConversationsOfAccount: Statement<[{ after: number; account: string; needle: string }], PendingConversation>;
+  private readonly publishedConversationSeqsOfAccount: Statement<[through: number, accountId: string], [seq: number, conversation_id: string]>;
   private readonly ofConversationMessages: Statement<[accountId: string, conversationId: string], MessageRow>;
   private readonly senderCandidates: Statement<[accountId: string, needle: string, mark: string | null], MessageRow>;
   private readonly messageByKey: Statement<[accountId: string, conversationId: string, id: string], MessageRow>;
@@ -100,10 +109,24 @@ export class Erasures {
                                         OR (kind = 'sender' AND subject IN (SELECT value FROM json_each(@senders))))
        GROUP BY kind, subject`,
     );
+    // The page's conversations erased, and every sender the account erased (a served conversation
+    // may name any of them): one read of the index by subject.
     this.forConversations = db.prepare(
       `SELECT kind, subject, min(id) AS id FROM erasures
-       WHERE account_id = ? AND kind = 'conversation' AND subject IN (SELECT value FROM json_each(?)) GROUP BY kind, subject`,
+       WHERE account_id = ? AND ((kind = 'conversation' AND subject IN (SELECT value FROM json_each(?))) OR kind = 'sender') GROUP BY kind, subject`,
     );
+    // The conversations whose text holds the sender's id, or (erasing again) a marker: decided in JS.
+    this.senderConversationCandidates = db.prepare(`SELECT id, raw FROM conversations WHERE account_id = ? AND (instr(raw, ?) > 0 OR instr(raw, ?) > 0)`);
+    this.pendingConversationsOfAccount = db
+      .prepare<[{ after: number; account: string; needle: string }], PendingConversation>(
+        `SELECT c.seq, c.conversation_id, coalesce(instr(coalesce(p.record, p.line), @needle) > 0, 0)
+         FROM change_log c JOIN change_payloads p ON p.seq = c.seq
+         WHERE c.seq > @after AND c.account_id = @account AND c.stream = 'conversations' ORDER BY c.seq`,
+      )
+      .raw(true);
+    this.publishedConversationSeqsOfAccount = db
+      .prepare<[number, string], [number, string]>(`SELECT seq, conversation_id FROM change_log WHERE seq <= ? AND account_id = ? AND stream = 'conversations' ORDER BY seq`)
+      .raw(true);
     this.ofConversationMessages = db.prepare(`SELECT rowid, conversation_id, id, raw FROM messages WHERE account_id = ? AND conversation_id = ?`);
     // The rows whose text holds the sender's id, or (erasing again) a marker: decided in JS.
     this.senderCandidates = db.prepare(`SELECT rowid, conversation_id, id, raw FROM messages WHERE account_id = ? AND (instr(raw, ?) > 0 OR instr(raw, ?) > 0)`);
@@ -148,9 +171,13 @@ export class Erasures {
     return erasuresInForce(conversationId, this.forPage.all({ account: accountId, conversation: conversationId, senders: JSON.stringify(senderIds) }));
   }
 
-  /** The lowest erasure id of each of `ids` (conversations of the account) that an erasure covers. */
-  conversationsInForce(accountId: string, ids: readonly string[]): Map<string, number> {
-    return new Map(this.forConversations.all(accountId, JSON.stringify(ids)).map((r) => [r.subject, r.id]));
+  /**
+   * The erasures in force for a listing page of the account: the lowest erasure id of each of
+   * `ids` (its conversations) that a conversation erasure covers, and of each sender the account
+   * erased (one indexed read).
+   */
+  conversationsInForce(accountId: string, ids: readonly string[]): ConversationErasures {
+    return conversationErasures(this.forConversations.all(accountId, JSON.stringify(ids)));
   }
 
   /** Every erasure, oldest first. */
@@ -183,8 +210,9 @@ export class Erasures {
    * The change-log lines at or below `through` that concern `subject` (see `Mirror.subjectLines`),
    * by seq: kind `conversation`, every line of the conversation in the `messages` and
    * `conversations` streams; kind `sender`, every `messages` line of a message of the sender's
-   * (one a version of which names it, or the marker of an erasure of the same sender). Call inside
-   * a read transaction (one snapshot).
+   * (one a version of which names it, or the marker of an erasure of the same sender) and every
+   * `conversations` line of a conversation of the sender's (likewise: {@link senderConversations}).
+   * Call inside a read transaction (one snapshot).
    */
   subjectLines(subject: ErasureSubject, through: number): SubjectLine[] {
     const a = subject.accountId;
@@ -193,7 +221,37 @@ export class Erasures {
     const { keys } = this.senderKeys(a, subject.subject, all, through);
     const out: SubjectLine[] = [];
     if (keys.size > 0) for (const [seq, conversationId, recordId] of this.publishedSeqsOfAccount.iterate(through, a)) if (keys.has(messageKey(conversationId, recordId))) out.push({ seq, stream: 'messages' });
+    const { ids } = this.senderConversations(a, subject.subject, all, through);
+    if (ids.size > 0) {
+      for (const [seq, conversationId] of this.publishedConversationSeqsOfAccount.iterate(through, a)) if (ids.has(conversationId)) out.push({ seq, stream: 'conversations' });
+      out.sort((x, y) => x.seq - y.seq);
+    }
     return out;
+  }
+
+  /**
+   * The conversations of sender `s` in account `a`: every conversation a version of which (its
+   * row, a change payload above `through`) names the sender ({@link conversationNamesSender}), and
+   * those whose row is the marker of an `earlier` erasure of it; with their rows (`raw`) and the
+   * unpublished `conversations` changes of the account.
+   */
+  private senderConversations(a: string, s: string, earlier: ReadonlySet<number>, through: number): { rows: Map<string, string | null>; ids: Set<string>; pending: PendingConversation[] } {
+    const needle = senderNeedle(s);
+    const rows = new Map<string, string | null>();
+    const ids = new Set<string>();
+    for (const r of this.senderConversationCandidates.all(a, needle, earlier.size > 0 ? REDACTED_MARK : null)) {
+      if (!conversationBelongsToSender(r.raw, s, earlier)) continue;
+      ids.add(r.id);
+      rows.set(r.id, r.raw);
+    }
+    const pending = this.pendingConversationsOfAccount.all({ after: through, account: a, needle });
+    for (const [seq, conversationId, named] of pending) {
+      if (!named || ids.has(conversationId)) continue;
+      const p = this.payload.get(seq);
+      if (conversationNamesSender(p?.record ?? p?.line ?? null, s)) ids.add(conversationId);
+    }
+    for (const id of ids) if (!rows.has(id)) rows.set(id, this.conversationRaw.get(a, id)?.raw ?? null);
+    return { rows, ids, pending };
   }
 
   /**
@@ -282,6 +340,17 @@ export class Erasures {
         if (redact(record, () => redactedMessage(record!, id, recordId), (m) => this.writePayload.run(m, seq))) counts.pendingChanges++;
       }
       if (keys.size > 0) for (const [conversationId, recordId] of this.publishedOfAccount.iterate(through, a)) if (keys.has(messageKey(conversationId, recordId))) counts.publishedLines++;
+      // The sender's conversations: every conversation a version of which (its row, an unpublished
+      // payload) names the sender, and those an earlier erasure of it redacted; their rows and
+      // unpublished payloads become the conversation's marker.
+      const convs = this.senderConversations(a, s, earlier, through);
+      for (const [c, raw] of convs.rows) if (redact(raw, () => redactedConversation(c, id), (m) => this.writeConversation.run(m, a, c))) counts.conversations++;
+      for (const [seq, c] of convs.pending) {
+        if (!convs.ids.has(c)) continue;
+        const p = this.payload.get(seq);
+        if (redact(p?.record ?? p?.line ?? null, () => redactedConversation(c, id), (m) => this.writePayload.run(m, seq))) counts.pendingChanges++;
+      }
+      if (convs.ids.size > 0) for (const [, c] of this.publishedConversationSeqsOfAccount.iterate(through, a)) if (convs.ids.has(c)) counts.publishedLines++;
     }
     if (erasureId !== undefined) this.setCounts.run(counts.messages, counts.history, counts.pendingChanges, counts.conversations, counts.publishedLines, erasureId);
     return { ...counts, erasureId, dryRun, publishedThroughSeq: through };
