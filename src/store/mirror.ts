@@ -477,7 +477,9 @@ export interface Mirror {
    * message of `request.subject` in `request.accountId` (kind `sender`: every message a version of
    * which names it as `sender.id`, in any conversation of the account, and those an earlier erasure
    * of the same sender redacted; kind `conversation`: every message of the conversation, and the
-   * conversation's own object) keeps its key, position and times, and its record becomes the
+   * conversation's own object; kind `retention`, subject a cutoff day `YYYY-MM-DD`: every message
+   * of the account created before that day, UTC, that no other erasure redacted, which is what
+   * `--prune-mirror` asks: src/export/retention.ts) keeps its key, position and times, and its record becomes the
    * redaction marker (src/store/redaction.ts) in `messages`, in `message_history` and in every
    * change payload not yet published (seq above {@link ErasureResult.publishedThroughSeq});
    * records already redacted are left as they are. An `erasures` row records what, when (the
@@ -501,12 +503,19 @@ export interface Mirror {
    *
    * @returns the rows redacted (or to redact), the new erasure's id and the published-through seq
    * @throws {@link StoreError} with code `ERASURE_INVALID` for an unknown kind or an empty account,
-   *   subject or reason (nothing read); {@link StoreError} on a read-only mirror (unless `dryRun`)
+   *   subject or reason, or a retention subject that is not a day (nothing read); {@link StoreError}
+   *   on a read-only mirror (unless `dryRun`)
    */
   eraseSubject(request: ErasureRequest): Promise<ErasureResult>;
 
   /** Every `erasures` row, by id (oldest first). */
   erasures(): Promise<ErasureRow[]>;
+
+  /**
+   * The accounts (workspaces) the mirror holds messages of, in code-point order: whose messages a
+   * retention erasure (`--prune-mirror`) may expire. Cost: one pass over the messages' primary key.
+   */
+  messageAccounts(): Promise<string[]>;
 
   /**
    * Records that the archive step finished rewriting the published files of erasure `erasureId`
@@ -523,7 +532,9 @@ export interface Mirror {
    * `conversation`, every line of the conversation in the `messages` and `conversations` streams;
    * kind `sender`, every `messages` line of a message of the sender (one a version of which names
    * it, or the redaction marker of an erasure of the same sender: after an erasure, its markers
-   * are how the mirror still knows them). What the archive step rewrites in the published files
+   * are how the mirror still knows them); kind `retention`, every `messages` line of a message
+   * created before the cutoff day that is not redacted, or redacted by a retention erasure of the
+   * same cutoff (what another erasure redacted is that erasure's). What the archive step rewrites in the published files
    * (with `throughSeq` the erasure's {@link ErasureResult.publishedThroughSeq}), and what a dry
    * run counts there. `runs` lines are never the subject's. Read in one snapshot; writes nothing.
    *
