@@ -18,7 +18,8 @@ import { isErasureRecord, parseRecord, type ErasureRecord } from '../src/export/
 import { publishSettingsFromConfig } from '../src/export/publisher.js';
 import { verifyArchive } from '../src/export/verify.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
-import { redactionOf } from '../src/store/redaction.js';
+import { createdBefore, cutoffStartMs, pageRetentionFloor, redactionOf } from '../src/store/redaction.js';
+import type { Message, Page } from '../src/api/schemas.js';
 import { engines } from './engines.js';
 import { ACCOUNT_ID as ACCOUNT, harnessPool, tempDir, testClock } from './helpers.js';
 import { changeRows, records } from './mirror-reads.js';
@@ -72,6 +73,29 @@ describe('CONVO_MIRROR_PRUNE_MIRROR: the setting', () => {
     const off = loadConfig({ ...env, CONVO_MIRROR_RETENTION: '400d' });
     expect(off.pruneMirror).toBe(false);
     expect(publishSettingsFromConfig({ ...off, exportDir: tempDir('convo-mirror-prune-cfg-') }).retention?.pruneMirror).toBeUndefined();
+  });
+});
+
+describe('a message expires by its created_at, as an instant', () => {
+  it('compares instants, whatever the UTC offset; what does not parse never expires', () => {
+    expect(createdBefore('2024-11-12T23:59:59.999Z', '2024-11-13')).toBe(true);
+    expect(createdBefore('2024-11-13T00:00:00.000Z', '2024-11-13')).toBe(false);
+    expect(createdBefore('2024-11-13T05:00:00+09:00', '2024-11-13')).toBe(true); // 2024-11-12T20:00Z
+    expect(createdBefore('2024-11-12T20:00:00-05:00', '2024-11-13')).toBe(false); // 2024-11-13T01:00Z
+    expect(createdBefore('not a time', '2024-11-13')).toBe(false);
+    expect(createdBefore(undefined, '2024-11-13')).toBe(false);
+    expect(cutoffStartMs('2024-02-30')).toBeUndefined();
+    expect(cutoffStartMs('2024-2-3')).toBeUndefined();
+    expect(cutoffStartMs('2024-02-29')).toBe(Date.UTC(2024, 1, 29));
+  });
+
+  it("a page's floor is the day before its earliest created_at: a cutoff after it may cover a message of the page", () => {
+    const page = (createdAt: unknown[]): Page<Message> => {
+      const raw = createdAt.map((c, i) => ({ id: `m${i}`, created_at: c }));
+      return { page: 1, data: raw as unknown as Message[], raw, meta: { current_page: 1, total_pages: 1, total_count: raw.length } };
+    };
+    expect(pageRetentionFloor(page(['2025-01-02T10:00:00Z', '2024-12-31T23:00:00-05:00', 'junk']))).toBe('2024-12-31');
+    expect(pageRetentionFloor(page(['junk', 7]))).toBeUndefined();
   });
 });
 
@@ -151,6 +175,38 @@ describe.each(engines)('--prune-mirror on $name', (engine) => {
     report = await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true });
     expect(report.problems).toEqual([]);
     expect((await verifyArchive({ exportDir: h.exportDir })).problems).toEqual([]);
+  });
+
+  it('a publication interrupted in the archive step of its retention erasure is finished by the next one, with no second erasure', async () => {
+    const clock = testClock({ start: START });
+    const ws = FakeWorkspace.fromCounts([3, 2]);
+    ws.list()[0]!.messages.forEach((m, i) => (m.created_at = new Date(Date.UTC(2024, 5, 1 + i)).toISOString()));
+    const h = await pool.start({ workspace: ws, clock, engine });
+    expect((await h.sync()).status).toBe('succeeded');
+    class Crash extends Error {}
+    let day = 0;
+    for (const point of ['erasure-after-file', 'erasure-before-mirror', 'erasure-after-record'] as const) {
+      const crash = (p: string) => {
+        if (p === point) throw new Crash(p);
+      };
+      if (point !== 'erasure-after-file') {
+        // A new day, a new cutoff past one more message: another retention erasure to interrupt.
+        clock.advance(DAY);
+        day++;
+        // Created an hour before the new cutoff's day (2024-11-13 plus the days gone by).
+        ws.list()[1]!.messages[day - 1]!.created_at = new Date(Date.UTC(2024, 10, 13 + day) - 3_600_000).toISOString();
+        expect((await h.sync({ full: true })).status).toBe('succeeded');
+      }
+      await expect(publishChanges(h.mirror, { exportDir: h.exportDir, clock, retention: policy('messages=200d'), failpoint: crash })).rejects.toBeInstanceOf(Crash);
+      const pending = (await h.mirror.erasures()).filter((e) => e.archiveDoneAt === null);
+      expect(pending.map((e) => e.kind)).toEqual(['retention']);
+      const done = await publishChanges(h.mirror, { exportDir: h.exportDir, clock, retention: policy('messages=200d') });
+      expect(done.pruned).toBeUndefined();
+      expect(done.erasures?.map((e) => e.erasureId)).toEqual([pending[0]!.id]);
+      expect((await h.mirror.erasures()).every((e) => e.archiveDoneAt !== null)).toBe(true);
+      expect((await verifyArchive({ exportDir: h.exportDir, mirror: h.mirror, deep: true })).problems).toEqual([]);
+    }
+    expect((await h.mirror.erasures()).map((e) => e.kind)).toEqual(['retention', 'retention', 'retention']);
   });
 
   it('a new message created before the cutoff arrives redacted by the retention erasure; nothing expires without the setting', async () => {
