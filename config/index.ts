@@ -135,6 +135,13 @@ export interface Config {
    */
   readonly retention: RetentionPolicy | undefined;
   /**
+   * Also expire messages in the mirror (`CONVO_MIRROR_PRUNE_MIRROR`, `--prune-mirror`): each
+   * publication erases, by a retention erasure, every message created before the `messages`
+   * stream's cutoff (src/export/retention.ts `pruneMirror`). Needs {@link retention} to limit
+   * `messages`. @defaultValue false
+   */
+  readonly pruneMirror: boolean;
+  /**
    * Extra query parameters of every `GET /v1/conversations` request (`CONVO_MIRROR_LIST_PARAMS`,
    * `--list-params`, e.g. `sort=last_activity_at&order=desc`), for APIs that need them to sort the
    * list; in the order given, after `page` and `per_page`. @defaultValue none
@@ -455,6 +462,14 @@ export const CONFIG_FIELDS: Record<FieldKey, FieldDef> = {
     schema: retentionSetting(),
     shownDefault: 'none = keep everything',
     help: 'delete published export files whose date partition is older than this (400d, 52w, 7y; or messages=400d,runs=7y), after a retention record in the ledger lists them',
+    commands: PUBLISH,
+  },
+  pruneMirror: {
+    env: 'CONVO_MIRROR_PRUNE_MIRROR',
+    flag: '--prune-mirror',
+    schema: booleanSetting(),
+    defaultValue: false,
+    help: "also erase from the mirror every message created before the retention policy's messages cutoff (a retention erasure, recorded in the ledger)",
     commands: PUBLISH,
   },
   db: {
@@ -853,6 +868,10 @@ export function loadConfig(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, opts
     out[key] = fieldValue(key, env, flags, needsApi && !viaFile && (key === 'baseUrl' || key === 'apiKey'));
   }
   const workspaces = resolveWorkspaces(out, env, flags, needsApi);
+  if (out.pruneMirror === true && (out.retention as RetentionPolicy | undefined)?.streams.messages === undefined) {
+    const given = flags.pruneMirror !== undefined ? flagName(CONFIG_FIELDS.pruneMirror) : CONFIG_FIELDS.pruneMirror.env;
+    throw new ConfigError(given, `needs a retention policy that limits messages (CONVO_MIRROR_RETENTION, e.g. 400d or messages=400d): it expires messages by that limit`);
+  }
   const first = workspaces[0]!;
   return Object.freeze({ ...out, accountId: first.accountId, baseUrl: first.baseUrl, apiKey: first.apiKey, workspaces: Object.freeze(workspaces) }) as unknown as Config;
 }

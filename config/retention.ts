@@ -27,6 +27,12 @@ export interface RetentionPolicy {
   streams: Partial<Record<RetentionStream, RetentionLimit>>;
   /** The canonical text: `400d` when one limit covers every stream, else `messages=400d,runs=7y` (streams in the order messages, conversations, runs). */
   text: string;
+  /**
+   * Also expire the messages of the mirror created before the `messages` cutoff, by a retention
+   * erasure (`CONVO_MIRROR_PRUNE_MIRROR`, `--prune-mirror`; src/export/retention.ts `pruneMirror`).
+   * Set from that setting, never parsed from the policy's text. @defaultValue false
+   */
+  pruneMirror?: boolean;
 }
 
 const LIMIT_RE = /^([1-9]\d{0,5})([dwy])$/;

@@ -41,6 +41,7 @@ describe('loadConfig defaults', () => {
       signingKeyFile: undefined,
       witnessDir: undefined,
       retention: undefined,
+      pruneMirror: false,
       listParams: [],
       concurrency: 4,
       maxRps: 10,

@@ -112,6 +112,32 @@ describe('a database that cannot be used fails with one line naming CONVO_MIRROR
   });
 });
 
+describe('migration 5 (erasures of kind retention)', () => {
+  it('migrates a version 4 schema: its erasures are kept and kind retention is admitted', async () => {
+    const s = schema('v4');
+    const first = await PostgresMirror.open(pgUrl(s));
+    await first.close();
+    // Back to version 4: the CHECK of migration 2, and an erasure of then.
+    await pgQuery(`ALTER TABLE "${s}".erasures DROP CONSTRAINT erasures_kind_check`);
+    await pgQuery(`ALTER TABLE "${s}".erasures ADD CONSTRAINT erasures_kind_check CHECK (kind IN ('sender', 'conversation'))`);
+    await pgQuery(`UPDATE "${s}".schema_version SET version = 4`);
+    await pgQuery(
+      `INSERT INTO "${s}".erasures (id, kind, account_id, subject, reason, requested_at, messages, history, pending_changes, conversations, published_lines, published_through_seq)
+       VALUES (1, 'sender', 'acc', 'cus_1', 'DSR-1', '2026-01-01T00:00:00.000Z', 3, 1, 0, 0, 4, 9)`,
+    );
+    await expect(pgQuery(`INSERT INTO "${s}".erasures VALUES (2, 'retention', 'acc', '2025-01-01', 'r', 't', 0, 0, 0, 0, 0, 0)`)).rejects.toThrow(/erasures_kind_check/);
+    const m = await PostgresMirror.open(pgUrl(s));
+    try {
+      expect(m.migrated).toBe(PG_SCHEMA_VERSION - 4);
+      expect((await m.erasures()).map((e) => [e.id, e.kind, e.subject, e.messages])).toEqual([[1, 'sender', 'cus_1', 3]]);
+      expect((await m.eraseSubject({ kind: 'retention', accountId: 'acc', subject: '2025-01-01', reason: 'retention 400d' })).erasureId).toBe(2);
+      expect((await m.erasures()).map((e) => e.kind)).toEqual(['sender', 'retention']);
+    } finally {
+      await m.close();
+    }
+  });
+});
+
 describe('the schema an open finds', () => {
   it('a read-only open creates nothing and says there is no mirror', async () => {
     const s = schema('ro');

@@ -408,6 +408,46 @@ describe('corrupt and unusable files', () => {
 });
 
 // SQLite only: migrates a file written by an older version (a PostgreSQL mirror starts at the current schema).
+describe('erasures of an older mirror', () => {
+  it('migration 12 keeps the erasures of a version 11 mirror, ids and all, and admits kind retention', async () => {
+    const file = path.join(dir(), 'v11.sqlite');
+    const db = new Database(file);
+    for (let v = 0; v < 11; v++) db.exec(MIGRATIONS[v]!);
+    db.pragma('user_version = 11');
+    const insert = db.prepare(
+      `INSERT INTO erasures (kind, account_id, subject, reason, requested_at, messages, history, pending_changes, conversations, published_lines, published_through_seq, archive_done_at, archive_batch_id)
+       VALUES (?, 'acc', ?, 'DSR-1', '2026-01-01T00:00:00.000Z', 3, 1, 0, 0, 4, 9, '2026-01-01T00:01:00.000Z', 5)`,
+    );
+    insert.run('sender', 'cus_1');
+    expect(() => insert.run('retention', '2025-01-01')).toThrow(/CHECK constraint failed/);
+    db.close();
+    const m = track(await openMirror(file));
+    expect(sqlValue(m, `PRAGMA user_version`)).toBe(MIGRATIONS.length);
+    expect(await m.erasures()).toEqual([
+      {
+        id: 1,
+        kind: 'sender',
+        accountId: 'acc',
+        subject: 'cus_1',
+        reason: 'DSR-1',
+        requestedAt: '2026-01-01T00:00:00.000Z',
+        messages: 3,
+        history: 1,
+        pendingChanges: 0,
+        conversations: 0,
+        publishedLines: 4,
+        publishedThroughSeq: 9,
+        archiveBatchId: 5,
+        archiveDoneAt: '2026-01-01T00:01:00.000Z',
+      },
+    ]);
+    const r = await m.eraseSubject({ kind: 'retention', accountId: 'acc', subject: '2025-01-01', reason: 'retention 400d' });
+    expect(r.erasureId).toBe(2);
+    expect((await m.erasures()).map((e) => e.kind)).toEqual(['sender', 'retention']);
+    expect(sqlAll(m, `SELECT name FROM sqlite_master WHERE tbl_name = 'erasures' AND type = 'index'`)).toEqual([{ name: 'erasures_by_subject' }]);
+  });
+});
+
 describe('runs of an older mirror', () => {
   it('migration 4 adds runs.resumes = 0 to the runs of an older mirror', async () => {
     const file = path.join(dir(), 'old.sqlite');

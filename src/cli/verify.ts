@@ -102,7 +102,7 @@ export function problemLine(p: VerifyProblem): string {
 export function erasureLines(r: Pick<VerifyResult, 'erasures' | 'erasedWithoutLineProof'>): string[] {
   const out = r.erasures.map(
     (e) =>
-      `erased: record ${e.record} (${e.path}): erasure ${e.erasure.id} of a ${e.erasure.kind} of account ${e.erasure.account_id}, requested ${e.erasure.requested_at}, reason ${JSON.stringify(e.erasure.reason)}: ` +
+      `erased: record ${e.record} (${e.path}): erasure ${e.erasure.id} of ${e.erasure.kind === 'retention' ? `the messages created before ${e.erasure.cutoff ?? '?'} (retention)` : `a ${e.erasure.kind}`} of account ${e.erasure.account_id}, requested ${e.erasure.requested_at}, reason ${JSON.stringify(e.erasure.reason)}: ` +
       `${e.lines} line${e.lines === 1 ? '' : 's'} in ${e.files} file${e.files === 1 ? '' : 's'} replaced by stubs`,
   );
   for (const p of r.erasedWithoutLineProof) out.push(`erased without line proof: ${p} (published by a record of version 1, which has no Merkle root: its bytes are proven by the SHA-256 of the erasure record that rewrote it, its lines are not)`);

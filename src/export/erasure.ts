@@ -131,7 +131,7 @@ async function finishOne(ctx: ErasureStepContext, e: ErasureRow): Promise<Erasur
       kind: 'erasure',
       mirror_id: ctx.mirrorId,
       batch_id: id,
-      erasure: { id: e.id, kind: e.kind, account_id: e.accountId, reason: e.reason, requested_at: e.requestedAt },
+      erasure: { id: e.id, kind: e.kind, account_id: e.accountId, reason: e.reason, requested_at: e.requestedAt, ...(e.kind === 'retention' ? { cutoff: e.subject } : {}) },
       files: plan.map((p) => p.entry),
       prev: head,
     };

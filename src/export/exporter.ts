@@ -56,7 +56,7 @@ import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
 import { LEDGER_DIR, RECORD_VERSION, asVersion1, isBatchRecord, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
 import { finishErasures, type ErasureArchived } from './erasure.js';
-import { applyRetention, clearUnrecordedRetention, type RetentionApplied } from './retention.js';
+import { applyRetention, clearUnrecordedRetention, pruneMirror, type MirrorPruned, type RetentionApplied } from './retention.js';
 import type { RetentionPolicy } from '../../config/retention.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
 import { MAX_RECORD_BYTES, makeDir, makeReadOnly, prepareTempDir, publishBytes, readIfPresent, type ExportFailpoint, type Target } from './publish-fs.js';
@@ -69,7 +69,7 @@ export { exportLine } from './lines.js';
 export { verifyArchive, verifyExports, type ArchiveReport, type HeadRef, type VerifyOptions, type VerifyProblem, type VerifyProblemKind } from './verify.js';
 export type { ExportFailpoint } from './publish-fs.js';
 export type { ErasureArchived } from './erasure.js';
-export type { RetentionApplied } from './retention.js';
+export type { MirrorPruned, RetentionApplied } from './retention.js';
 
 /**
  * One file published by a call, as recorded in `export_files` and listed by its batch record (the
@@ -188,6 +188,12 @@ export interface ExportResult {
    * the files it expired and deleted. Absent when it had nothing to do.
    */
   retention?: RetentionApplied;
+  /**
+   * The retention erasures `--prune-mirror` recorded in this call (src/export/retention.ts
+   * `pruneMirror`), one per account whose messages expired; their archive steps are among
+   * {@link erasures}. Absent when none.
+   */
+  pruned?: MirrorPruned[];
 }
 
 /**
@@ -331,8 +337,11 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   await migrateToLedger(mirror, target, mirrorId, opts, lease);
 
   // 0. The archive step of erasures waiting for it, once no batch planned earlier waits (its
-  // record comes first: an erasure record takes the next batch id and chains on the head).
+  // record comes first: an erasure record takes the next batch id and chains on the head); first,
+  // with --prune-mirror, the retention erasure of the messages past the cutoff (its archive step
+  // is one of them).
   const pendingBatch = await mirror.pendingExportBatch();
+  const pruned = pendingBatch === undefined && opts.retention?.pruneMirror === true ? await pruneMirror({ mirror, policy: opts.retention, clock, logger: opts.logger }) : [];
   if (pendingBatch === undefined && (await mirror.erasures()).some((e) => e.archiveDoneAt === null)) {
     // An erasure record takes the next batch id: a retention record an interrupted publication
     // left there unrecorded goes first (retention is decided again below).
@@ -368,7 +377,7 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
           assertLeaseHeld: () => assertLeaseHeld(lease),
         })
       : undefined;
-  const erased = { ...(erasures.length > 0 ? { erasures } : {}), ...(retention ? { retention } : {}) };
+  const erased = { ...(erasures.length > 0 ? { erasures } : {}), ...(retention ? { retention } : {}), ...(pruned.length > 0 ? { pruned } : {}) };
 
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.
   const held = await heldRunLines(mirror, opts.runsHeartbeatMs, clock.now());
@@ -405,6 +414,7 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
     const rest = await publishAlone(mirror, opts, lease);
     const all = [...erasures, ...(rest.erasures ?? [])];
     const kept = rest.retention ?? retention;
+    const prunedAll = [...pruned, ...(rest.pruned ?? [])];
     return {
       files: [...files, ...rest.files],
       lines: lines + rest.lines,
@@ -414,6 +424,7 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
       held: rest.held,
       ...(all.length > 0 ? { erasures: all } : {}),
       ...(kept ? { retention: kept } : {}),
+      ...(prunedAll.length > 0 ? { pruned: prunedAll } : {}),
     };
   }
   return { files, lines, watermark: plan.last_seq, resumed: false, head, held: 0, ...erased };

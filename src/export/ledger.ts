@@ -141,12 +141,15 @@ export interface LedgerRecord extends RecordBody {
 export interface ErasureInfo {
   /** The mirror's `erasures.id`: the `N` of the stubs' `redacted.erasure` and of the rewritten files' `.e<N>`. */
   id: number;
-  kind: 'sender' | 'conversation';
+  /** `sender`, `conversation`, or `retention` (`--prune-mirror`: every message created before {@link cutoff}). */
+  kind: 'sender' | 'conversation' | 'retention';
   account_id: string;
-  /** Why (a ticket reference), as given to `erase --reason`. */
+  /** Why (a ticket reference), as given to `erase --reason`; for `retention`, the policy that expired the messages. */
   reason: string;
   /** When the erasure was asked of the mirror, ISO 8601 UTC. */
   requested_at: string;
+  /** `retention` only (and always): the cutoff day, `YYYY-MM-DD`; every message of the account created before its start (UTC) is erased. Not personal data. */
+  cutoff?: string;
 }
 
 /** One file an erasure record replaced. */
@@ -344,7 +347,7 @@ function canonicalErasureBody(r: ErasureBody): ErasureBody {
     kind: r.kind,
     mirror_id: r.mirror_id,
     batch_id: r.batch_id,
-    erasure: { id: e.id, kind: e.kind, account_id: e.account_id, reason: e.reason, requested_at: e.requested_at },
+    erasure: { id: e.id, kind: e.kind, account_id: e.account_id, reason: e.reason, requested_at: e.requested_at, ...(e.cutoff !== undefined ? { cutoff: e.cutoff } : {}) },
     files: r.files.map(
       (f) =>
         Object.fromEntries(
@@ -470,13 +473,16 @@ const ErasureRecordSchema = z.strictObject({
   kind: z.literal('erasure'),
   mirror_id: recordFields.mirror_id,
   batch_id: recordFields.batch_id,
-  erasure: z.strictObject({
-    id: z.number().int().min(1),
-    kind: z.enum(['sender', 'conversation']),
-    account_id: z.string(),
-    reason: z.string(),
-    requested_at: z.string(),
-  }),
+  erasure: z
+    .strictObject({
+      id: z.number().int().min(1),
+      kind: z.enum(['sender', 'conversation', 'retention']),
+      account_id: z.string(),
+      reason: z.string(),
+      requested_at: z.string(),
+      cutoff: z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'a day, YYYY-MM-DD').optional(),
+    })
+    .refine((e) => (e.kind === 'retention') === (e.cutoff !== undefined), { message: 'cutoff is given for a retention erasure, and only for one', path: ['cutoff'] }),
   files: z.array(ErasureFileSchema).min(1),
   prev: z.strictObject({ batch_id: z.number().int().min(1), hash: sha256Hex }),
   hash: sha256Hex,

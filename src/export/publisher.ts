@@ -55,6 +55,8 @@ export interface PublishConfig {
   signingKeyFile: string | undefined;
   witnessDir: string | undefined;
   retention: RetentionPolicy | undefined;
+  /** `CONVO_MIRROR_PRUNE_MIRROR`: sets {@link RetentionPolicy.pruneMirror}. @defaultValue false */
+  pruneMirror?: boolean;
 }
 
 /**
@@ -75,7 +77,7 @@ export function publishSettingsFromConfig(config: PublishConfig, logger?: Logger
     publishIntervalMs: config.publishIntervalMs,
     publishLines: config.publishLines,
     runsHeartbeatMs: config.runsHeartbeatMs,
-    retention: config.retention,
+    retention: config.retention && config.pruneMirror === true ? { ...config.retention, pruneMirror: true } : config.retention,
   };
 }
 

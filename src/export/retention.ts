@@ -64,6 +64,67 @@ export interface RetentionApplied {
   kept: string[];
 }
 
+/** What {@link pruneMirror} did in one account: the retention erasure it recorded. */
+export interface MirrorPruned {
+  accountId: string;
+  /** The erasure's id (`erasures.id`): its archive step runs in the same publication. */
+  erasureId: number;
+  /** The `messages` cutoff: every message created before this day (UTC) is erased. */
+  cutoff: string;
+  /** The rows it redacted: messages, history versions, unpublished change payloads. */
+  messages: number;
+  history: number;
+  pendingChanges: number;
+  /** Published lines of those messages, for the archive step (stubs). */
+  publishedLines: number;
+}
+
+/** The cutoff each mirror was last pruned at by this process, per account: a publication re-reads nothing until the day moves. */
+const prunedAt = new WeakMap<Mirror, string>();
+
+/**
+ * `--prune-mirror` (issue 26, item 3): expires the mirror's messages by the `messages` limit of
+ * `policy`. For each account the mirror holds messages of, when the cutoff (the UTC day of the
+ * clock minus the limit) is after the cutoff of every earlier retention erasure of the account and
+ * some message created before it is not redacted yet, a **retention erasure**
+ * (`Mirror.eraseSubject` kind `retention`, subject the cutoff day, reason `retention <policy>`)
+ * redacts those messages as an erasure does (rows, history, unpublished payloads; key, position
+ * and `created_at` kept), and from then on every message served again that was created before the
+ * cutoff arrives redacted. Its archive step (the same publication's, which calls this first) then
+ * replaces their published lines by stubs and publishes an erasure record with the cutoff.
+ *
+ * Call with the publisher lock held (in a publication, before the archive step of erasures). Reads
+ * the accounts and the erasures once per cutoff day per process.
+ *
+ * @returns the retention erasures recorded (none when nothing expired, or the day was done)
+ * @throws {@link StoreError} from the mirror (a read-only mirror, a lost writer lock)
+ */
+export async function pruneMirror(ctx: { mirror: Mirror; policy: RetentionPolicy; clock: Clock; logger?: Logger | undefined }): Promise<MirrorPruned[]> {
+  const limit = ctx.policy.streams.messages;
+  if (!limit || ctx.policy.pruneMirror !== true) return [];
+  const cutoff = cutoffDay(limit, ctx.clock.now());
+  if (prunedAt.get(ctx.mirror) === cutoff) return [];
+  const reason = `retention ${ctx.policy.text}: messages created before ${cutoff}`;
+  const latest = new Map<string, string>();
+  for (const e of await ctx.mirror.erasures()) if (e.kind === 'retention' && (latest.get(e.accountId) ?? '') < e.subject) latest.set(e.accountId, e.subject);
+  const out: MirrorPruned[] = [];
+  for (const accountId of await ctx.mirror.messageAccounts()) {
+    if ((latest.get(accountId) ?? '') >= cutoff) continue;
+    const request = { kind: 'retention' as const, accountId, subject: cutoff, reason };
+    const dry = await ctx.mirror.eraseSubject({ ...request, dryRun: true });
+    if (dry.messages + dry.history + dry.pendingChanges === 0) continue;
+    const r = await ctx.mirror.eraseSubject(request);
+    const done = { accountId, erasureId: r.erasureId!, cutoff, messages: r.messages, history: r.history, pendingChanges: r.pendingChanges, publishedLines: r.publishedLines };
+    out.push(done);
+    ctx.logger?.info(
+      { erasure: done.erasureId, account_id: accountId, cutoff, messages: r.messages, history: r.history, pending_changes: r.pendingChanges, published_lines: r.publishedLines },
+      'retention: messages created before the cutoff erased from the mirror (--prune-mirror); their published lines are replaced by stubs next',
+    );
+  }
+  prunedAt.set(ctx.mirror, cutoff);
+  return out;
+}
+
 /**
  * The first day each stream keeps under `policy` at `nowMs` (see config/retention.ts
  * `cutoffDay`), for the streams it limits, in the order messages, conversations, runs.

@@ -476,15 +476,18 @@ export interface Mirror {
    * Erases a data subject from the mirror (GDPR Art. 17, CCPA deletion), in one transaction: every
    * message of `request.subject` in `request.accountId` (kind `sender`: every message a version of
    * which names it as `sender.id`, in any conversation of the account, and those an earlier erasure
-   * of the same sender redacted; kind `conversation`: every message of the conversation) keeps its
-   * key, position and times, and its record becomes the redaction marker (src/store/redaction.ts)
-   * in `messages`, in `message_history` and in every change payload not yet published (seq above
-   * {@link ErasureResult.publishedThroughSeq}). So does every conversation object of the subject
-   * (kind `conversation`: the conversation's own; kind `sender`: every conversation of the account
-   * a version of which, its row or an unpublished `conversations` payload, names the sender as a
-   * JSON string value at any depth, `conversationNamesSender`, such as the fake API's
-   * `contact.id`, and those an earlier erasure of the same sender redacted), in `conversations`
-   * (counted in `conversations`) and in its unpublished payloads (counted in `pendingChanges`).
+   * of the same sender redacted; kind `conversation`: every message of the conversation; kind
+   * `retention`, subject a cutoff day `YYYY-MM-DD`: every message of the account created before
+   * that day, UTC, that no other erasure redacted, which is what `--prune-mirror` asks:
+   * src/export/retention.ts) keeps its key, position and times, and its record becomes the
+   * redaction marker (src/store/redaction.ts) in `messages`, in `message_history` and in every
+   * change payload not yet published (seq above {@link ErasureResult.publishedThroughSeq}). So does
+   * every conversation object of the subject (kind `conversation`: the conversation's own; kind
+   * `sender`: every conversation of the account a version of which, its row or an unpublished
+   * `conversations` payload, names the sender as a JSON string value at any depth,
+   * `conversationNamesSender`, such as the fake API's `contact.id`, and those an earlier erasure of
+   * the same sender redacted; kind `retention`: none), in `conversations` (counted in
+   * `conversations`) and in its unpublished payloads (counted in `pendingChanges`).
    * Records already redacted are left as they are. An `erasures` row records what, when (the
    * mirror's clock), why and how many; from then on every page committed redacts what the erasure
    * covers as it arrives ({@link commitMessagesPage}, {@link upsertConversations}).
@@ -507,12 +510,19 @@ export interface Mirror {
    *
    * @returns the rows redacted (or to redact), the new erasure's id and the published-through seq
    * @throws {@link StoreError} with code `ERASURE_INVALID` for an unknown kind or an empty account,
-   *   subject or reason (nothing read); {@link StoreError} on a read-only mirror (unless `dryRun`)
+   *   subject or reason, or a retention subject that is not a day (nothing read); {@link StoreError}
+   *   on a read-only mirror (unless `dryRun`)
    */
   eraseSubject(request: ErasureRequest): Promise<ErasureResult>;
 
   /** Every `erasures` row, by id (oldest first). */
   erasures(): Promise<ErasureRow[]>;
+
+  /**
+   * The accounts (workspaces) the mirror holds messages of, in code-point order: whose messages a
+   * retention erasure (`--prune-mirror`) may expire. Cost: one pass over the messages' primary key.
+   */
+  messageAccounts(): Promise<string[]>;
 
   /**
    * Records that the archive step finished rewriting the published files of erasure `erasureId`
@@ -531,10 +541,12 @@ export interface Mirror {
    * it, or the redaction marker of an erasure of the same sender: after an erasure, its markers
    * are how the mirror still knows them), and every `conversations` line of a conversation of the
    * sender (one whose row, or an unpublished payload, names it, or whose row is the marker of an
-   * erasure of the same sender: see {@link eraseSubject}). What the archive step rewrites in the
-   * published files (with `throughSeq` the erasure's {@link ErasureResult.publishedThroughSeq}),
-   * and what a dry run counts there. `runs` lines are never the subject's. Read in one snapshot;
-   * writes nothing.
+   * erasure of the same sender: see {@link eraseSubject}); kind `retention`, every `messages` line
+   * of a message created before the cutoff day that is not redacted, or redacted by a retention
+   * erasure of the same cutoff (what another erasure redacted is that erasure's). What the archive
+   * step rewrites in the published files (with `throughSeq` the erasure's
+   * {@link ErasureResult.publishedThroughSeq}), and what a dry run counts there. `runs` lines are
+   * never the subject's. Read in one snapshot; writes nothing.
    *
    * Cost: kind `sender`, the account's messages and conversations naming the sender or redacted,
    * and the account's `messages` and `conversations` lines up to `throughSeq` (their keys); kind

@@ -21,7 +21,7 @@
  */
 import type { Conversation, Message, Page } from '../api/schemas.js';
 import { StoreError } from '../errors.js';
-import type { ErasureKind, ErasureRequest, ErasureRow } from './types.js';
+import { ERASURE_KINDS, type ErasureKind, type ErasureRequest, type ErasureRow } from './types.js';
 
 /**
  * Text every redacted record holds and no served record does in practice (a served string holding
@@ -178,21 +178,31 @@ function asObject(v: unknown): Record<string, unknown> {
  */
 export function checkErasureRequest(r: ErasureRequest): void {
   const bad = (why: string) => new StoreError(`erasure refused: ${why}`, { kind: r.kind, account_id: r.accountId }, undefined, 'ERASURE_INVALID');
-  if (r.kind !== 'sender' && r.kind !== 'conversation') throw bad(`kind must be 'sender' or 'conversation', got ${JSON.stringify(r.kind)}`);
+  if (!ERASURE_KINDS.includes(r.kind)) throw bad(`kind must be one of ${ERASURE_KINDS.map((k) => `'${k}'`).join(', ')}, got ${JSON.stringify(r.kind)}`);
   if (typeof r.accountId !== 'string' || r.accountId === '') throw bad('the account id is empty');
-  if (typeof r.subject !== 'string' || r.subject.trim() === '') throw bad(`the ${r.kind} id is empty`);
+  if (r.kind === 'retention') {
+    if (typeof r.subject !== 'string' || cutoffStartMs(r.subject) === undefined) throw bad(`a retention erasure's subject is its cutoff day, YYYY-MM-DD; got ${JSON.stringify(r.subject)}`);
+  } else if (typeof r.subject !== 'string' || r.subject.trim() === '') throw bad(`the ${r.kind} id is empty`);
   if (typeof r.reason !== 'string' || r.reason.trim() === '') throw bad('a reason (e.g. the ticket reference) is required');
 }
 
 /**
  * The erasures in force for one page of one conversation: the lowest erasure id covering the
- * conversation (kind `conversation`), and per sender id the lowest covering it (kind `sender`).
- * The lowest is the one that redacted a record first, so a record served again comes out as the
+ * conversation (kind `conversation`), per sender id the lowest covering it (kind `sender`), and
+ * the retention erasures (kind `retention`) whose cutoff could cover a message of the page. The
+ * lowest is the one that redacted a record first, so a record served again comes out as the
  * mirror already holds it.
  */
 export interface ErasuresInForce {
   conversation: number | undefined;
   senders: ReadonlyMap<string, number>;
+  /**
+   * Retention erasures, by ascending id: a message whose `created_at` is before `cutoff` (a day,
+   * `YYYY-MM-DD`, UTC) is covered by the first of them whose cutoff is after it. Their cutoffs
+   * ascend with their ids (a retention erasure is only made for a cutoff after every earlier one
+   * of its account).
+   */
+  retention: readonly { cutoff: string; id: number }[];
 }
 
 /**
@@ -202,12 +212,73 @@ export interface ErasuresInForce {
 export function erasuresInForce(conversationId: string, rows: readonly { kind: ErasureKind; subject: string; id: number }[]): ErasuresInForce {
   let conversation: number | undefined;
   const senders = new Map<string, number>();
+  const retention = new Map<string, number>();
   for (const r of rows) {
     const id = Number(r.id);
     if (r.kind === 'conversation' && r.subject === conversationId) conversation = Math.min(conversation ?? id, id);
     else if (r.kind === 'sender') senders.set(r.subject, Math.min(senders.get(r.subject) ?? id, id));
+    else if (r.kind === 'retention' && cutoffStartMs(r.subject) !== undefined) retention.set(r.subject, Math.min(retention.get(r.subject) ?? id, id));
   }
-  return { conversation, senders };
+  return { conversation, senders, retention: [...retention].map(([cutoff, id]) => ({ cutoff, id })).sort((x, y) => x.id - y.id) };
+}
+
+/** A cutoff day (`YYYY-MM-DD`, a real date) as the epoch ms of its start, UTC; undefined for anything else. */
+export function cutoffStartMs(day: string): number | undefined {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) return undefined;
+  const ms = Date.parse(`${day}T00:00:00.000Z`);
+  return Number.isFinite(ms) && new Date(ms).toISOString().slice(0, 10) === day ? ms : undefined;
+}
+
+/** The day after `day` (`YYYY-MM-DD`, UTC): the exclusive string bound of `created_at` values that may be before `day` in some UTC offset. */
+export function dayAfter(day: string): string {
+  const ms = cutoffStartMs(day);
+  return ms === undefined ? day : new Date(ms + 86_400_000).toISOString().slice(0, 10);
+}
+
+/**
+ * Whether a message created at `createdAt` (its served `created_at`, ISO 8601 with any offset)
+ * expires under cutoff day `cutoff`: it was created before that day's start, UTC. A `created_at`
+ * that is not a string or does not parse never expires (kept: nothing says it is old).
+ */
+export function createdBefore(createdAt: unknown, cutoff: string): boolean {
+  if (typeof createdAt !== 'string') return false;
+  const t = Date.parse(createdAt);
+  const c = cutoffStartMs(cutoff);
+  return Number.isFinite(t) && c !== undefined && t < c;
+}
+
+/**
+ * Whether a retention erasure of cutoff day `cutoff` concerns a message whose record is `record`
+ * and whose `created_at` column reads `createdAt`: the message was created before the day
+ * ({@link createdBefore}), and its record is not redacted, or redacted by one of `own` (the
+ * erasure itself, in its archive step). A message another erasure redacted is that erasure's:
+ * its archive step stubbed what was published of it, and everything later carried its marker.
+ */
+export function expiredRecord(record: string | null, createdAt: unknown, cutoff: string, own: ReadonlySet<number>): boolean {
+  if (!createdBefore(createdAt, cutoff)) return false;
+  const by = redactionOf(record);
+  return by === undefined || own.has(by);
+}
+
+/** The retention erasure (of `inForce.retention`) covering a message created at `createdAt`: the first, by id, whose cutoff is after it. */
+function retentionCovering(createdAt: unknown, retention: ErasuresInForce['retention']): number | undefined {
+  for (const r of retention) if (createdBefore(createdAt, r.cutoff)) return r.id;
+  return undefined;
+}
+
+/**
+ * The lowest cutoff day a retention erasure needs to cover a message of `page`: the day before the
+ * earliest parseable `created_at` of its messages (a day of margin for any UTC offset), as
+ * `YYYY-MM-DD`; undefined when no message has one (nothing on the page can expire). The engines
+ * read only the retention erasures whose cutoff is after it.
+ */
+export function pageRetentionFloor(page: Page<Message>): string | undefined {
+  let min = Infinity;
+  for (const obj of page.raw) {
+    const t = typeof obj.created_at === 'string' ? Date.parse(obj.created_at) : NaN;
+    if (Number.isFinite(t) && t < min) min = t;
+  }
+  return Number.isFinite(min) ? new Date(Math.max(0, min - 86_400_000)).toISOString().slice(0, 10) : undefined;
 }
 
 /** The distinct sender ids (`sender.id`, strings) of a page's served messages. */
@@ -223,18 +294,19 @@ export function pageSenderIds(page: Page<Message>): string[] {
 
 /**
  * A message page as the mirror must store it: each served message an erasure covers (its
- * conversation, or its sender, in `inForce`) replaced in `raw` by its marker
+ * conversation, its sender, or a retention cutoff after its `created_at`, in `inForce`) replaced in `raw` by its marker
  * ({@link messageMarker}, with the lowest covering erasure id); the page itself when none is. The
  * page's `data` (ids, order) and `meta` are kept: only `raw` is written.
  */
 export function redactMessagesPage(page: Page<Message>, inForce: ErasuresInForce): Page<Message> {
-  if (inForce.conversation === undefined && inForce.senders.size === 0) return page;
+  if (inForce.conversation === undefined && inForce.senders.size === 0 && inForce.retention.length === 0) return page;
   let changed = false;
   const raw = page.raw.map((obj) => {
     const sender = obj.sender;
     const senderId = typeof sender === 'object' && sender !== null ? (sender as { id?: unknown }).id : undefined;
     const bySender = typeof senderId === 'string' ? inForce.senders.get(senderId) : undefined;
-    const ids = [inForce.conversation, bySender].filter((n): n is number => n !== undefined);
+    const byRetention = inForce.retention.length > 0 ? retentionCovering(obj.created_at, inForce.retention) : undefined;
+    const ids = [inForce.conversation, bySender, byRetention].filter((n): n is number => n !== undefined);
     if (ids.length === 0) return obj;
     changed = true;
     return messageMarker(obj, Math.min(...ids));

@@ -386,17 +386,25 @@ export interface HistoryRow {
 
 /**
  * Whose data an erasure removes (issue 26): every message of a sender (`sender`: a customer's or a
- * user's `sender.id`, spec 2.2), or a whole conversation (`conversation`: its messages and its own
- * object).
+ * user's `sender.id`, spec 2.2), a whole conversation (`conversation`: its messages and its own
+ * object), or every message of an account created before a day (`retention`: what
+ * `--prune-mirror` asks of each publication under a retention policy limiting `messages`).
  */
-export type ErasureKind = 'sender' | 'conversation';
+export type ErasureKind = 'sender' | 'conversation' | 'retention';
+
+/** The erasure kinds, in the order of {@link ErasureKind}. */
+export const ERASURE_KINDS: readonly ErasureKind[] = ['sender', 'conversation', 'retention'];
 
 /** An erasure asked of the mirror ({@link Mirror.eraseSubject}). */
 export interface ErasureRequest {
   kind: ErasureKind;
   /** The account (workspace) the subject belongs to (`default` without `X-Account-Id`). */
   accountId: string;
-  /** The sender id (`kind: 'sender'`) or the conversation id (`kind: 'conversation'`). */
+  /**
+   * The sender id (`kind: 'sender'`), the conversation id (`kind: 'conversation'`), or the cutoff
+   * day `YYYY-MM-DD` (`kind: 'retention'`: every message whose `created_at` is before that day's
+   * start, UTC).
+   */
   subject: string;
   /** Why: e.g. the ticket reference of the request. Required, not blank. */
   reason: string;

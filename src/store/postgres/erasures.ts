@@ -29,8 +29,10 @@ import {
   conversationBelongsToSender,
   conversationErasures,
   conversationNamesSender,
+  dayAfter,
   erasureRow,
   erasuresInForce,
+  expiredRecord,
   messageKey,
   namesSender,
   REDACTED_MARK,
@@ -80,6 +82,15 @@ export const ERASURES_ARCHIVE_DDL = (schema: string): string[] => [
   `ALTER TABLE ${qualify(schema, 'erasures')} ADD COLUMN archive_batch_id bigint -- the erasure record's batch id in the ledger; NULL until reserved`,
 ];
 
+/**
+ * Migration 5 (SQLite's 12): erasures of kind `retention` (`--prune-mirror`), whose subject is a
+ * cutoff day. The CHECK of migration 2 is replaced under the name PostgreSQL gave it.
+ */
+export const ERASURES_RETENTION_DDL = (schema: string): string[] => [
+  `ALTER TABLE ${qualify(schema, 'erasures')} DROP CONSTRAINT erasures_kind_check`,
+  `ALTER TABLE ${qualify(schema, 'erasures')} ADD CONSTRAINT erasures_kind_check CHECK (kind IN ('sender', 'conversation', 'retention'))`,
+];
+
 /** A `messages` row as the erasure reads it. */
 interface MessageRow {
   conversation_id: string;
@@ -125,17 +136,19 @@ export class Erasures {
   }
 
   /**
-   * The erasures in force for a page of messages of one conversation: those of the conversation
-   * and those of the page's senders (one indexed read). Call after the erasure gate was taken
-   * shared, in a statement of its own (see the module comment).
+   * The erasures in force for a page of messages of one conversation: those of the conversation,
+   * those of the page's senders, and the retention erasures whose cutoff is after `retentionFloor`
+   * (`pageRetentionFloor`; undefined: none) (one indexed read). Call after the erasure gate was
+   * taken shared, in a statement of its own (see the module comment).
    */
-  async inForce(q: Queryable, accountId: string, conversationId: string, senderIds: readonly string[]): Promise<ErasuresInForce> {
+  async inForce(q: Queryable, accountId: string, conversationId: string, senderIds: readonly string[], retentionFloor?: string): Promise<ErasuresInForce> {
     const rows = await this.all<{ kind: ErasureKind; subject: string; id: number }>(
       q,
       `SELECT kind, subject, min(id) AS id FROM ${this.t('erasures')}
-       WHERE account_id = $1 AND ((kind = 'conversation' AND subject = $2) OR (kind = 'sender' AND subject = ANY ($3::text[])))
+       WHERE account_id = $1 AND ((kind = 'conversation' AND subject = $2) OR (kind = 'sender' AND subject = ANY ($3::text[]))
+                                  OR (kind = 'retention' AND subject > $4::text))
        GROUP BY kind, subject`,
-      [accountId, conversationId, senderIds],
+      [accountId, conversationId, senderIds, retentionFloor ?? null],
     );
     return erasuresInForce(conversationId, rows);
   }
@@ -185,10 +198,15 @@ export class Erasures {
         [through, a, subject.subject],
       );
     }
-    const ids = await this.all<{ id: number }>(q, `SELECT id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = 'sender' AND subject = $2`, [a, subject.subject]);
-    const earlier = new Set(ids.map((r) => r.id));
-    const { keys } = await this.senderKeys(q, a, subject.subject, earlier, through);
-    const convs = await this.senderConversations(q, a, subject.subject, earlier, through);
+    let keys: Set<string>;
+    let convs: { ids: Set<string> } = { ids: new Set() };
+    if (subject.kind === 'retention') {
+      ({ keys } = await this.expiredKeys(q, a, subject.subject, through, new Set((await this.ofKind(q, a, 'retention', subject.subject)).map((r) => r.id))));
+    } else {
+      const earlier = new Set((await this.earlierOf(q, a, subject.subject)).map((r) => r.id));
+      ({ keys } = await this.senderKeys(q, a, subject.subject, earlier, through));
+      convs = await this.senderConversations(q, a, subject.subject, earlier, through);
+    }
     if (keys.size === 0 && convs.ids.size === 0) return [];
     const all = [...keys].map((k) => k.split('\0') as [string, string]);
     // The sender's messages' lines, and (as the SQLite group) every line of the sender's conversations.
@@ -302,6 +320,48 @@ export class Erasures {
     return { rows, keys, pending };
   }
 
+  /** The erasures of sender `s` in account `a`. */
+  private earlierOf(q: Queryable, a: string, s: string): Promise<{ id: number }[]> {
+    return this.ofKind(q, a, 'sender', s);
+  }
+
+  /** The erasures of `kind` and `subject` in account `a`. */
+  private ofKind(q: Queryable, a: string, kind: ErasureKind, subject: string): Promise<{ id: number }[]> {
+    return this.all<{ id: number }>(q, `SELECT id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = $2 AND subject = $3`, [a, kind, subject]);
+  }
+
+  /** The accounts the mirror holds messages of, in code-point order. */
+  async messageAccounts(q: Queryable): Promise<string[]> {
+    return (await this.all<{ account_id: string }>(q, `SELECT DISTINCT account_id FROM ${this.t('messages')} ORDER BY account_id`)).map((r) => r.account_id);
+  }
+
+  /**
+   * The messages of account `a` a retention erasure of cutoff day `cutoff` erases (see
+   * `expiredRecord`: created before the day, and not redacted by another erasure than one of
+   * `own`), with their rows and the unpublished changes of the account.
+   */
+  private async expiredKeys(q: Queryable, a: string, cutoff: string, through: number, own: ReadonlySet<number>): Promise<{ rows: Map<string, MessageRow>; keys: Set<string>; pending: PendingKey[] }> {
+    // String order with a day of margin for UTC offsets; decided in JS (createdBefore).
+    const candidates = await this.all<MessageRow & { created_at: string }>(
+      q,
+      `SELECT conversation_id, id, raw_text AS raw, created_at FROM ${this.t('messages')} WHERE account_id = $1 AND created_at < $2`,
+      [a, dayAfter(cutoff)],
+    );
+    const rows = new Map<string, MessageRow>();
+    for (const r of candidates) if (expiredRecord(r.raw, r.created_at, cutoff, own)) rows.set(messageKey(r.conversation_id, r.id), r);
+    const pending =
+      rows.size === 0
+        ? []
+        : await this.all<PendingKey>(
+            q,
+            `SELECT c.seq, c.stream, c.conversation_id, c.record_id, false AS named
+             FROM ${this.t('change_log')} c JOIN ${this.t('change_payloads')} p ON p.seq = c.seq
+             WHERE c.seq > $1 AND c.account_id = $2 AND c.stream = 'messages' ORDER BY c.seq`,
+            [through, a],
+          );
+    return { rows, keys: new Set(rows.keys()), pending };
+  }
+
   /**
    * Sets `archive_done_at` of an erasure when not set yet (one statement).
    *
@@ -401,11 +461,11 @@ export class Erasures {
       )[0]!.n;
     } else {
       const s = req.subject;
-      const earlierIds = await this.all<{ id: number }>(q, `SELECT id FROM ${this.t('erasures')} WHERE account_id = $1 AND kind = 'sender' AND subject = $2`, [a, s]);
-      const earlier = new Set(earlierIds.map((r) => r.id).filter((n) => n !== erasureId));
-      // The subject's messages: every message a version of which (its row, a superseded version,
-      // an unpublished payload) names the sender, and those an earlier erasure of it redacted.
-      const { rows, keys, pending } = await this.senderKeys(q, a, s, earlier, through);
+      // The subject's messages. A sender's: every message a version of which (its row, a
+      // superseded version, an unpublished payload) names the sender, and those an earlier erasure
+      // of it redacted. A retention cutoff's: every message created before the day.
+      const earlier = req.kind === 'sender' ? new Set((await this.earlierOf(q, a, s)).map((r) => r.id).filter((n) => n !== erasureId)) : new Set<number>();
+      const { rows, keys, pending } = req.kind === 'retention' ? await this.expiredKeys(q, a, s, through, new Set()) : await this.senderKeys(q, a, s, earlier, through);
       for (const r of rows.values()) if (open(r.raw)) messageWrites.push({ cid: r.conversation_id, id: r.id, marker: redactedMessage(r.raw, id, r.id) });
       const all = [...keys].map((k) => k.split('\0') as [string, string]);
       if (all.length > 0) {
@@ -434,8 +494,8 @@ export class Erasures {
       }
       // The sender's conversations: every conversation a version of which (its row, an unpublished
       // payload) names the sender, and those an earlier erasure of it redacted; their rows and
-      // unpublished payloads become the conversation's marker.
-      const convs = await this.senderConversations(q, a, s, earlier, through);
+      // unpublished payloads become the conversation's marker. (A retention erasure's: none.)
+      const convs = req.kind === 'sender' ? await this.senderConversations(q, a, s, earlier, through) : { rows: new Map<string, string | null>(), ids: new Set<string>(), pending: [] };
       for (const [c, raw] of convs.rows) if (open(raw)) conversationWrites.push({ id: c, marker: redactedConversation(c, id) });
       const ofConversations = convs.pending.filter((p) => convs.ids.has(p.conversation_id));
       const convPayloads = await this.payloads(q, ofConversations.map((p) => p.seq));

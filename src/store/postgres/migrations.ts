@@ -34,7 +34,7 @@ import { migrateLockKey } from './locks.js';
 import { RUNS_DDL } from './runs.js';
 import { LEDGER_DDL, RETENTION_DDL } from './export-ledger.js';
 import { STATUS_DDL } from './status.js';
-import { ERASURES_ARCHIVE_DDL, ERASURES_DDL } from './erasures.js';
+import { ERASURES_ARCHIVE_DDL, ERASURES_DDL, ERASURES_RETENTION_DDL } from './erasures.js';
 
 /** One migration: its statements for the mirror in `schema` (one simple query, several statements). */
 export type PgMigration = (schema: string) => string;
@@ -164,7 +164,7 @@ export function coreTablesDdl(schema: string): string {
 /**
  * The migrations, applied in order; `schema_version.version` holds how many have run. Append new
  * ones; never edit a released one. Version 1 is SQLite's schema version 8 as a whole (a PostgreSQL
- * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures), 3 SQLite's 10 (the erasure record's batch id), 4 SQLite's 11 (retention).
+ * mirror never had the earlier ones); version 2 is SQLite's 9 (erasures), 3 SQLite's 10 (the erasure record's batch id), 4 SQLite's 11 (retention), 5 SQLite's 12 (retention erasures).
  */
 export const PG_MIGRATIONS: readonly PgMigration[] = [
   (schema) => [coreTablesDdl(schema), ...RUNS_DDL(schema), ...LEDGER_DDL(schema), ...STATUS_DDL(schema)].join(';\n'),
@@ -177,6 +177,8 @@ export const PG_MIGRATIONS: readonly PgMigration[] = [
   (schema) => ERASURES_ARCHIVE_DDL(schema).join(';\n'),
   // 4: the retention record that expired a published file (issue 26, item 3; SQLite's version 11).
   (schema) => RETENTION_DDL(schema).join(';\n'),
+  // 5: retention erasures (issue 26, item 3, --prune-mirror; SQLite's version 12): kind 'retention'.
+  (schema) => ERASURES_RETENTION_DDL(schema).join(';\n'),
 ];
 
 /** The schema version this code writes and reads. */

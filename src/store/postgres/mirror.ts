@@ -68,7 +68,7 @@ import { Conversations } from './conversations.js';
 import { qualify } from './db.js';
 import { conversationLockKey, erasureGateKey, listingLockKey } from './locks.js';
 import { Erasures } from './erasures.js';
-import { checkErasureRequest, erasuresInForce, NO_CONVERSATION_ERASURES, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
+import { checkErasureRequest, erasuresInForce, NO_CONVERSATION_ERASURES, pageRetentionFloor, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
 import { Messages } from './messages.js';
 import { checkSchemaState, CreateSchemaFailed, migrate, PG_SCHEMA_VERSION, readSchemaVersion } from './migrations.js';
 import { Runs } from './runs.js';
@@ -636,7 +636,7 @@ export class PostgresMirror implements Mirror {
       async (c, buf, gated) => {
         const now = this.now();
         // Erasures in force first: an erased message is compared and written as its marker.
-        const inForce = gated.erasures ? await this.erasures_.inForce(c, accountId, conversationId, pageSenderIds(page)) : erasuresInForce(conversationId, []);
+        const inForce = gated.erasures ? await this.erasures_.inForce(c, accountId, conversationId, pageSenderIds(page), pageRetentionFloor(page)) : erasuresInForce(conversationId, []);
         await this.conversations.ensure(c, buf, accountId, conversationId, now, runId, inForce.conversation);
         return this.messages.commitPage(c, buf, accountId, conversationId, redactMessagesPage(page, inForce), runId, now);
       },
@@ -840,6 +840,11 @@ export class PostgresMirror implements Mirror {
   /** Every `erasures` row, oldest first. */
   erasures(): Promise<ErasureRow[]> {
     return this.guard(() => this.erasures_.list(this.pool));
+  }
+
+  /** The accounts the mirror holds messages of (see the interface). */
+  messageAccounts(): Promise<string[]> {
+    return this.guard(() => this.erasures_.messageAccounts(this.pool));
   }
 
   /** Records that the archive step finished an erasure (see the interface); one statement. */

@@ -12,7 +12,9 @@ import {
   conversationBelongsToSender,
   conversationErasures,
   conversationNamesSender,
+  dayAfter,
   erasureRow,
+  expiredRecord,
   erasuresInForce,
   messageKey,
   namesSender,
@@ -58,7 +60,10 @@ export class Erasures {
   private readonly exists: Statement<[id: number], { archive_done_at: string | null }>;
   private readonly earlier: Statement<[accountId: string, kind: string, subject: string], { id: number }>;
   private readonly publishedThrough: Statement<[], { n: number }>;
-  private readonly forPage: Statement<{ account: string; conversation: string; senders: string }, { kind: ErasureKind; subject: string; id: number }>;
+  private readonly forPage: Statement<{ account: string; conversation: string; senders: string; floor: string | null }, { kind: ErasureKind; subject: string; id: number }>;
+  private readonly createdBeforeCandidates: Statement<[accountId: string, upper: string], MessageRow & { created_at: string }>;
+  private readonly accounts: Statement<[], { account_id: string }>;
+  private readonly bySubject: Statement<[accountId: string, kind: string, subject: string], { id: number }>;
   private readonly forConversations: Statement<[accountId: string, ids: string], { kind: ErasureKind; subject: string; id: number }>;
   private readonly senderConversationCandidates: Statement<[accountId: string, needle: string, mark: string | null], { id: string; raw: string | null }>;
   private readonly pendingConversationsOfAccount: Statement<[{ after: number; account: string; needle: string }], PendingConversation>;
@@ -106,9 +111,15 @@ export class Erasures {
     this.forPage = db.prepare(
       `SELECT kind, subject, min(id) AS id FROM erasures
        WHERE account_id = @account AND ((kind = 'conversation' AND subject = @conversation)
-                                        OR (kind = 'sender' AND subject IN (SELECT value FROM json_each(@senders))))
+                                        OR (kind = 'sender' AND subject IN (SELECT value FROM json_each(@senders)))
+                                        OR (kind = 'retention' AND subject > @floor))
        GROUP BY kind, subject`,
     );
+    // Every message that may be created before a cutoff day (string order, a day of margin for UTC
+    // offsets): decided in JS (createdBefore).
+    this.createdBeforeCandidates = db.prepare(`SELECT rowid, conversation_id, id, raw, created_at FROM messages WHERE account_id = ? AND created_at < ?`);
+    this.accounts = db.prepare(`SELECT DISTINCT account_id FROM messages ORDER BY account_id`);
+    this.bySubject = db.prepare(`SELECT id FROM erasures WHERE account_id = ? AND kind = ? AND subject = ?`);
     // The page's conversations erased, and every sender the account erased (a served conversation
     // may name any of them): one read of the index by subject.
     this.forConversations = db.prepare(
@@ -164,11 +175,15 @@ export class Erasures {
   }
 
   /**
-   * The erasures in force for a page of messages of one conversation: those of the conversation
-   * and those of the page's senders (one indexed read).
+   * The erasures in force for a page of messages of one conversation: those of the conversation,
+   * those of the page's senders, and the retention erasures whose cutoff is after `retentionFloor`
+   * (`pageRetentionFloor`; undefined: none) (one indexed read).
    */
-  inForce(accountId: string, conversationId: string, senderIds: readonly string[]): ErasuresInForce {
-    return erasuresInForce(conversationId, this.forPage.all({ account: accountId, conversation: conversationId, senders: JSON.stringify(senderIds) }));
+  inForce(accountId: string, conversationId: string, senderIds: readonly string[], retentionFloor?: string): ErasuresInForce {
+    return erasuresInForce(
+      conversationId,
+      this.forPage.all({ account: accountId, conversation: conversationId, senders: JSON.stringify(senderIds), floor: retentionFloor ?? null }),
+    );
   }
 
   /**
@@ -178,6 +193,11 @@ export class Erasures {
    */
   conversationsInForce(accountId: string, ids: readonly string[]): ConversationErasures {
     return conversationErasures(this.forConversations.all(accountId, JSON.stringify(ids)));
+  }
+
+  /** The accounts the mirror holds messages of, in code-point order. */
+  messageAccounts(): string[] {
+    return this.accounts.all().map((r) => r.account_id);
   }
 
   /** Every erasure, oldest first. */
@@ -218,10 +238,14 @@ export class Erasures {
     const a = subject.accountId;
     if (subject.kind === 'conversation') return this.publishedSeqsOfConversation.all(through, a, subject.subject).map(([seq, stream]) => ({ seq, stream }));
     const all = new Set(this.earlier.all(a, 'sender', subject.subject).map((r) => r.id));
-    const { keys } = this.senderKeys(a, subject.subject, all, through);
+    const { keys } =
+      subject.kind === 'retention'
+        ? this.expiredKeys(a, subject.subject, through, new Set(this.bySubject.all(a, 'retention', subject.subject).map((r) => r.id)))
+        : this.senderKeys(a, subject.subject, all, through);
     const out: SubjectLine[] = [];
     if (keys.size > 0) for (const [seq, conversationId, recordId] of this.publishedSeqsOfAccount.iterate(through, a)) if (keys.has(messageKey(conversationId, recordId))) out.push({ seq, stream: 'messages' });
-    const { ids } = this.senderConversations(a, subject.subject, all, through);
+    // A retention erasure's lines are its messages' only.
+    const ids = subject.kind === 'sender' ? this.senderConversations(a, subject.subject, all, through).ids : new Set<string>();
     if (ids.size > 0) {
       for (const [seq, conversationId] of this.publishedConversationSeqsOfAccount.iterate(through, a)) if (ids.has(conversationId)) out.push({ seq, stream: 'conversations' });
       out.sort((x, y) => x.seq - y.seq);
@@ -287,6 +311,17 @@ export class Erasures {
   }
 
   /**
+   * The messages of account `a` a retention erasure of cutoff day `cutoff` erases (see
+   * {@link expiredRecord}: created before the day, and not redacted by another erasure than one of
+   * `own`), with their rows and the unpublished changes of the account.
+   */
+  private expiredKeys(a: string, cutoff: string, through: number, own: ReadonlySet<number>): { rows: Map<string, MessageRow>; keys: Set<string>; pending: PendingKey[] } {
+    const rows = new Map<string, MessageRow>();
+    for (const r of this.createdBeforeCandidates.iterate(a, dayAfter(cutoff))) if (expiredRecord(r.raw, r.created_at, cutoff, own)) rows.set(messageKey(r.conversation_id, r.id), r);
+    return { rows, keys: new Set(rows.keys()), pending: rows.size > 0 ? this.pendingOfAccount.all({ after: through, account: a, needle: null }) : [] };
+  }
+
+  /**
    * Erases a subject (see `Mirror.eraseSubject`; the request is checked by the caller). Call inside
    * an immediate transaction, or a read transaction for a dry run (which writes nothing).
    *
@@ -322,10 +357,11 @@ export class Erasures {
       counts.publishedLines = this.publishedOfConversation.get(through, a, c)?.n ?? 0;
     } else {
       const s = req.subject;
-      const earlier = new Set(this.earlier.all(a, 'sender', s).map((r) => r.id).filter((n) => n !== erasureId));
-      // The subject's messages: every message a version of which (its row, a superseded version,
-      // an unpublished payload) names the sender, and those an earlier erasure of it redacted.
-      const { rows, keys, pending } = this.senderKeys(a, s, earlier, through);
+      // The subject's messages. A sender's: every message a version of which (its row, a
+      // superseded version, an unpublished payload) names the sender, and those an earlier erasure
+      // of it redacted. A retention cutoff's: every message created before the day.
+      const earlier = req.kind === 'sender' ? new Set(this.earlier.all(a, 'sender', s).map((r) => r.id).filter((n) => n !== erasureId)) : new Set<number>();
+      const { rows, keys, pending } = req.kind === 'retention' ? this.expiredKeys(a, s, through, new Set()) : this.senderKeys(a, s, earlier, through);
       for (const r of rows.values()) if (redact(r.raw, () => redactedMessage(r.raw, id, r.id), (m) => this.writeMessage.run(m, r.rowid))) counts.messages++;
       for (const k of keys) {
         const [conversationId, messageId] = k.split('\0') as [string, string];
@@ -342,8 +378,8 @@ export class Erasures {
       if (keys.size > 0) for (const [conversationId, recordId] of this.publishedOfAccount.iterate(through, a)) if (keys.has(messageKey(conversationId, recordId))) counts.publishedLines++;
       // The sender's conversations: every conversation a version of which (its row, an unpublished
       // payload) names the sender, and those an earlier erasure of it redacted; their rows and
-      // unpublished payloads become the conversation's marker.
-      const convs = this.senderConversations(a, s, earlier, through);
+      // unpublished payloads become the conversation's marker. (A retention erasure's: none.)
+      const convs = req.kind === 'sender' ? this.senderConversations(a, s, earlier, through) : { rows: new Map<string, string | null>(), ids: new Set<string>(), pending: [] };
       for (const [c, raw] of convs.rows) if (redact(raw, () => redactedConversation(c, id), (m) => this.writeConversation.run(m, a, c))) counts.conversations++;
       for (const [seq, c] of convs.pending) {
         if (!convs.ids.has(c)) continue;

@@ -343,4 +343,31 @@ export const MIGRATIONS: readonly string[] = [
          archive holds it. An expired row stays: the mirror knows what the archive no longer holds. */ `
   ALTER TABLE export_files ADD COLUMN expired_by INTEGER; -- the retention record's batch id; NULL while held
   `,
+  /* 12: retention erasures (issue 26, item 3, --prune-mirror): kind 'retention', whose subject is a
+         cutoff day (every message of the account created before it). SQLite cannot change a CHECK
+         in place: the table is rebuilt, same columns in the same order, same rows and ids. */ `
+  CREATE TABLE erasures_v12 (
+    id                    INTEGER PRIMARY KEY,  -- ascending from 1 (rows are never deleted)
+    kind                  TEXT NOT NULL CHECK (kind IN ('sender', 'conversation', 'retention')),
+    account_id            TEXT NOT NULL,
+    subject               TEXT NOT NULL,        -- the sender id, the conversation id, or the cutoff day (YYYY-MM-DD)
+    reason                TEXT NOT NULL CHECK (length(trim(reason)) > 0),
+    requested_at          TEXT NOT NULL,        -- ISO 8601 UTC, the mirror's clock
+    messages              INTEGER NOT NULL,     -- messages rows redacted
+    history               INTEGER NOT NULL,     -- message_history rows redacted
+    pending_changes       INTEGER NOT NULL,     -- unpublished change payloads redacted
+    conversations         INTEGER NOT NULL,     -- conversations rows redacted
+    published_lines       INTEGER NOT NULL,     -- change-log lines at or below published_through_seq that concern the subject
+    published_through_seq INTEGER NOT NULL,     -- every line at or below it may be published: the archive step rewrites them
+    archive_done_at       TEXT,                 -- when the archive step finished; NULL until then
+    archive_batch_id      INTEGER               -- the erasure record's batch id in the ledger; NULL until recorded
+  );
+  INSERT INTO erasures_v12 (id, kind, account_id, subject, reason, requested_at, messages, history, pending_changes, conversations,
+                            published_lines, published_through_seq, archive_done_at, archive_batch_id)
+    SELECT id, kind, account_id, subject, reason, requested_at, messages, history, pending_changes, conversations,
+           published_lines, published_through_seq, archive_done_at, archive_batch_id FROM erasures ORDER BY id;
+  DROP TABLE erasures;
+  ALTER TABLE erasures_v12 RENAME TO erasures;
+  CREATE INDEX erasures_by_subject ON erasures (account_id, kind, subject);
+  `,
 ];

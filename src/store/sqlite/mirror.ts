@@ -39,7 +39,7 @@ import { ExportLedger } from './export-ledger.js';
 import { MirrorStatus } from './status.js';
 import { AuditReads } from './audit.js';
 import { Erasures } from './erasures.js';
-import { checkErasureRequest, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
+import { checkErasureRequest, pageRetentionFloor, pageSenderIds, redactConversationsPage, redactMessagesPage } from '../redaction.js';
 import type {
   Checkpoint,
   ConversationFilter,
@@ -344,7 +344,7 @@ export class SqliteMirror implements Mirror {
       return this.db
         .transaction(() => {
           // Erasures in force first: an erased message is compared and written as its marker.
-          const inForce = this.erasures_.inForce(accountId, conversationId, pageSenderIds(page));
+          const inForce = this.erasures_.inForce(accountId, conversationId, pageSenderIds(page), pageRetentionFloor(page));
           this.conversations.ensure(accountId, conversationId, now, runId, inForce.conversation);
           return this.messages.commitPage(accountId, conversationId, redactMessagesPage(page, inForce), runId, now);
         })
@@ -543,6 +543,10 @@ export class SqliteMirror implements Mirror {
 
   async erasures(): Promise<ErasureRow[]> {
     return this.guard(() => this.erasures_.all());
+  }
+
+  async messageAccounts(): Promise<string[]> {
+    return this.guard(() => this.erasures_.messageAccounts());
   }
 
   async recordErasureArchived(erasureId: number, doneAt: string): Promise<boolean> {
