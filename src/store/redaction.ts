@@ -247,6 +247,16 @@ export function createdBefore(createdAt: unknown, cutoff: string): boolean {
   return Number.isFinite(t) && c !== undefined && t < c;
 }
 
+/** The `created_at` of a stored message record (JSON text); undefined when it has none or is not JSON. Never throws. */
+export function createdAtOf(record: string | null): unknown {
+  if (record === null) return undefined;
+  try {
+    return (asObject(JSON.parse(record)) as { created_at?: unknown }).created_at;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Whether a retention erasure of cutoff day `cutoff` concerns a message whose record is `record`
  * and whose `created_at` column reads `createdAt`: the message was created before the day

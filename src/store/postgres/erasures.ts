@@ -29,6 +29,7 @@ import {
   conversationBelongsToSender,
   conversationErasures,
   conversationNamesSender,
+  createdAtOf,
   dayAfter,
   erasureRow,
   erasuresInForce,
@@ -332,7 +333,16 @@ export class Erasures {
 
   /** The accounts the mirror holds messages of, in code-point order. */
   async messageAccounts(q: Queryable): Promise<string[]> {
-    return (await this.all<{ account_id: string }>(q, `SELECT DISTINCT account_id FROM ${this.t('messages')} ORDER BY account_id`)).map((r) => r.account_id);
+    // One probe of the primary key per account (a skip scan); COLLATE "C" keys: code-point order.
+    const m = this.t('messages');
+    const rows = await this.all<{ account_id: string }>(
+      q,
+      `WITH RECURSIVE a(id) AS (
+         SELECT (SELECT min(account_id) FROM ${m})
+         UNION ALL SELECT (SELECT min(account_id) FROM ${m} WHERE account_id > a.id) FROM a WHERE a.id IS NOT NULL)
+       SELECT id AS account_id FROM a WHERE id IS NOT NULL`,
+    );
+    return rows.map((r) => r.account_id);
   }
 
   /**
@@ -341,14 +351,19 @@ export class Erasures {
    * `own`), with their rows and the unpublished changes of the account.
    */
   private async expiredKeys(q: Queryable, a: string, cutoff: string, through: number, own: ReadonlySet<number>): Promise<{ rows: Map<string, MessageRow>; keys: Set<string>; pending: PendingKey[] }> {
-    // String order with a day of margin for UTC offsets; decided in JS (createdBefore).
-    const candidates = await this.all<MessageRow & { created_at: string }>(
+    // String order with a day of margin for UTC offsets; decided in JS (createdBefore). A record
+    // jsonb cannot hold (a \u0000, a lone surrogate: `raw` NULL, so `created_at` NULL too) is read
+    // from `raw_text`, as SQLite reads every record.
+    const candidates = await this.all<MessageRow & { created_at: string | null }>(
       q,
-      `SELECT conversation_id, id, raw_text AS raw, created_at FROM ${this.t('messages')} WHERE account_id = $1 AND created_at < $2`,
+      `SELECT conversation_id, id, raw_text AS raw, created_at FROM ${this.t('messages')}
+       WHERE account_id = $1 AND (created_at < $2 OR (raw IS NULL AND raw_text IS NOT NULL))`,
       [a, dayAfter(cutoff)],
     );
     const rows = new Map<string, MessageRow>();
-    for (const r of candidates) if (expiredRecord(r.raw, r.created_at, cutoff, own)) rows.set(messageKey(r.conversation_id, r.id), r);
+    for (const r of candidates) {
+      if (expiredRecord(r.raw, r.created_at ?? createdAtOf(r.raw), cutoff, own)) rows.set(messageKey(r.conversation_id, r.id), r);
+    }
     const pending =
       rows.size === 0
         ? []
