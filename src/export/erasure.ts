@@ -46,6 +46,7 @@ import { MerkleTreeBuilder, leafHash } from './merkle.js';
 import { erasureTempName } from './paths.js';
 import { MAX_RECORD_BYTES, createTemp, discardTemp, existingDataFile, makeDir, readIfPresent, removeIfPublished, renameIntoPlace, writeAll, type ExportFailpoint, type Target } from './publish-fs.js';
 import { parseStub, renderStub, seqOfLine, stubOf } from './stub.js';
+import { conversationNamesSender, senderNeedle } from '../store/redaction.js';
 
 /** What the archive step needs of the publication it runs in. */
 export interface ErasureStepContext {
@@ -172,18 +173,46 @@ interface Rewritten {
  * The published files of `e`'s account and streams whose seq range holds a line of the subject at
  * or below its published-through seq, in the mirror's order, with those seqs.
  */
-async function filesToRewrite(mirror: Mirror, e: ErasureSubject, through: number): Promise<{ file: PublishedFile; seqs: Set<number> }[]> {
+async function filesToRewrite(mirror: Mirror, root: string, e: ErasureSubject, through: number): Promise<{ file: PublishedFile; seqs: Set<number>; fromMirror: number }[]> {
   const lines = await mirror.subjectLines(e, through);
-  if (lines.length === 0) return [];
+  // A sender's published conversation lines are found in the files too: a conversation that named
+  // the sender when it was published and no longer does is in no row the mirror keeps (conversations
+  // keep no history, published payloads are pruned).
+  const scanConversations = e.kind === 'sender';
+  if (lines.length === 0 && !scanConversations) return [];
   const byStream = new Map<string, number[]>();
   for (const l of lines) (byStream.get(l.stream) ?? byStream.set(l.stream, []).get(l.stream)!).push(l.seq);
-  const out: { file: PublishedFile; seqs: Set<number> }[] = [];
+  const out: { file: PublishedFile; seqs: Set<number>; fromMirror: number }[] = [];
   for (const f of await mirror.publishedFiles()) {
     if (f.account_id !== e.accountId) continue;
-    const seqs = byStream.get(f.stream);
-    if (!seqs) continue;
-    const inFile = seqsBetween(seqs, f.first_seq, f.last_seq);
-    if (inFile.length > 0) out.push({ file: f, seqs: new Set(inFile) });
+    const inFile = seqsBetween(byStream.get(f.stream) ?? [], f.first_seq, f.last_seq);
+    const seqs = new Set(inFile);
+    if (scanConversations && f.stream === 'conversations' && f.first_seq <= through) for (const seq of await linesNamingSender(root, f, e.subject, through)) seqs.add(seq);
+    if (seqs.size > 0) out.push({ file: f, seqs, fromMirror: inFile.length });
+  }
+  return out;
+}
+
+/**
+ * The seqs (at or below `through`) of the lines of published `conversations` file `f` that are not
+ * stubs and name sender `senderId` (`conversationNamesSender`: its id as a JSON string value at any
+ * depth of the line). Streamed.
+ *
+ * @throws {@link ExportError} naming the file when it cannot be read
+ */
+async function linesNamingSender(root: string, f: PublishedFile, senderId: string, through: number): Promise<number[]> {
+  const out: number[] = [];
+  const needle = Buffer.from(senderNeedle(senderId), 'utf8');
+  const splitter = new LineSplitter((line) => {
+    if (!line.includes(needle) || parseStub(line)) return;
+    const seq = seqOfLine(line);
+    if (seq !== undefined && seq <= through && conversationNamesSender(line.toString('utf8'), senderId)) out.push(seq);
+  });
+  try {
+    await readDataFile(path.join(root, f.path), f.path.endsWith('.gz'), (chunk) => splitter.update(chunk));
+    splitter.end();
+  } catch (err) {
+    throw new ExportError(`cannot read the published file ${f.path}: ${(err as Error).message}`, { file: f.path }, err);
   }
   return out;
 }
@@ -206,7 +235,7 @@ function seqsBetween(seqs: readonly number[], from: number, to: number): number[
 async function rewriteAll(ctx: ErasureStepContext, e: ErasureRow): Promise<Rewritten[]> {
   const roots = new RootsOfRecords(ctx.target.root, await ctx.mirror.ledgerEntries());
   const out: Rewritten[] = [];
-  for (const { file, seqs } of await filesToRewrite(ctx.mirror, e, e.publishedThroughSeq)) {
+  for (const { file, seqs } of await filesToRewrite(ctx.mirror, ctx.target.root, e, e.publishedThroughSeq)) {
     const r = await rewriteFile(ctx.target, file, seqs, e.id, roots.rootOf(file));
     if (!r) continue;
     out.push(r);
@@ -483,8 +512,8 @@ export interface ArchiveDryRun {
  */
 export async function archiveDryRun(mirror: Mirror, exportDir: string, subject: ErasureSubject, throughSeq: number): Promise<ArchiveDryRun> {
   const root = path.resolve(exportDir);
-  const candidates = await filesToRewrite(mirror, subject, throughSeq);
-  const inFiles = candidates.reduce((n, c) => n + c.seqs.size, 0);
+  const candidates = await filesToRewrite(mirror, root, subject, throughSeq);
+  const inFiles = candidates.reduce((n, c) => n + c.fromMirror, 0);
   const total = (await mirror.subjectLines(subject, throughSeq)).length;
   let files = 0;
   let lines = 0;

@@ -79,49 +79,54 @@ export interface MirrorPruned {
   publishedLines: number;
 }
 
-/** The cutoff each mirror was last pruned at by this process, per account: a publication re-reads nothing until the day moves. */
-const prunedAt = new WeakMap<Mirror, string>();
+/** The cutoff each mirror was last pruned at by this process, and the accounts it covered then: a publication reads the erasures again only when the day moves or an account is new. */
+const prunedAt = new WeakMap<Mirror, { cutoff: string; accounts: ReadonlySet<string> }>();
 
 /**
  * `--prune-mirror` (issue 26, item 3): expires the mirror's messages by the `messages` limit of
  * `policy`. For each account the mirror holds messages of, when the cutoff (the UTC day of the
- * clock minus the limit) is after the cutoff of every earlier retention erasure of the account and
- * some message created before it is not redacted yet, a **retention erasure**
- * (`Mirror.eraseSubject` kind `retention`, subject the cutoff day, reason `retention <policy>`)
- * redacts those messages as an erasure does (rows, history, unpublished payloads; key, position
- * and `created_at` kept), and from then on every message served again that was created before the
- * cutoff arrives redacted. Its archive step (the same publication's, which calls this first) then
- * replaces their published lines by stubs and publishes an erasure record with the cutoff.
+ * clock minus the limit) is after the cutoff of every earlier retention erasure of the account, a
+ * **retention erasure** (`Mirror.eraseSubject` kind `retention`, subject the cutoff day, reason
+ * `retention <policy>: messages created before <day>`) redacts the messages created before it as
+ * an erasure does (rows, history, unpublished payloads; key, position and `created_at` kept). It is
+ * recorded even when nothing had expired yet: from then on every message served that was created
+ * before the cutoff arrives redacted (a back-dated import, a workspace synced for the first time
+ * later that day). Its archive step (the same publication's, which calls this first) then replaces
+ * the published lines of those messages by stubs and publishes an erasure record with the cutoff
+ * (none when nothing was published).
  *
  * Call with the publisher lock held (in a publication, before the archive step of erasures). Reads
- * the accounts and the erasures once per cutoff day per process.
+ * the accounts on every call (one index probe per account), the erasures once per cutoff day per
+ * process and when an account is new.
  *
- * @returns the retention erasures recorded (none when nothing expired, or the day was done)
+ * @returns the retention erasures recorded that redacted something (an erasure of nothing is
+ *   recorded, not returned)
  * @throws {@link StoreError} from the mirror (a read-only mirror, a lost writer lock)
  */
 export async function pruneMirror(ctx: { mirror: Mirror; policy: RetentionPolicy; clock: Clock; logger?: Logger | undefined }): Promise<MirrorPruned[]> {
   const limit = ctx.policy.streams.messages;
   if (!limit || ctx.policy.pruneMirror !== true) return [];
   const cutoff = cutoffDay(limit, ctx.clock.now());
-  if (prunedAt.get(ctx.mirror) === cutoff) return [];
+  const accounts = await ctx.mirror.messageAccounts();
+  const done = prunedAt.get(ctx.mirror);
+  if (done?.cutoff === cutoff && accounts.every((a) => done.accounts.has(a))) return [];
   const reason = `retention ${ctx.policy.text}: messages created before ${cutoff}`;
   const latest = new Map<string, string>();
   for (const e of await ctx.mirror.erasures()) if (e.kind === 'retention' && (latest.get(e.accountId) ?? '') < e.subject) latest.set(e.accountId, e.subject);
   const out: MirrorPruned[] = [];
-  for (const accountId of await ctx.mirror.messageAccounts()) {
+  for (const accountId of accounts) {
     if ((latest.get(accountId) ?? '') >= cutoff) continue;
-    const request = { kind: 'retention' as const, accountId, subject: cutoff, reason };
-    const dry = await ctx.mirror.eraseSubject({ ...request, dryRun: true });
-    if (dry.messages + dry.history + dry.pendingChanges === 0) continue;
-    const r = await ctx.mirror.eraseSubject(request);
-    const done = { accountId, erasureId: r.erasureId!, cutoff, messages: r.messages, history: r.history, pendingChanges: r.pendingChanges, publishedLines: r.publishedLines };
-    out.push(done);
-    ctx.logger?.info(
-      { erasure: done.erasureId, account_id: accountId, cutoff, messages: r.messages, history: r.history, pending_changes: r.pendingChanges, published_lines: r.publishedLines },
-      'retention: messages created before the cutoff erased from the mirror (--prune-mirror); their published lines are replaced by stubs next',
-    );
+    const r = await ctx.mirror.eraseSubject({ kind: 'retention', accountId, subject: cutoff, reason });
+    const pruned = { accountId, erasureId: r.erasureId!, cutoff, messages: r.messages, history: r.history, pendingChanges: r.pendingChanges, publishedLines: r.publishedLines };
+    const fields = { erasure: pruned.erasureId, account_id: accountId, cutoff, messages: r.messages, history: r.history, pending_changes: r.pendingChanges, published_lines: r.publishedLines };
+    if (r.messages + r.history + r.pendingChanges + r.publishedLines === 0) {
+      ctx.logger?.debug(fields, 'retention: no message created before the cutoff yet; the cutoff is recorded, so messages older than it arrive redacted');
+      continue;
+    }
+    out.push(pruned);
+    ctx.logger?.info(fields, 'retention: messages created before the cutoff erased from the mirror (--prune-mirror); their published lines are replaced by stubs next');
   }
-  prunedAt.set(ctx.mirror, cutoff);
+  prunedAt.set(ctx.mirror, { cutoff, accounts: new Set(accounts) });
   return out;
 }
 
