@@ -138,7 +138,7 @@ describe.each(engines)('erasure edges: end to end on $name', (engine) => {
       const es = await h.mirror.erasures();
       const senderId = es.find((e) => e.kind === 'sender')!.id;
       const retentionId = es.find((e) => e.kind === 'retention')?.id;
-      const lowest = (m: (typeof c0)['messages'][number]) => {
+      const lowest = (m: NonNullable<typeof c0>['messages'][number]) => {
         const ids = [m.sender.id === customer.id ? senderId : undefined, Date.parse(m.created_at) < Date.UTC(2024, 10, 13) ? retentionId : undefined].filter((x): x is number => x !== undefined);
         return ids.length > 0 ? Math.min(...ids) : undefined;
       };

@@ -77,6 +77,8 @@ export type EraseOutcome =
       /** Set when the archive step was left to another publisher (see `ExportResult.busy`). */
       busy?: 'busy' | 'fenced' | undefined;
       head: LedgerHead | undefined;
+      /** Set when the same erasure, interrupted earlier, was finished instead (its `requested_at`: see `EraseDone.resumedFrom`). */
+      resumedFrom?: string;
     };
 
 /**
@@ -156,7 +158,12 @@ export function eraseSummary(o: EraseOutcome): string[] {
       `archive: would rewrite ${n(a.files, 'file')}, replacing ${n(a.lines, 'line')} by stubs${a.unpublished > 0 ? ` (and ${n(a.unpublished, 'line')} of a batch not yet published, after its publication)` : ''}`,
     ];
   }
-  const out = [`erasure ${m.erasureId!}: ${what}`, `mirror: redacted ${mirrorCounts}; ${n(m.publishedLines, 'published line')} at or below seq ${m.publishedThroughSeq} for the archive`];
+  const out = [
+    `erasure ${m.erasureId!}: ${what}`,
+    o.resumedFrom !== undefined
+      ? `mirror: recorded earlier (${o.resumedFrom}), its archive step interrupted: it redacted ${mirrorCounts}; ${n(m.publishedLines, 'published line')} at or below seq ${m.publishedThroughSeq} for the archive`
+      : `mirror: redacted ${mirrorCounts}; ${n(m.publishedLines, 'published line')} at or below seq ${m.publishedThroughSeq} for the archive`,
+  ];
   for (const e of o.archived) {
     const own = e.erasureId === m.erasureId ? 'archive' : `archive (erasure ${e.erasureId}, left pending earlier)`;
     if (!e.record) {

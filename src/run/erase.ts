@@ -57,6 +57,12 @@ export interface ArchiveStepResult {
 export interface EraseDone extends ArchiveStepResult {
   /** The mirror's erasure (its id, the rows redacted, the published lines left to the archive step). */
   mirror: ErasureResult;
+  /**
+   * Set when the same erasure (kind, account, subject and reason) was recorded earlier and its
+   * archive step never finished (an interrupted `erase`): its `requested_at`. That erasure was
+   * finished instead of recording another; {@link mirror} holds its counts.
+   */
+  resumedFrom?: string;
 }
 
 /**
@@ -102,10 +108,28 @@ export async function archiveStep(mirror: Mirror, erasureId: number, o: ArchiveS
  *   when the archive step failed (the erasure is recorded: the next `erase` or publication finishes it)
  */
 export async function eraseAndArchive(mirror: Mirror, request: Omit<ErasureRequest, 'dryRun'>, o: ArchiveStepOptions & { afterMirror?: (erased: ErasureResult) => Promise<void> }): Promise<EraseDone> {
-  const erased = await mirror.eraseSubject({ kind: request.kind, accountId: request.accountId, subject: request.subject, reason: request.reason });
-  o.logger.info({ erasure: erased.erasureId, kind: request.kind, account_id: request.accountId, messages: erased.messages, published_lines: erased.publishedLines }, 'erasure recorded in the mirror');
+  // The same erasure asked again after an interrupted one: finish that one (every page committed
+  // since redacted the subject as it arrived), rather than record a second that redacts nothing.
+  const earlier = (await mirror.erasures()).find(
+    (e) => e.archiveDoneAt === null && e.kind === request.kind && e.accountId === request.accountId && e.subject === request.subject && e.reason === request.reason,
+  );
+  const erased: ErasureResult = earlier
+    ? {
+        erasureId: earlier.id,
+        dryRun: false,
+        messages: earlier.messages,
+        history: earlier.history,
+        pendingChanges: earlier.pendingChanges,
+        conversations: earlier.conversations,
+        publishedLines: earlier.publishedLines,
+        publishedThroughSeq: earlier.publishedThroughSeq,
+      }
+    : await mirror.eraseSubject({ kind: request.kind, accountId: request.accountId, subject: request.subject, reason: request.reason });
+  const fields = { erasure: erased.erasureId, kind: request.kind, account_id: request.accountId, messages: erased.messages, published_lines: erased.publishedLines };
+  if (earlier) o.logger.info({ ...fields, requested_at: earlier.requestedAt }, 'the same erasure was recorded earlier and its archive step never finished: finishing it');
+  else o.logger.info(fields, 'erasure recorded in the mirror');
   if (o.afterMirror) {
     await o.afterMirror(erased).catch((err: unknown) => o.logger.warn({ erasure: erased.erasureId, err: describeError(err) }, 'after the erasure was recorded: a hook failed'));
   }
-  return { mirror: erased, ...(await archiveStep(mirror, erased.erasureId!, o)) };
+  return { mirror: erased, ...(earlier ? { resumedFrom: earlier.requestedAt } : {}), ...(await archiveStep(mirror, erased.erasureId!, o)) };
 }
