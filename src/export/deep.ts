@@ -16,16 +16,14 @@
  * expired files that no remaining line holds is not reported (its lines may all have expired; the
  * archive no longer says). Every remaining line must still match the mirror.
  */
-import fs from 'node:fs';
 import path from 'node:path';
-import zlib from 'node:zlib';
 import type { ChangeStream, Mirror } from '../store/mirror.js';
 import { redactionOf } from '../store/redaction.js';
 import { ERASED_BODY, Replay, type Difference, type ReplayLine } from '../store/replay.js';
 import { exportLine, lineBody, recordBody } from './lines.js';
 import type { FileState } from './file-states.js';
-import { MAX_GUNZIP_BYTES } from './verify-files.js';
 import { parseStub } from './stub.js';
+import { LineSplitter, readDataFile } from './line-stream.js';
 import type { VerifyProblem } from './verify-types.js';
 
 /** Differences and line problems named one by one; the rest are counted. */
@@ -57,7 +55,7 @@ export async function deepCheck(mirror: Mirror, root: string, files: readonly Fi
     replay.batch(() => {
       for (const f of expired) replay.addExpired(f.original.stream as ChangeStream, f.original.account_id, f.original.first_seq, f.original.last_seq);
     });
-    const problems = replayFiles(replay, root, files);
+    const problems = await replayFiles(replay, root, files);
     const watermark = await mirror.exportWatermark();
     await replay.batchAsync(async () => {
       // What is committed but not published yet is part of the mirror's state.
@@ -96,18 +94,30 @@ function lineOf(stream: ChangeStream, line: Record<string, unknown>): ReplayLine
   };
 }
 
-/** Adds every line of every listed file; returns the problems of lines (not JSON, out of range, exported twice). */
-function replayFiles(replay: Replay, root: string, files: readonly FileState[]): VerifyProblem[] {
+/**
+ * Adds every line of every listed file, streamed (a `.gz` decompressed as it is read, within the
+ * file check's cap); returns the problems of lines (not JSON, out of range, exported twice). A file
+ * that cannot be read is skipped from where it fails (the file check says why).
+ */
+async function replayFiles(replay: Replay, root: string, files: readonly FileState[]): Promise<VerifyProblem[]> {
   const problems: VerifyProblem[] = [];
   let more = 0;
   const say = (p: VerifyProblem) => (problems.length < SHOWN ? problems.push(p) : more++);
   for (const f of files) {
-    replay.batch(() => {
+    await replay.batchAsync(async () => {
       let n = 0;
-      for (const text of readLines(path.join(root, f.path), f.path.endsWith('.gz'))) {
+      const splitter = new LineSplitter((line, _index, terminated) => {
+        // An unterminated last line is the file check's problem (its count and hash), not a line.
+        if (!terminated) return;
         n++;
-        const why = addLine(replay, f, text);
+        const why = addLine(replay, f, line.toString('utf8'));
         if (why) say({ path: f.path, problem: 'deep', detail: `line ${n}: ${why}` });
+      });
+      try {
+        await readDataFile(path.join(root, f.path), f.path.endsWith('.gz'), (chunk) => splitter.update(chunk));
+        splitter.end();
+      } catch {
+        // Unreadable, not gzip, over the cap, a line over the line cap: the file check names it.
       }
     });
   }
@@ -136,42 +146,6 @@ function addLine(replay: Replay, f: FileState, text: string): string | undefined
   if (seq < first || seq > last) return `seq ${seq} outside the file's range ${first}-${last}`;
   if (!replay.addLine(lineOf(stream as ChangeStream, line))) return `seq ${seq} is exported twice`;
   return undefined;
-}
-
-/** The lines of a data file (decompressed for `.gz`), read whole or in 1 MiB chunks; nothing when it cannot be read (the file check says why). */
-function* readLines(abs: string, gzip: boolean): Generator<string> {
-  let fd: number;
-  try {
-    fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-  } catch {
-    return;
-  }
-  try {
-    if (gzip) {
-      let text: string;
-      try {
-        if (fs.fstatSync(fd).size > MAX_GUNZIP_BYTES) return;
-        text = zlib.gunzipSync(fs.readFileSync(fd), { maxOutputLength: MAX_GUNZIP_BYTES }).toString('utf8');
-      } catch {
-        return;
-      }
-      yield* text.split('\n').slice(0, -1);
-      return;
-    }
-    const buf = Buffer.allocUnsafe(1 << 20);
-    let rest = Buffer.alloc(0);
-    for (let n = fs.readSync(fd, buf); n > 0; n = fs.readSync(fd, buf)) {
-      const chunk = Buffer.concat([rest, buf.subarray(0, n)]);
-      let start = 0;
-      for (let i = chunk.indexOf(10); i !== -1; i = chunk.indexOf(10, start)) {
-        yield chunk.toString('utf8', start, i);
-        start = i + 1;
-      }
-      rest = chunk.subarray(start);
-    }
-  } finally {
-    fs.closeSync(fd);
-  }
 }
 
 /** The mirror's rows in line form: messages, conversations, history, and the runs that ended. */
