@@ -248,7 +248,12 @@ describe('verify --deep', () => {
     const [m] = sqlAll<{ conversation_id: string; id: string }>(h.mirror, `SELECT conversation_id, id FROM messages WHERE deleted_at IS NULL ORDER BY conversation_id, id LIMIT 1`);
     sqlRun(h.mirror, `UPDATE messages SET raw = json_set(raw, '$.content', 'rewritten') WHERE conversation_id = ? AND id = ?`, m!.conversation_id, m!.id);
     const deep = (await check(h, { deep: true })).filter((p) => p.problem === 'deep');
-    expect(deep).toEqual([{ path: '', problem: 'deep', detail: expect.stringMatching(new RegExp(`^messages ${ACCOUNT_ID}/${m!.conversation_id}/${m!.id} \\(seq \\d+\\): the exports say one thing, the mirror another$`)) }]);
+    // Named by the file that holds the line, and the line's seq.
+    expect(deep).toEqual([{ path: expect.stringMatching(new RegExp(`^messages/account=${ACCOUNT_ID}/date=[0-9-]+/\\d+-\\d+\\.jsonl$`)), problem: 'deep', detail: expect.stringMatching(new RegExp(`^messages ${ACCOUNT_ID}/${m!.conversation_id}/${m!.id} \\(seq \\d+\\): the exports say one thing, the mirror another$`)) }]);
+    const seq = Number(/\(seq (\d+)\)/.exec(deep[0]!.detail!)![1]);
+    const [first, last] = path.basename(deep[0]!.path).replace('.jsonl', '').split('-').map(Number);
+    expect(seq).toBeGreaterThanOrEqual(first!);
+    expect(seq).toBeLessThanOrEqual(last!);
     // the archive alone is intact: only the mirror changed
     expect(await check(h)).toEqual([]);
     sqlRun(h.mirror, `UPDATE message_history SET raw = json_set(raw, '$.content', 'not what it was')`);

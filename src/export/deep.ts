@@ -70,13 +70,20 @@ export async function deepCheck(mirror: Mirror, root: string, files: readonly Fi
     const { first, total } = replay.differences(SHOWN);
     for (const d of first) {
       const key = d.stream === 'messages' ? `${d.account_id}/${d.conversation_id}/${d.id}` : `${d.account_id}/${d.id}`;
-      problems.push({ path: '', problem: 'deep', detail: `${d.stream} ${key}${d.seq === null ? '' : ` (seq ${d.seq})`}: ${SAYS[d.kind]}` });
+      problems.push({ path: fileOf(files, d) ?? '', problem: 'deep', detail: `${d.stream} ${key}${d.seq === null ? '' : ` (seq ${d.seq})`}: ${SAYS[d.kind]}` });
     }
     if (total > first.length) problems.push({ path: '', problem: 'deep', detail: `and ${total - first.length} more differences` });
     return problems;
   } finally {
     replay.close();
   }
+}
+
+/** The file holding the line of difference `d` (its stream, account and seq); undefined for none (no seq, or a change not yet published). */
+function fileOf(files: readonly FileState[], d: Difference): string | undefined {
+  if (d.seq === null) return undefined;
+  const seq = d.seq;
+  return files.find((f) => f.original.stream === d.stream && f.original.account_id === d.account_id && f.original.first_seq <= seq && seq <= f.original.last_seq)?.path;
 }
 
 /** The replay key and body of a parsed export line of `stream`. */
