@@ -63,6 +63,14 @@ describe('convo-mirror erase', () => {
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/^convo-mirror: configuration error: CONVO_MIRROR_DB: no mirror at .*absent\.sqlite: nothing to erase/m);
     expect(fs.existsSync(path.join(h.dir, 'absent.sqlite'))).toBe(false);
+    // A workspace the mirror holds no message of (the account setting wrong): refused, naming it and what the mirror holds.
+    const other = '11111111-1111-4111-8111-111111111111';
+    for (const extra of [[], ['--dry-run']]) {
+      const wrong = await erase(['--sender', sender, '--reason', 'T-1', ...extra], { ...env, CONVO_MIRROR_ACCOUNT_ID: other });
+      expect(wrong.code, wrong.stderr).toBe(2);
+      expect(wrong.stderr).toMatch(new RegExp(`^convo-mirror: configuration error: CONVO_MIRROR_ACCOUNT_ID: the mirror holds no message of account ${other}, but holds messages of ${ACCOUNT_ID}: name the workspace with --account-id`, 'm'));
+      expect(wrong.stdout).toBe('');
+    }
     expect(snapshotFiles(h.dir)).toEqual(before);
   });
 

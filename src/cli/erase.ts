@@ -116,6 +116,7 @@ export async function eraseWithConfig(opts: EraseCommandOptions): Promise<EraseO
   const subject = { kind: opts.kind, accountId: opts.accountId, subject: opts.subject };
   if (opts.dryRun) {
     return await readConsistent(config.db, async (mirror) => {
+      await assertAccountMirrored(mirror, opts.accountId);
       const counted = await mirror.eraseSubject({ ...subject, reason: opts.reason, dryRun: true });
       const archive = await archiveDryRun(mirror, config.exportDir, subject, counted.publishedThroughSeq);
       return { dryRun: true as const, request, mirror: counted, archive };
@@ -128,6 +129,7 @@ export async function eraseWithConfig(opts: EraseCommandOptions): Promise<EraseO
   // A writer: the SQLite writer lock, as sync takes it.
   const mirror: Mirror = await openMirror(config.db, { modes: fileModes(config.groupReadable), clock });
   try {
+    await assertAccountMirrored(mirror, opts.accountId);
     const done = await eraseAndArchive(mirror, { ...subject, reason: opts.reason }, {
       settings,
       clock,
@@ -139,6 +141,24 @@ export async function eraseWithConfig(opts: EraseCommandOptions): Promise<EraseO
   } finally {
     await mirror.close();
   }
+}
+
+/**
+ * Refuses an erasure in an account the mirror holds no message of while it holds messages of
+ * others: a workspace named wrong (the default account of an unset `CONVO_MIRROR_ACCOUNT_ID`)
+ * would record an erasure that finds nothing. An empty mirror is let through (an erasure asked
+ * before the first sync redacts the subject as it arrives).
+ *
+ * @throws {@link ConfigError} naming the account setting and the accounts the mirror holds
+ */
+async function assertAccountMirrored(mirror: Mirror, accountId: string): Promise<void> {
+  const accounts = await mirror.messageAccounts();
+  if (accounts.length === 0 || accounts.includes(accountId)) return;
+  const shown = accounts.slice(0, 5).join(', ') + (accounts.length > 5 ? `, and ${accounts.length - 5} more` : '');
+  throw new ConfigError(
+    CONFIG_FIELDS.accountId.env,
+    `the mirror holds no message of account ${accountId}, but holds messages of ${shown}: name the workspace with --account-id (or --account when several are configured); nothing erased`,
+  );
 }
 
 /** `1 line`, `2 lines`. */
