@@ -105,13 +105,22 @@ export function dashboardPlugin(o: DashboardOptions): FastifyPluginAsync {
     });
     const serverAdapter = new BoundedAdapter(o.answerWithinMs ?? DASHBOARD_ANSWER_WITHIN_MS, o.link.where);
     serverAdapter.setBasePath(basePath);
+    const adapter = new BullMQAdapter(o.queue, { readOnlyMode: true, displayName: `convo-mirror (${o.queue.qualifiedName})`, description: 'workspace runs and conversation jobs' });
+    // An erase job holds its subject (personal data) while it waits: the dashboard never shows it.
+    adapter.setFormatter('data', hideErasureSubject);
     createBullBoard({
-      queues: [new BullMQAdapter(o.queue, { readOnlyMode: true, displayName: `convo-mirror (${o.queue.qualifiedName})`, description: 'workspace runs and conversation jobs' })],
+      queues: [adapter],
       serverAdapter,
       options: { uiConfig: { boardTitle: 'convo-mirror' } },
     });
     await app.register(serverAdapter.registerPlugin(), { prefix: basePath });
   };
+}
+
+/** Job data as the dashboard shows it: an erase job's `subject` (a sender or conversation id) replaced by a placeholder. */
+export function hideErasureSubject(data: unknown): unknown {
+  if (typeof data !== 'object' || data === null || !('subject' in data)) return data;
+  return { ...data, subject: '(hidden: the erasure subject is personal data)' };
 }
 
 /**

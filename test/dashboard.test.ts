@@ -15,7 +15,7 @@ import pino from 'pino';
 import type { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { dashboardPlugin } from '../jobs/dashboard.js';
-import { enqueueConversation, enqueueWorkspace, openQueue } from '../jobs/queue.js';
+import { enqueueConversation, enqueueErase, enqueueWorkspace, openQueue } from '../jobs/queue.js';
 import { redisShown } from '../config/redis-url.js';
 import { RedisLink } from '../jobs/redis-link.js';
 import { FakeWorkspace } from '../src/fake-api/index.js';
@@ -110,6 +110,23 @@ describe('the queue dashboard', () => {
     expect(clean.status).toBeGreaterThanOrEqual(400);
     await clean.body?.cancel();
     expect(await queue.getWaitingCount()).toBe(2);
+  });
+
+  it("never shows a waiting erase job's subject (personal data), only that it is hidden", async () => {
+    const { server, queue } = await serve();
+    const subject = 'cus_dashboard_subject';
+    const id = await enqueueErase(queue, { accountId: ACCOUNT_ID, kind: 'sender', subject, reason: 'DSR-9' }, { attempts: 1 });
+    const headers = { authorization: basic('admin', PASSWORD) };
+    const api = await fetch(`${server.url}/admin/queues/api/queues?activeQueue=${encodeURIComponent(queue.name)}&status=waiting&page=1`, { headers });
+    expect(api.status).toBe(200);
+    const text = await api.text();
+    expect(text).not.toContain(subject);
+    const body = JSON.parse(text) as { queues: { name: string; jobs: { id: string; data: Record<string, unknown> }[] }[] };
+    const job = body.queues.find((x) => x.name === queue.name)!.jobs.find((j) => j.id === id)!;
+    expect(job.data).toEqual({ accountId: ACCOUNT_ID, kind: 'sender', subject: '(hidden: the erasure subject is personal data)', reason: 'DSR-9' });
+    const one = await fetch(`${server.url}/admin/queues/api/queues/${encodeURIComponent(queue.name)}/${id}`, { headers });
+    expect(await one.text()).not.toContain(subject);
+    expect((await queue.getJob(id))!.data.subject).toBe(subject); // the job itself still has it
   });
 
   it('leaves the other routes alone, and does not exist without the plugin', async () => {
