@@ -227,6 +227,7 @@ describe('status and audit', () => {
       runs: 1,
       erasures: 1,
       erasures_pending: 1,
+      retention_erasures: 0,
       messages_erased: 1,
       conversations_erased: 0,
     });

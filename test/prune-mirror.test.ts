@@ -158,8 +158,9 @@ describe.each(engines)('--prune-mirror on $name', (engine) => {
     const after = await changeRows(h.mirror);
     expect(after.slice(seqBefore).filter((c) => c.stream === 'messages')).toEqual([]);
     for (const row of await records(h.mirror, 'messages')) if (oldIds.has(row.id)) expect(redactionOf(row.raw)).toBe(1);
-    // The same day again: no second retention erasure.
+    // The same day again: no second retention erasure; status counts it apart from the erasures of erase.
     expect((await h.mirror.erasures()).length).toBe(1);
+    expect(await h.mirror.counts()).toMatchObject({ erasures: 0, erasures_pending: 0, retention_erasures: 1 });
 
     // Sixty days on, the cutoff (2025-01-12) passes the recent conversation too: erasure 2, a record of its own.
     clock.advance(60 * DAY);

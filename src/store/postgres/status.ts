@@ -25,6 +25,7 @@ export const COUNT_NAMES = [
   'runs',
   'erasures',
   'erasures_pending',
+  'retention_erasures',
   'messages_erased',
   'conversations_erased',
 ] as const;
@@ -61,9 +62,12 @@ const COUNTS = (t: (table: string) => string): Record<CountName, string> => {
     ledger_records: `SELECT count(*) FROM ${t('ledger')}`,
     checkpoints: `SELECT count(*) FROM ${t('checkpoints')}`,
     runs: `SELECT count(*) FROM ${t('runs')}`,
-    erasures: `SELECT count(*) FROM ${t('erasures')}`,
-    // Erasures recorded in the mirror whose archive step has not finished (the next publication finishes them).
+    // Erasures of a sender or a conversation (erase, the erase job).
+    erasures: `SELECT count(*) FROM ${t('erasures')} WHERE kind <> 'retention'`,
+    // Erasures recorded in the mirror whose archive step has not finished (the next publication finishes them), of any kind.
     erasures_pending: `SELECT count(*) FROM ${t('erasures')} WHERE archive_done_at IS NULL`,
+    // Retention erasures (--prune-mirror): one per account and cutoff day.
+    retention_erasures: `SELECT count(*) FROM ${t('erasures')} WHERE kind = 'retention'`,
     // Rows whose record is a redaction marker (src/store/redaction.ts), tombstoned ones too.
     messages_erased: `SELECT count(*) FROM ${t('messages')} WHERE strpos(raw_text, '${REDACTED_MARK}') > 0`,
     conversations_erased: `SELECT count(*) FROM ${t('conversations')} WHERE strpos(raw_text, '${REDACTED_MARK}') > 0`,

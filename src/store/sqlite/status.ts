@@ -20,9 +20,12 @@ const COUNTS = {
   ledger_records: `SELECT count(*) AS n FROM ledger`,
   checkpoints: `SELECT count(*) AS n FROM checkpoints`,
   runs: `SELECT count(*) AS n FROM runs`,
-  erasures: `SELECT count(*) AS n FROM erasures`,
-  // Erasures recorded in the mirror whose archive step has not finished (the next publication finishes them).
+  // Erasures of a sender or a conversation (erase, the erase job).
+  erasures: `SELECT count(*) AS n FROM erasures WHERE kind <> 'retention'`,
+  // Erasures recorded in the mirror whose archive step has not finished (the next publication finishes them), of any kind.
   erasures_pending: `SELECT count(*) AS n FROM erasures WHERE archive_done_at IS NULL`,
+  // Retention erasures (--prune-mirror): one per account and cutoff day.
+  retention_erasures: `SELECT count(*) AS n FROM erasures WHERE kind = 'retention'`,
   // Rows whose record is a redaction marker (src/store/redaction.ts), tombstoned ones too.
   messages_erased: `SELECT count(*) AS n FROM messages WHERE instr(raw, '${REDACTED_MARK}') > 0`,
   conversations_erased: `SELECT count(*) AS n FROM conversations WHERE instr(raw, '${REDACTED_MARK}') > 0`,
