@@ -191,4 +191,37 @@ describe('convo-mirror demo', () => {
     expect(second.code).toBe(0);
     expect(second.stdout).toMatch(/exports: no new lines/);
   });
+
+  it('applies CONVO_MIRROR_RETENTION with CONVO_MIRROR_PRUNE_MIRROR: the messages created before the cutoff are erased, the archive still verifies', async () => {
+    const dir = tempDir();
+    const env = { PATH: process.env.PATH, HOME: process.env.HOME, CI: 'true', LOG_LEVEL: 'warn' };
+    expect((await run(['demo', '--dir', dir, '--conversations', '40', '--seed', '9'], env)).code).toBe(0);
+    // The fake's messages were written from 2025-01-01 on: a cutoff in the first days of 2025 expires some of them.
+    const ws = FakeWorkspace.generate({ seed: 9, conversations: 40 });
+    const created = ws.list().flatMap((c) => c.messages.map((m) => Date.parse(m.created_at)));
+    const cutoff = new Date(Math.min(...created) + 3 * 86_400_000).toISOString().slice(0, 10);
+    const days = Math.round((Date.parse(new Date().toISOString().slice(0, 10)) - Date.parse(cutoff)) / 86_400_000);
+    const expired = created.filter((t) => t < Date.parse(cutoff)).length;
+    expect(expired).toBeGreaterThan(0);
+    const again = await run(['demo', '--dir', dir, '--conversations', '40', '--seed', '9'], { ...env, CONVO_MIRROR_RETENTION: `messages=${days}d`, CONVO_MIRROR_PRUNE_MIRROR: 'true' });
+    expect(again.code, again.stderr).toBe(0);
+    const m = await openMirror(path.join(dir, 'mirror.sqlite'), { readonly: true });
+    let subject = '';
+    try {
+      const [e, ...more] = await m.erasures();
+      expect(more).toEqual([]);
+      // The demo's clock is the system's: midnight UTC may pass between this test's day and the publication's.
+      subject = e!.subject;
+      expect([cutoff, new Date(Date.parse(cutoff) + 86_400_000).toISOString().slice(0, 10)]).toContain(subject);
+      const erased = created.filter((t) => t < Date.parse(subject)).length;
+      expect([e!.kind, e!.messages]).toEqual(['retention', erased]);
+      expect((await m.counts()).messages_erased).toBe(erased);
+      expect(erased).toBeGreaterThanOrEqual(expired);
+    } finally {
+      await m.close();
+    }
+    const v = await run(['verify', '--db', path.join(dir, 'mirror.sqlite'), '--export-dir', path.join(dir, 'exports'), '--deep'], env);
+    expect(v.code, v.stdout).toBe(0);
+    expect(v.stdout).toMatch(new RegExp(`^erased: record \\d+ .*erasure 1 of the messages created before ${subject} \\(retention\\).*: \\d+ lines? in \\d+ files? replaced by stubs$`, 'm'));
+  });
 });

@@ -28,7 +28,8 @@ interface DemoOptions {
 /**
  * The demo's configuration: the fake's URL and key, the mirror and exports under `--dir`; from the
  * environment only the log level and how the archive is published (`CONVO_MIRROR_EXPORT_GZIP`,
- * `CONVO_MIRROR_SIGNING_KEY_FILE`, `CONVO_MIRROR_PUBLISH_INTERVAL_MS`, `CONVO_MIRROR_PUBLISH_LINES`).
+ * `CONVO_MIRROR_SIGNING_KEY_FILE`, `CONVO_MIRROR_PUBLISH_INTERVAL_MS`, `CONVO_MIRROR_PUBLISH_LINES`,
+ * `CONVO_MIRROR_RETENTION`, `CONVO_MIRROR_PRUNE_MIRROR`).
  */
 function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
   const env = loadConfig(process.env, { logLevel: o.logLevel }, { needsApi: false });
@@ -39,6 +40,8 @@ function demoConfig(o: DemoOptions, url: string, apiKey: string): Config {
       publishIntervalMs: env.publishIntervalMs,
       publishLines: env.publishLines,
       ...(env.signingKeyFile === undefined ? {} : { signingKeyFile: env.signingKeyFile }),
+      ...(env.retention === undefined ? {} : { retention: env.retention.text }),
+      pruneMirror: env.pruneMirror,
       baseUrl: url,
       apiKey,
       accountId: DEMO_ACCOUNT_ID,
