@@ -48,7 +48,7 @@ import { MAX_RECORD_BYTES, createTemp, discardTemp, existingDataFile, makeDir, r
 import { parseStub, renderStub, seqOfLine, stubOf } from './stub.js';
 import { conversationNamesSender, senderNeedle } from '../store/redaction.js';
 
-/** What the archive step needs of the publication it runs in. */
+/** What the archive step (and the retention step, src/export/retention.ts) needs of the publication it runs in. */
 export interface ErasureStepContext {
   mirror: Mirror;
   target: Target;

@@ -55,7 +55,7 @@ import { MANIFEST_VERSION, MANIFEST_VERSIONS, manifestOf, renderManifest } from 
 import { sealHead, type SignedHead } from './head.js';
 import { appendWitness, assertWitnessUsable } from './witness.js';
 import { LEDGER_DIR, RECORD_VERSION, asVersion1, isBatchRecord, isErasureRecord, parseRecord, recordHash, recordPath, renderRecord, sealRecord, type AnyBody, type RecordBody } from './ledger.js';
-import { finishErasures, type ErasureArchived } from './erasure.js';
+import { finishErasures, type ErasureArchived, type ErasureStepContext } from './erasure.js';
 import { applyRetention, clearUnrecordedRetention, pruneMirror, type MirrorPruned, type RetentionApplied } from './retention.js';
 import type { RetentionPolicy } from '../../config/retention.js';
 import { PartitionWriter, type WrittenFile } from './partition-writer.js';
@@ -341,42 +341,31 @@ async function publishAlone(mirror: Mirror, opts: ExportOptions, lease: Publishe
   // with --prune-mirror, the retention erasure of the messages past the cutoff (its archive step
   // is one of them).
   const pendingBatch = await mirror.pendingExportBatch();
-  const pruned = pendingBatch === undefined && opts.retention?.pruneMirror === true ? await pruneMirror({ mirror, policy: opts.retention, clock, logger: opts.logger }) : [];
-  if (pendingBatch === undefined && (await mirror.erasures()).some((e) => e.archiveDoneAt === null)) {
-    // An erasure record takes the next batch id: a retention record an interrupted publication
-    // left there unrecorded goes first (retention is decided again below).
-    await clearUnrecordedRetention({ mirror, target, mirrorId, logger: opts.logger });
+  let pruned: MirrorPruned[] = [];
+  let erasures: ErasureArchived[] = [];
+  let retention: RetentionApplied | undefined;
+  if (pendingBatch === undefined) {
+    if (opts.retention?.pruneMirror === true) pruned = await pruneMirror({ mirror, policy: opts.retention, clock, logger: opts.logger });
+    if ((await mirror.erasures()).some((e) => e.archiveDoneAt === null)) {
+      // An erasure record takes the next batch id: a retention record an interrupted publication
+      // left there unrecorded goes first (retention is decided again below).
+      await clearUnrecordedRetention({ mirror, target, mirrorId, logger: opts.logger });
+    }
+    const step: ErasureStepContext = {
+      mirror,
+      target,
+      mirrorId,
+      clock,
+      logger: opts.logger,
+      failpoint: opts.failpoint,
+      publishRecord: (body) => publishRecord(target, body, opts.signingKey),
+      publishHead: (head, watermark) => void publishHead(target, mirrorId, head, watermark, opts),
+      assertLeaseHeld: () => assertLeaseHeld(lease),
+    };
+    erasures = await finishErasures(step);
+    // 0b. Retention, under the same condition (its record also takes the next batch id).
+    retention = await applyRetention({ ...step, policy: opts.retention });
   }
-  const erasures =
-    pendingBatch === undefined
-      ? await finishErasures({
-          mirror,
-          target,
-          mirrorId,
-          clock,
-          logger: opts.logger,
-          failpoint: opts.failpoint,
-          publishRecord: (body) => publishRecord(target, body, opts.signingKey),
-          publishHead: (head, watermark) => void publishHead(target, mirrorId, head, watermark, opts),
-          assertLeaseHeld: () => assertLeaseHeld(lease),
-        })
-      : [];
-  // 0b. Retention, under the same condition (its record also takes the next batch id).
-  const retention =
-    pendingBatch === undefined
-      ? await applyRetention({
-          mirror,
-          target,
-          mirrorId,
-          policy: opts.retention,
-          clock,
-          logger: opts.logger,
-          failpoint: opts.failpoint,
-          publishRecord: (body) => publishRecord(target, body, opts.signingKey),
-          publishHead: (head, watermark) => void publishHead(target, mirrorId, head, watermark, opts),
-          assertLeaseHeld: () => assertLeaseHeld(lease),
-        })
-      : undefined;
   const erased = { ...(erasures.length > 0 ? { erasures } : {}), ...(retention ? { retention } : {}), ...(pruned.length > 0 ? { pruned } : {}) };
 
   // 1. Plan (or find the planned, unpublished) batch, unless only run lines wait and they are held.

@@ -101,7 +101,8 @@ export interface StoredDigest {
  * Reads a data file (a regular file, never through a symlink): its stored bytes hashed, its content
  * (decompressed for `gzip`) passed to `onContent` chunk by chunk, in order. A failure to decompress
  * is reported (`unreadable`), the rest of the bytes still hashed; an error of `onContent` is
- * thrown as it is.
+ * thrown as it is. A chunk is valid only during the call (a plain file's buffer is reused): copy
+ * what you keep. Memory: a read chunk and what zlib buffers, whatever the file's size.
  *
  * @throws what `fs` throws (ENOENT, ELOOP for a symlink...); what `onContent` throws
  */
@@ -111,8 +112,11 @@ export async function readDataFile(abs: string, gzip: boolean, onContent: (chunk
     if (!fs.fstatSync(fd).isFile()) throw Object.assign(new Error(`${abs} is not a regular file`), { code: 'EISDIR' });
     const hash = crypto.createHash('sha256');
     let bytes = 0;
+    // A plain file's chunks are done with before the next read: one buffer. zlib may still hold a
+    // chunk when the next is read: a buffer each.
+    const reused = gzip ? undefined : Buffer.allocUnsafe(READ_CHUNK);
     const next = (): Buffer | undefined => {
-      const buf = Buffer.allocUnsafe(READ_CHUNK);
+      const buf = reused ?? Buffer.allocUnsafe(READ_CHUNK);
       const n = fs.readSync(fd, buf, 0, buf.length, null);
       if (n === 0) return undefined;
       const chunk = buf.subarray(0, n);

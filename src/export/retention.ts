@@ -27,27 +27,15 @@ import { cutoffDay, RETENTION_STREAMS, type RetentionPolicy, type RetentionStrea
 import { isoNow, type Clock } from '../clock.js';
 import { ExportError } from '../errors.js';
 import { fsyncDir } from '../private-fs.js';
-import type { LedgerEntry, LedgerHead, Mirror } from '../store/mirror.js';
-import { RootsOfRecords } from './erasure.js';
-import { LEDGER_DIR, isRetentionRecord, parseRecord, recordPath, type AnyBody, type RetentionBody, type RetentionRecordFile } from './ledger.js';
-import { MAX_RECORD_BYTES, readIfPresent, removeIfPublished, type ExportFailpoint, type Target } from './publish-fs.js';
+import type { LedgerHead, Mirror } from '../store/mirror.js';
+import { RootsOfRecords, type ErasureStepContext } from './erasure.js';
+import { LEDGER_DIR, isRetentionRecord, parseRecord, recordPath, type RetentionBody, type RetentionRecordFile } from './ledger.js';
+import { MAX_RECORD_BYTES, readIfPresent, removeIfPublished } from './publish-fs.js';
 
 /** What the retention step needs of the publication it runs in. */
-export interface RetentionStepContext {
-  mirror: Mirror;
-  target: Target;
-  mirrorId: string;
+export interface RetentionStepContext extends ErasureStepContext {
   /** The setting; undefined: keep everything (the step only finishes what an earlier record left). */
   policy: RetentionPolicy | undefined;
-  clock: Clock;
-  logger?: Logger | undefined;
-  failpoint?: ((point: ExportFailpoint, file: string) => void | Promise<void>) | undefined;
-  /** Seals (and signs) a record and publishes it as `_ledger/<batch id>.json`, keeping an identical one; its ledger entry. */
-  publishRecord(body: AnyBody): LedgerEntry;
-  /** Publishes the signed head (witness line, `manifest.json`). */
-  publishHead(head: LedgerHead | undefined, watermark: number): void;
-  /** Throws when the publisher lock is known lost. */
-  assertLeaseHeld(): void;
 }
 
 /** What the retention step did. */

@@ -5,9 +5,6 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import crypto from 'node:crypto';
-import zlib from 'node:zlib';
-import { pipeline } from 'node:stream/promises';
 import { recordPath } from './ledger.js';
 import type { FileState } from './file-states.js';
 import { LineSplitter, LineTooLong, MAX_GUNZIP_BYTES, readDataFile } from './line-stream.js';
@@ -28,9 +25,6 @@ export interface Listed {
 
 /** Most bytes a `.jsonl.gz` may decompress to when its lines are counted and hashed: the line reader's cap. */
 export { MAX_GUNZIP_BYTES };
-
-/** Bytes read from a data file at a time. */
-const READ_CHUNK = 1 << 20;
 
 /**
  * Checks the directories on the way to a recorded file, component by component with lstat, and
@@ -226,7 +220,7 @@ interface Digest {
 }
 
 /**
- * Size and SHA-256 of a regular file as stored, read in 1 MiB chunks, never through a symlink, and
+ * Size and SHA-256 of a regular file as stored ({@link readDataFile}: in 1 MiB chunks, never through a symlink), and
  * its content's LF count and Merkle tree hash of lines ({@link LineTreeHasher}): of the bytes, or
  * with `gzip` of the decompressed bytes, streamed, at most {@link MAX_GUNZIP_BYTES} of them.
  * Memory: a read chunk and what zlib buffers, whatever the file's size.
@@ -234,59 +228,14 @@ interface Digest {
  * @throws what `fs` throws
  */
 async function digestFile(abs: string, gzip: boolean): Promise<Digest> {
-  const fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-  try {
-    const hash = crypto.createHash('sha256');
-    const tree = new LineTreeHasher();
-    let bytes = 0;
-    let lines = 0;
-    // A plain file's chunks are done with before the next read: one buffer. zlib may still hold a
-    // chunk when the next is read: a buffer each.
-    const reused = gzip ? undefined : Buffer.allocUnsafe(READ_CHUNK);
-    /** Reads the next chunk as stored (hashed and counted here), or undefined at the end. */
-    const next = (): Buffer | undefined => {
-      const buf = reused ?? Buffer.allocUnsafe(READ_CHUNK);
-      const n = fs.readSync(fd, buf, 0, buf.length, null);
-      if (n === 0) return undefined;
-      const chunk = buf.subarray(0, n);
-      hash.update(chunk);
-      bytes += n;
-      return chunk;
-    };
-    if (!gzip) {
-      for (let chunk = next(); chunk !== undefined; chunk = next()) {
-        lines += countLf(chunk);
-        tree.update(chunk);
-      }
-      return { bytes, sha256: hash.digest('hex'), lines, merkleRoot: tree.rootHex(), leaves: tree.lines };
-    }
-    let unreadable: string | undefined;
-    let plain = 0;
-    try {
-      await pipeline(
-        function* stored() {
-          for (let chunk = next(); chunk !== undefined; chunk = next()) yield chunk;
-        },
-        zlib.createGunzip(),
-        async (decompressed: AsyncIterable<Buffer>) => {
-          for await (const chunk of decompressed) {
-            plain += chunk.length;
-            if (plain > MAX_GUNZIP_BYTES) throw new Error(`it decompresses to more than ${MAX_GUNZIP_BYTES} bytes`);
-            lines += countLf(chunk);
-            tree.update(chunk);
-          }
-        },
-      );
-    } catch (err) {
-      unreadable = `cannot decompress it: ${(err as Error).message}`;
-      // The rest of the file still counts for its size and SHA-256.
-      while (next() !== undefined);
-    }
-    if (unreadable !== undefined) return { bytes, sha256: hash.digest('hex'), lines, unreadable };
-    return { bytes, sha256: hash.digest('hex'), lines, merkleRoot: tree.rootHex(), leaves: tree.lines };
-  } finally {
-    fs.closeSync(fd);
-  }
+  const tree = new LineTreeHasher();
+  let lines = 0;
+  const d = await readDataFile(abs, gzip, (chunk) => {
+    lines += countLf(chunk);
+    tree.update(chunk);
+  });
+  if (d.unreadable !== undefined) return { bytes: d.bytes, sha256: d.sha256, lines, unreadable: d.unreadable };
+  return { bytes: d.bytes, sha256: d.sha256, lines, merkleRoot: tree.rootHex(), leaves: tree.lines };
 }
 
 /** LF bytes in `chunk`. */

@@ -45,7 +45,7 @@ import {
   type ErasuresInForce,
   type StoredErasure,
 } from '../redaction.js';
-import type { ChangeStream, ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow, ErasureSubject, SubjectLine } from '../types.js';
+import type { ErasureCounts, ErasureKind, ErasureRequest, ErasureResult, ErasureRow, ErasureSubject, SubjectLine } from '../types.js';
 
 /**
  * The DDL of `erasures` in `schema` (migration 2): SQLite's columns and meanings (migration 9 there);
@@ -122,6 +122,11 @@ interface PendingConversation {
 
 /** Rows written by one redaction statement, at most. */
 const WRITE_CHUNK = 1000;
+
+/** Calls `write` with `rows` in slices of at most {@link WRITE_CHUNK}, one after the other. */
+async function inChunks<T>(rows: readonly T[], write: (chunk: readonly T[]) => Promise<unknown>): Promise<void> {
+  for (let i = 0; i < rows.length; i += WRITE_CHUNK) await write(rows.slice(i, i + WRITE_CHUNK));
+}
 
 /** The statements of erasures in one schema; every method takes the executor. */
 export class Erasures {
@@ -531,40 +536,36 @@ export class Erasures {
     counts.history = historyWrites.length;
     counts.pendingChanges = payloadWrites.length;
     if (erasureId !== undefined) {
-      for (let i = 0; i < messageWrites.length; i += WRITE_CHUNK) {
-        const w = messageWrites.slice(i, i + WRITE_CHUNK);
-        await q.query(
+      await inChunks(messageWrites, (w) =>
+        q.query(
           `UPDATE ${this.t('messages')} m SET raw = CASE WHEN u.ok THEN u.marker::jsonb END, raw_text = u.marker
            FROM unnest($2::text[], $3::text[], $4::text[], $5::bool[]) AS u(cid, mid, marker, ok)
            WHERE m.account_id = $1 AND m.conversation_id = u.cid AND m.id = u.mid`,
           [a, w.map((x) => x.cid), w.map((x) => x.id), w.map((x) => x.marker), w.map((x) => jsonbSafe(x.marker))],
-        );
-      }
-      for (let i = 0; i < historyWrites.length; i += WRITE_CHUNK) {
-        const w = historyWrites.slice(i, i + WRITE_CHUNK);
-        await q.query(
+        ),
+      );
+      await inChunks(historyWrites, (w) =>
+        q.query(
           `UPDATE ${this.t('message_history')} h SET raw = CASE WHEN u.ok THEN u.marker::jsonb END, raw_text = u.marker
            FROM unnest($2::bigint[], $3::text[], $4::bool[]) AS u(seq, marker, ok)
            WHERE h.account_id = $1 AND h.replaced_by_seq = u.seq`,
           [a, w.map((x) => x.seq), w.map((x) => x.marker), w.map((x) => jsonbSafe(x.marker))],
-        );
-      }
-      for (let i = 0; i < conversationWrites.length; i += WRITE_CHUNK) {
-        const w = conversationWrites.slice(i, i + WRITE_CHUNK);
-        await q.query(
+        ),
+      );
+      await inChunks(conversationWrites, (w) =>
+        q.query(
           `UPDATE ${this.t('conversations')} c SET raw = CASE WHEN u.ok THEN u.marker::jsonb END, raw_text = u.marker
            FROM unnest($2::text[], $3::text[], $4::bool[]) AS u(id, marker, ok)
            WHERE c.account_id = $1 AND c.id = u.id`,
           [a, w.map((x) => x.id), w.map((x) => x.marker), w.map((x) => jsonbSafe(x.marker))],
-        );
-      }
-      for (let i = 0; i < payloadWrites.length; i += WRITE_CHUNK) {
-        const w = payloadWrites.slice(i, i + WRITE_CHUNK);
-        await q.query(
+        ),
+      );
+      await inChunks(payloadWrites, (w) =>
+        q.query(
           `UPDATE ${this.t('change_payloads')} p SET record = u.marker, line = NULL FROM unnest($1::bigint[], $2::text[]) AS u(seq, marker) WHERE p.seq = u.seq`,
           [w.map((x) => x.seq), w.map((x) => x.marker)],
-        );
-      }
+        ),
+      );
       await q.query(
         `UPDATE ${this.t('erasures')} SET messages = $1, history = $2, pending_changes = $3, conversations = $4, published_lines = $5 WHERE id = $6`,
         [counts.messages, counts.history, counts.pendingChanges, counts.conversations, counts.publishedLines, erasureId],
